@@ -1,0 +1,68 @@
+"""harness: a transactional agent-execution harness.
+
+Every consequential tool call runs as a transaction (preconditions against live state,
+write-ahead intent, retries, postconditions against observed state, scope check, commit or
+compensation), recorded in a hash-chained log, inside an :class:`Episode`.
+"""
+
+from .action import Action, Context, action, current_context
+from .clock import Clock, SystemClock
+from .episode import Episode, current_episode
+from .errors import (
+    ActionFailed,
+    CheckError,
+    CompensationFailed,
+    ConfigurationError,
+    EpisodeClosed,
+    Escalated,
+    HarnessError,
+    InvalidArguments,
+    NotInEpisode,
+    NotSerializable,
+    PreconditionFailed,
+    Rejected,
+    ScopeViolation,
+    StoreError,
+)
+from .policy import Decision, FailureClass, Policy, Retry, TransientError
+from .state import DictState, FileState, SQLState, StateAdapter
+from .store import ChainReport, Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Action",
+    "ActionFailed",
+    "ChainReport",
+    "CheckError",
+    "Clock",
+    "CompensationFailed",
+    "ConfigurationError",
+    "Context",
+    "Decision",
+    "DictState",
+    "Episode",
+    "EpisodeClosed",
+    "Escalated",
+    "FailureClass",
+    "FileState",
+    "HarnessError",
+    "InvalidArguments",
+    "NotInEpisode",
+    "NotSerializable",
+    "Policy",
+    "PreconditionFailed",
+    "Rejected",
+    "Retry",
+    "SQLState",
+    "ScopeViolation",
+    "StateAdapter",
+    "Store",
+    "StoreError",
+    "SystemClock",
+    "TransientError",
+    "__version__",
+    "action",
+    "current_context",
+    "current_episode",
+]

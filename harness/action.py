@@ -1,0 +1,391 @@
+"""``@action``: a tool function turned into a transactional action.
+
+The decorated object keeps the function's name, signature, docstring and type hints, exposes
+its argument schema (``.schema``, ``.openai_tool``) and carries the checks and the undo
+registered on it. Calling it inside an episode runs one transaction
+(:mod:`harness.transaction`); calling it anywhere else raises :class:`NotInEpisode`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import re
+import string
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from ._json import canonical
+from .errors import ConfigurationError, InvalidArguments, NotInEpisode
+from .policy import Retry
+
+__all__ = ["Action", "Context", "action", "current_context"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Check = Callable[["Context"], Any]
+Writes = Sequence[str] | Callable[[Any], Sequence[str]]
+
+
+class Context:
+    """What checks, compensations and key functions receive.
+
+    Attributes:
+        action: the action's name.
+        args: the validated arguments, by attribute (``ctx.args.order_id``).
+        state: the live state adapter (``ctx.state.get(key)``).
+        before: values of the resolved ``writes`` scope before execution, key -> value.
+        after: the same keys (and any other written key) after execution.
+        result: what the tool returned (None before execution or when it was lost).
+        idempotency_key: this call's key.
+        attempt: the attempt number, from 1.
+        txn_id: the transaction's id.
+        episode_id: the episode's id.
+    """
+
+    __slots__ = (
+        "action",
+        "after",
+        "args",
+        "attempt",
+        "before",
+        "episode_id",
+        "idempotency_key",
+        "result",
+        "state",
+        "txn_id",
+    )
+
+    def __init__(self, action: str, args: Any, state: Any, episode_id: str) -> None:
+        self.action = action
+        self.args = args
+        self.state = state
+        self.episode_id = episode_id
+        self.before: dict[str, Any] = {}
+        self.after: dict[str, Any] = {}
+        self.result: Any = None
+        self.idempotency_key = ""
+        self.attempt = 0
+        self.txn_id = ""
+
+
+_ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+_ARG_LINE = re.compile(r"^\s+(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The summary and per-argument descriptions of a Google-style docstring."""
+    if not doc:
+        return "", {}
+    lines = inspect.cleandoc(doc).splitlines()
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    i = 0
+    while i < len(lines) and not _ARGS_SECTION.match(lines[i]):
+        if re.match(r"^\s*(Returns|Raises|Yields|Examples?|Notes?):\s*$", lines[i]):
+            break
+        summary.append(lines[i])
+        i += 1
+    if i < len(lines) and _ARGS_SECTION.match(lines[i]):
+        current = None
+        for line in lines[i + 1 :]:
+            if line.strip() and not line.startswith((" ", "\t")):
+                break
+            m = _ARG_LINE.match(line)
+            indent = len(line) - len(line.lstrip())
+            if m and (current is None or indent <= 4):
+                current = m.group(1).lstrip("*")
+                args[current] = m.group(3).strip()
+            elif current and line.strip():
+                args[current] = (args[current] + " " + line.strip()).strip()
+    return " ".join(" ".join(summary).split()), args
+
+
+def _build_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], list[str], str]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"@action on {name!r}: cannot read its signature ({exc})") from exc
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # unresolvable forward references
+        raise ConfigurationError(
+            f"@action on {name!r}: cannot resolve its type hints ({exc}); import the types it "
+            "names at module level"
+        ) from exc
+    summary, arg_docs = _parse_docstring(fn.__doc__)
+    fields: dict[str, Any] = {}
+    names: list[str] = []
+    for param in sig.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"@action on {name!r}: *{param.name} and **{param.name} have no schema; "
+                "name every argument"
+            )
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
+        names.append(param.name)
+    model = create_model(  # type: ignore[call-overload]
+        name, __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
+    )
+    return model, names, summary
+
+
+class Action(Generic[P, R]):
+    """A tool function whose every call is one transaction.
+
+    Build it with :func:`action`; register checks with :meth:`precondition`,
+    :meth:`postcondition` and the undo with :meth:`compensation`.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        writes: Writes | None = None,
+        idempotency_key: Callable[[Any], Any] | None = None,
+        idempotent: bool = False,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        pivot: bool = False,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "action")
+        if timeout is not None and timeout <= 0:
+            raise ConfigurationError(f"@action on {self.name!r}: timeout must be > 0 seconds")
+        if retry is not None and not isinstance(retry, Retry):
+            raise ConfigurationError(f"@action on {self.name!r}: retry must be an hx.Retry(...)")
+        if writes is not None and isinstance(writes, str):
+            raise ConfigurationError(
+                f"@action on {self.name!r}: writes must be a list of patterns, "
+                f"e.g. writes=[{writes!r}]"
+            )
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.model, self.arg_names, summary = _build_model(self.name, fn)
+        self.description = description or summary
+        self.writes = writes
+        self.mutating = writes is None or callable(writes) or len(writes) > 0
+        if writes is None:
+            self.mutating = False
+        self.idempotency_key = idempotency_key
+        self.idempotent = idempotent
+        self.retry = retry
+        self.timeout = timeout
+        self.pivot = pivot
+        self.preconditions: list[tuple[str, Check]] = []
+        self.postconditions: list[tuple[str, Check]] = []
+        self.compensate: Check | None = None
+        self._static_scope: list[str] | None = None
+        if writes is not None and not callable(writes):
+            fields = [f for w in writes for _, f, _, _ in string.Formatter().parse(w) if f]
+            if not fields:
+                self._static_scope = list(writes)
+            unknown = {f.split(".")[0].split("[")[0] for f in fields} - set(self.arg_names)
+            if unknown:
+                raise ConfigurationError(
+                    f"@action on {self.name!r}: writes name {sorted(unknown)}, which are not "
+                    f"arguments of {self.name}({', '.join(self.arg_names)})"
+                )
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        self._schema: dict[str, Any] | None = None
+
+    # --- registration ---
+    def precondition(self, fn: Check) -> Check:
+        """Register a check run against live state before execution (False: not executed)."""
+        self.preconditions.append((fn.__name__, fn))
+        return fn
+
+    def postcondition(self, fn: Check) -> Check:
+        """Register a check run against observed state after execution (False: ``silent``)."""
+        self.postconditions.append((fn.__name__, fn))
+        return fn
+
+    def compensation(self, fn: Check) -> Check:
+        """Register the undo, run to restore ``ctx.before`` when the action must be reverted."""
+        if self.compensate is not None:
+            raise ConfigurationError(f"action {self.name!r} already has a compensation")
+        self.compensate = fn
+        return fn
+
+    # --- schema ---
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments."""
+        if self._schema is None:
+            schema = self.model.model_json_schema()
+            schema.pop("title", None)
+            for prop in schema.get("properties", {}).values():
+                prop.pop("title", None)
+            self._schema = schema
+        return self._schema
+
+    @property
+    def openai_tool(self) -> dict[str, Any]:
+        """The action in OpenAI's function-calling format."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.schema,
+            },
+        }
+
+    @property
+    def compensable(self) -> bool:
+        """Whether the action can be undone."""
+        return self.compensate is not None
+
+    @property
+    def safe_to_repeat(self) -> bool:
+        """Whether running it again after an unknown outcome cannot apply the effect twice."""
+        return self.idempotent or self.idempotency_key is not None
+
+    # --- per call ---
+    def validate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseModel:
+        """Bind and validate a call's arguments; raises :class:`InvalidArguments`."""
+        if len(args) > len(self.arg_names):
+            raise InvalidArguments(
+                self.name, [f"takes {len(self.arg_names)} arguments, {len(args)} given"]
+            )
+        values = dict(zip(self.arg_names, args, strict=False))
+        for k, v in kwargs.items():
+            if k in values:
+                raise InvalidArguments(self.name, [f"{k}: given twice"])
+            values[k] = v
+        return self.validate_mapping(values)
+
+    def validate_mapping(self, values: dict[str, Any]) -> BaseModel:
+        """Validate arguments given as a mapping (as an LLM's tool call gives them)."""
+        try:
+            return self.model.model_validate(values)
+        except ValidationError as exc:
+            errors = [
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
+                for e in exc.errors()
+            ]
+            raise InvalidArguments(self.name, errors) from None
+
+    def call_values(self, model: BaseModel) -> dict[str, Any]:
+        """Keyword arguments for the tool function."""
+        return {n: getattr(model, n) for n in self.arg_names}
+
+    def key_for(self, model: BaseModel) -> str:
+        """The idempotency key: the key function's value, or a hash of name and arguments."""
+        if self.idempotency_key is not None:
+            return f"{self.name}:{self.idempotency_key(model)}"
+        text = canonical(model.model_dump(mode="json"))
+        return f"{self.name}:{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+
+    def scope(self, model: BaseModel) -> list[str]:
+        """The resolved ``writes`` patterns for this call."""
+        if self._static_scope is not None:
+            return self._static_scope
+        if self.writes is None:
+            return []
+        if callable(self.writes):
+            return list(self.writes(model))
+        values = self.call_values(model)
+        return [w.format_map(values) for w in self.writes]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        from .episode import current_episode
+
+        episode = current_episode()
+        if episode is None:
+            raise NotInEpisode(self.name)
+        return episode.call(self, args, kwargs)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<action {self.name}>"
+
+
+@overload
+def action(fn: Callable[P, R], /) -> Action[P, R]: ...
+
+
+@overload
+def action(
+    fn: None = None,
+    /,
+    *,
+    writes: Writes | None = None,
+    idempotency_key: Callable[[Any], Any] | None = None,
+    idempotent: bool = False,
+    retry: Retry | None = None,
+    timeout: float | None = None,
+    pivot: bool = False,
+    name: str | None = None,
+    description: str | None = None,
+) -> Callable[[Callable[P, R]], Action[P, R]]: ...
+
+
+def action(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    writes: Writes | None = None,
+    idempotency_key: Callable[[Any], Any] | None = None,
+    idempotent: bool = False,
+    retry: Retry | None = None,
+    timeout: float | None = None,
+    pivot: bool = False,
+    name: str | None = None,
+    description: str | None = None,
+) -> Action[P, R] | Callable[[Callable[P, R]], Action[P, R]]:
+    """Make a tool function (sync or ``async def``) a transactional action.
+
+    Args:
+        writes: resource patterns the action may change, with ``{arg}`` templates
+            (``["orders/{order_id}"]``), or a function of the arguments returning them. Omitted:
+            the action is read-only, and any change it makes is a ``scope`` failure.
+        idempotency_key: a function of the arguments giving the key that identifies the effect;
+            the tool is trusted to apply a key at most once, so retries are safe.
+        idempotent: the tool can run twice with the same effect as once.
+        retry: retry settings for this action (default: the policy's).
+        timeout: seconds an attempt may take before it is a ``fail_slow`` failure.
+        pivot: the point of no return: after it commits, failures escalate instead of rolling
+            back.
+        name: the tool name (default: the function's name).
+        description: the tool description (default: the docstring's summary).
+    """
+
+    def wrap(f: Callable[P, R]) -> Action[P, R]:
+        if isinstance(f, Action):
+            raise ConfigurationError(f"{f.name!r} is already an action")
+        if not callable(f):
+            raise ConfigurationError(f"@action decorates functions, not {type(f).__name__}")
+        return Action(
+            f,
+            writes=writes,
+            idempotency_key=idempotency_key,
+            idempotent=idempotent,
+            retry=retry,
+            timeout=timeout,
+            pivot=pivot,
+            name=name,
+            description=description,
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+def current_context() -> Context | None:
+    """The transaction context of the tool running now (to pass its idempotency key on)."""
+    from .episode import current_episode
+
+    episode = current_episode()
+    return None if episode is None else episode.active_context
+
+
+AsyncTool = Callable[..., Awaitable[Any]]

@@ -1,0 +1,815 @@
+"""``Episode``: one agent execution, owning its state, store, policy and log.
+
+Inside ``with Episode(...)`` (or ``async with``) every action call is a transaction recorded in
+the store. The episode deduplicates by idempotency key, rolls back saga-style (compensating what
+it committed, newest first, and verifying the state is back), stores escalations for a person,
+and resumes from its records without re-running what was done.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from ._json import dumps, loads
+from .action import Action, Context
+from .clock import Clock, SystemClock
+from .errors import (
+    ActionFailed,
+    CompensationFailed,
+    ConfigurationError,
+    EpisodeClosed,
+    Escalated,
+    HarnessError,
+    InvalidArguments,
+    PreconditionFailed,
+    Rejected,
+    StoreError,
+)
+from .policy import Decision, FailureClass, Policy
+from .store import GENESIS, EscalationRow, Store, TransactionRow
+from .transaction import Steps, Transaction, adrive, compensate, drive
+
+__all__ = ["Committed", "Episode", "current_episode"]
+
+_current: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
+    "harness_episode", default=None
+)
+
+
+def current_episode() -> Episode | None:
+    """The episode active in this context, if any."""
+    return _current.get()
+
+
+@dataclass
+class Committed:
+    """A committed transaction as the episode remembers it (for dedup and rollback)."""
+
+    txn_id: str
+    action: str
+    key: str
+    result: Any
+    args: dict[str, Any]
+    before: dict[str, Any]
+    diff: dict[str, tuple[Any, Any]]
+    step: int | None
+    mutating: bool
+    compensated: bool = False
+    impl: Action[Any, Any] | None = None
+
+
+def _jsonable(value: Any) -> str:
+    try:
+        return dumps(value)
+    except (TypeError, ValueError):
+        return dumps(repr(value))
+
+
+class Episode:
+    """One agent execution: an ordered log of transactions, checkpoints, a policy, an outcome.
+
+    Args:
+        state: the state adapter the actions change.
+        store: a :class:`Store` or a URL (default ``sqlite:///logs/harness.db``).
+        policy: failure class -> decision, retry and timeout defaults.
+        episode_id: the id (default: a new one); with ``resume=True``, the episode to continue.
+        resume: continue a crashed or escalated episode from its records.
+        clock: where time comes from (``harness.testing.FakeClock`` in tests).
+        actions: actions the episode may need to compensate after a resume before the agent
+            calls them again.
+        run_id, task_id, trial, meta: recorded on the episode's row.
+    """
+
+    def __init__(
+        self,
+        *,
+        state: Any,
+        store: Store | str | None = None,
+        policy: Policy | None = None,
+        episode_id: str | None = None,
+        resume: bool = False,
+        clock: Clock | None = None,
+        actions: Iterable[Action[Any, Any]] = (),
+        run_id: str | None = None,
+        task_id: str | None = None,
+        trial: int | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        if resume and not episode_id:
+            raise ConfigurationError("Episode(resume=True) needs the episode_id to resume")
+        if policy is not None and not isinstance(policy, Policy):
+            raise ConfigurationError("Episode(policy=...) takes an hx.Policy(...)")
+        self.state = state
+        self._owns_store = not isinstance(store, Store)
+        self.store = store if isinstance(store, Store) else Store(store or "logs/harness.db")
+        self.policy = policy or Policy()
+        self.clock: Clock = clock or SystemClock()
+        self.id = episode_id or uuid.uuid4().hex[:16]
+        self.resume = resume
+        self.run_id, self.task_id, self.trial = run_id, task_id, trial
+        self.meta = meta or {}
+        self.outcome = "running"
+        self.committed: list[Committed] = []
+        self.escalation_id: str | None = None
+        self.pivot: str | None = None
+        self.active_context: Context | None = None
+        self.steps = 0
+        self.digest = GENESIS
+        self._actions = {a.name: a for a in actions}
+        self._done: dict[str, Committed] = {}
+        self._in_doubt: dict[str, TransactionRow] = {}
+        self._resolutions: dict[str, EscalationRow] = {}
+        self._seq = 0
+        self._token: contextvars.Token[Episode | None] | None = None
+        self._writer: Any = None
+        self.log: Any = None
+
+    # --- lifecycle ---
+    def __enter__(self) -> Episode:
+        self._open()
+        self._token = _current.set(self)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._finish(ev)
+        finally:
+            if self._token is not None:
+                _current.reset(self._token)
+                self._token = None
+
+    async def __aenter__(self) -> Episode:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(et, ev, tb)
+
+    def _open(self) -> None:
+        if self._writer is not None:
+            raise ConfigurationError(f"episode {self.id} is already open")
+        writer = self.store.writer(self.id)
+        self._writer = writer
+        self.log = self.store.jsonl(episode_id=self.id, run_id=self.run_id)
+        existing = self.store.episode(self.id)
+        if self.resume:
+            if existing is None:
+                writer.close()
+                self._writer = None
+                raise StoreError(f"no episode {self.id!r} to resume in {self.store.url}")
+            self._load(existing.steps, existing.digest)
+            writer.load_head()
+            with writer.batch():
+                writer.append(
+                    "resume", None, {"steps": self.steps, "in_doubt": len(self._in_doubt)}
+                )
+                writer.update_episode(status="running", steps=self.steps, digest=self.digest)
+        else:
+            if existing is not None:
+                writer.close()
+                self._writer = None
+                raise StoreError(
+                    f"episode {self.id!r} already exists in {self.store.url}; "
+                    "pass resume=True to continue it, or use a new episode_id"
+                )
+            now = time.time()
+            with writer.batch():
+                writer.insert_episode(
+                    {
+                        "id": self.id,
+                        "run_id": self.run_id,
+                        "task_id": self.task_id,
+                        "trial": self.trial,
+                        "status": "running",
+                        "created_at": now,
+                        "updated_at": now,
+                        "policy": dumps(self.policy.describe()),
+                        "meta": _jsonable(self.meta),
+                        "steps": 0,
+                        "digest": GENESIS,
+                        "log_count": 0,
+                        "head_hash": GENESIS,
+                    }
+                )
+                writer.append("start", None, {"policy": self.policy.describe()})
+                writer.update_episode(status="running", steps=0, digest=GENESIS)
+        self.log.info("episode_start", resume=self.resume)
+
+    def _load(self, steps: int, digest: str) -> None:
+        """Rebuild the episode's memory from its records."""
+        self.steps, self.digest = steps, digest
+        rows = self.store.transactions(self.id)
+        self._seq = max((r.seq for r in rows), default=0)
+        for r in rows:
+            if r.status in ("committed", "recovered", "compensated"):
+                diff = {k: (v[0], v[1]) for k, v in loads(r.diff or "{}").items()}
+                entry = Committed(
+                    r.id,
+                    r.action,
+                    r.idem_key,
+                    loads(r.result) if r.result else None,
+                    loads(r.args),
+                    loads(r.before or "{}"),
+                    diff,
+                    r.step,
+                    r.mutating,
+                    compensated=r.status == "compensated",
+                    impl=self._actions.get(r.action),
+                )
+                self.committed.append(entry)
+                if r.mutating and not entry.compensated:
+                    self._done[r.idem_key] = entry
+                    self._in_doubt.pop(r.idem_key, None)
+            elif r.status == "intent":
+                self._in_doubt[r.idem_key] = r
+            elif r.idem_key in self._in_doubt and r.status != "intent":
+                self._in_doubt.pop(r.idem_key, None)
+        latest: dict[str, EscalationRow] = {}
+        for esc in self.store.escalations(episode_id=self.id):
+            latest[esc.idem_key] = esc
+        for key, esc in latest.items():
+            later = any(r.idem_key == key and r.started_at > esc.created_at for r in rows)
+            if not later:
+                self._resolutions[key] = esc
+        for entry in self.committed:
+            if entry.impl is not None and entry.impl.pivot and not entry.compensated:
+                self.pivot = entry.action
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._writer is None:
+            return
+        if self.outcome == "running":
+            if error is None:
+                self.outcome = "committed"
+            elif isinstance(error, Escalated):
+                self.outcome = "escalated"
+            else:
+                self.outcome = "failed"
+        try:
+            with self._writer.batch():
+                self._writer.append(
+                    "end",
+                    None,
+                    {
+                        "outcome": self.outcome,
+                        "steps": self.steps,
+                        "digest": self.digest,
+                        "error": None if error is None else f"{type(error).__name__}: {error}",
+                    },
+                )
+                self._writer.update_episode(
+                    status=self.outcome, steps=self.steps, digest=self.digest
+                )
+            self.log.info("episode_end", outcome=self.outcome, steps=self.steps)
+        finally:
+            self._writer.close()
+            self._writer = None
+            if self._owns_store:
+                self.store.close()
+
+    # --- calls ---
+    def call(self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run one call of ``action`` as a transaction (a coroutine for async actions)."""
+        steps = self._call_steps(action, args, kwargs)
+        if action.is_async:
+            return adrive(steps, self.clock)
+        return drive(steps, self.clock)
+
+    def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
+        """Run ``action`` with arguments given as a mapping (a model's tool call)."""
+        return self.call(action, (), dict(arguments))
+
+    def _call_steps(
+        self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Steps:
+        if self._writer is None:
+            raise ConfigurationError(
+                f"episode {self.id} is not open; use it as `with Episode(...):` before calling "
+                f"{action.name!r}"
+            )
+        if self.outcome != "running":
+            raise EpisodeClosed(self.id, self.outcome)
+        self._actions.setdefault(action.name, action)
+        try:
+            model = action.validate(args, kwargs)
+        except InvalidArguments as exc:
+            self._record_simple(action.name, "", dumps_args(args, kwargs), "invalid", str(exc))
+            raise
+        key = action.key_for(model)
+        if action.mutating:
+            done = self._done.get(key)
+            if done is not None:
+                if done.impl is None:
+                    done.impl = action
+                with self._writer.batch():
+                    self._writer.append("dedup", done.txn_id, {"action": action.name, "key": key})
+                    self._update_episode()
+                return done.result
+            resolution = self._resolutions.get(key)
+            if resolution is not None:
+                model = yield from self._apply_resolution(action, model, resolution)
+                key = action.key_for(model) if resolution.status == "edited" else key
+            in_doubt = self._in_doubt.pop(key, None)
+            if in_doubt is not None:
+                recovered = yield from self._resolve_in_doubt(action, model, key, in_doubt)
+                if recovered is not None:
+                    return recovered.result
+        self._seq += 1
+        ctx = Context(action.name, model, self.state, self.id)
+        ctx.idempotency_key = key
+        ctx.txn_id = f"{self.id}:{self._seq}"
+        txn = Transaction(self, action, ctx)
+        return (yield from txn.run())
+
+    def _apply_resolution(self, action: Action[Any, Any], model: Any, esc: EscalationRow) -> Steps:
+        key = esc.idem_key
+        if esc.status == "pending":
+            raise Escalated(esc.id, action.name, esc.failure_class, esc.reason)
+        del self._resolutions[key]
+        with self._writer.batch():
+            self._writer.append(
+                "resolution_applied",
+                esc.txn_id,
+                {"escalation_id": esc.id, "status": esc.status, "by": esc.resolved_by},
+            )
+            self._update_episode()
+        if esc.status == "rejected":
+            self._resolutions[key] = esc
+            raise Rejected(action.name, esc.resolved_by or "?", esc.resolution_reason or "")
+        if esc.status == "edited":
+            return action.validate_mapping(loads(esc.edit or "{}"))
+        return model
+        yield  # pragma: no cover - makes this a generator
+
+    def _resolve_in_doubt(
+        self, action: Action[Any, Any], model: Any, key: str, row: TransactionRow
+    ) -> Steps:
+        """An intent with no outcome: probe the state before deciding to run again."""
+        ctx = Context(action.name, model, self.state, self.id)
+        ctx.idempotency_key, ctx.txn_id = key, row.id
+        ctx.before = loads(row.before or "{}")
+        ctx.after = self.state.snapshot(ctx.before)
+        probe = Transaction(self, action, ctx)
+        present = yield from probe._postconditions_hold(quiet=True)
+        if present:
+            diff = {
+                k: (ctx.before[k], ctx.after[k])
+                for k in ctx.before
+                if ctx.before[k] != ctx.after[k]
+            }
+            entry = self._commit_entry(probe, None, diff, recovered=True, intent_written=True)
+            return entry
+        if action.safe_to_repeat or (action.compensable and ctx.after == ctx.before):
+            with self._writer.batch():
+                self._writer.update_txn(row.id, {"status": "abandoned", "ended_at": time.time()})
+                self._writer.append("in_doubt_rerun", row.id, {"reason": "effect absent"})
+                self._update_episode()
+            return None
+        reason = (
+            "an earlier attempt may or may not have applied its effect (intent recorded, no "
+            "outcome), its postconditions do not show it, and the action is neither idempotent "
+            "nor keyed: running it again could apply it twice"
+        )
+        raise self.escalate(probe, FailureClass.FAIL_STOP, reason, {})
+
+    # --- records (the hot path) ---
+    def _update_episode(self) -> None:
+        self._writer.update_episode(status=self.outcome, steps=self.steps, digest=self.digest)
+
+    def _record_simple(self, action: str, key: str, args: str, status: str, reason: str) -> None:
+        self._seq += 1
+        txn_id = f"{self.id}:{self._seq}"
+        now = time.time()
+        with self._writer.batch():
+            self._writer.insert_txn(
+                {
+                    "id": txn_id,
+                    "episode_id": self.id,
+                    "seq": self._seq,
+                    "action": action,
+                    "idem_key": key,
+                    "args": args,
+                    "status": status,
+                    "mutating": False,
+                    "failure_class": "precondition" if status != "invalid" else None,
+                    "decision": "continue",
+                    "reason": reason,
+                    "errors": "[]",
+                    "started_at": now,
+                    "ended_at": now,
+                    "duration": 0.0,
+                }
+            )
+            self._writer.append(status, txn_id, {"action": action, "reason": reason})
+            self._update_episode()
+        self.log.info(status, txn_id=txn_id, action=action, reason=reason)
+
+    def record_refusal(self, txn: Transaction, status: str, reason: str) -> None:
+        """A precondition was false or raised: nothing ran."""
+        ctx = txn.ctx
+        self._seq_row(txn, status, reason)
+        self.log.info("precondition_failed", txn_id=ctx.txn_id, action=ctx.action, check=reason)
+
+    def _seq_row(self, txn: Transaction, status: str, reason: str) -> None:
+        ctx = txn.ctx
+        now = time.time()
+        with self._writer.batch():
+            self._writer.insert_txn(
+                {
+                    "id": ctx.txn_id,
+                    "episode_id": self.id,
+                    "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
+                    "action": ctx.action,
+                    "idem_key": ctx.idempotency_key,
+                    "args": dumps(txn.action.call_values(ctx.args)),
+                    "status": status,
+                    "mutating": txn.action.mutating,
+                    "failure_class": "precondition",
+                    "decision": "continue",
+                    "reason": reason,
+                    "errors": "[]",
+                    "started_at": now,
+                    "ended_at": now,
+                    "duration": 0.0,
+                }
+            )
+            self._writer.append(
+                "precondition",
+                ctx.txn_id,
+                {"action": ctx.action, "check": reason, "decision": "continue"},
+            )
+            self._update_episode()
+
+    def precondition_failed(self, action: Action[Any, Any], check: str) -> PreconditionFailed:
+        """The error for a false precondition."""
+        return PreconditionFailed(action.name, check)
+
+    def record_intent(self, txn: Transaction) -> None:
+        """Write-ahead: the intent is durable before the tool runs."""
+        ctx = txn.ctx
+        args = dumps(txn.action.call_values(ctx.args))
+        with self._writer.batch():
+            self._writer.insert_txn(
+                {
+                    "id": ctx.txn_id,
+                    "episode_id": self.id,
+                    "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
+                    "action": ctx.action,
+                    "idem_key": ctx.idempotency_key,
+                    "args": args,
+                    "status": "intent",
+                    "mutating": True,
+                    "before": dumps(ctx.before),
+                    "errors": "[]",
+                    "started_at": txn.started,
+                }
+            )
+            self._writer.append(
+                "intent",
+                ctx.txn_id,
+                {
+                    "action": ctx.action,
+                    "key": ctx.idempotency_key,
+                    "args_sha": hashlib.sha256(args.encode()).hexdigest(),
+                },
+            )
+            self._update_episode()
+
+    def record_retry(self, txn: Transaction, delay: float) -> None:
+        """A retry decision, logged with the error that caused it."""
+        last = txn.errors[-1] if txn.errors else None
+        with self._writer.batch():
+            self._writer.append(
+                "decision",
+                txn.ctx.txn_id,
+                {
+                    "decision": "retry",
+                    "attempt": txn.ctx.attempt,
+                    "wait": delay,
+                    "reason": f"{type(last).__name__}: {last}" if last else "",
+                },
+            )
+            self._update_episode()
+        self.log.info(
+            "retry",
+            txn_id=txn.ctx.txn_id,
+            action=txn.ctx.action,
+            attempt=txn.ctx.attempt,
+            wait=delay,
+        )
+
+    def record_commit(
+        self, txn: Transaction, result: Any, diff: dict[str, tuple[Any, Any]], *, recovered: bool
+    ) -> None:
+        """Commit: the outcome, the diff and a compact checkpoint, in one database transaction."""
+        self._commit_entry(
+            txn, result, diff, recovered=recovered, intent_written=txn.action.mutating
+        )
+
+    def _commit_entry(
+        self,
+        txn: Transaction,
+        result: Any,
+        diff: dict[str, tuple[Any, Any]],
+        *,
+        recovered: bool,
+        intent_written: bool,
+    ) -> Committed:
+        ctx, act = txn.ctx, txn.action
+        now = time.time()
+        duration = self.clock.now() - txn.t0
+        result_json = dumps(result)
+        diff_json = dumps({k: [b, a] for k, (b, a) in diff.items()})
+        status = "recovered" if recovered else "committed"
+        errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors])
+        step: int | None = None
+        with self._writer.batch():
+            if act.mutating:
+                self.steps += 1
+                step = self.steps
+                self.digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
+            fields = {
+                "status": status,
+                "result": result_json,
+                "diff": diff_json,
+                "attempts": ctx.attempt,
+                "errors": errors,
+                "ended_at": now,
+                "duration": duration,
+                "step": step,
+            }
+            if intent_written:
+                self._writer.update_txn(ctx.txn_id, fields)
+            else:
+                self._writer.insert_txn(
+                    {
+                        "id": ctx.txn_id,
+                        "episode_id": self.id,
+                        "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
+                        "action": ctx.action,
+                        "idem_key": ctx.idempotency_key,
+                        "args": dumps(act.call_values(ctx.args)),
+                        "mutating": act.mutating,
+                        "started_at": txn.started,
+                        **fields,
+                    }
+                )
+            if step is not None:
+                self._writer.checkpoint(step, ctx.txn_id, self.digest)
+            self._writer.append(
+                status,
+                ctx.txn_id,
+                {
+                    "action": ctx.action,
+                    "step": step,
+                    "digest": self.digest if step else None,
+                    "attempts": ctx.attempt,
+                    "result_sha": hashlib.sha256(result_json.encode()).hexdigest(),
+                    "diff_sha": hashlib.sha256(diff_json.encode()).hexdigest(),
+                },
+            )
+            self._update_episode()
+        entry = Committed(
+            ctx.txn_id,
+            ctx.action,
+            ctx.idempotency_key,
+            result,
+            act.call_values(ctx.args),
+            dict(ctx.before),
+            diff,
+            step,
+            act.mutating,
+            impl=act,
+        )
+        self.committed.append(entry)
+        if act.mutating:
+            self._done[ctx.idempotency_key] = entry
+            if act.pivot:
+                self.pivot = act.name
+        self.log.info(
+            status,
+            txn_id=ctx.txn_id,
+            action=ctx.action,
+            step=step,
+            attempts=ctx.attempt,
+            duration=duration,
+        )
+        return entry
+
+    def record_failure(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass,
+        decision: Decision,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+    ) -> None:
+        """The transaction did not commit: its class, the decision and why."""
+        ctx, act = txn.ctx, txn.action
+        now = time.time()
+        fields = {
+            "status": "failed",
+            "failure_class": str(failure_class),
+            "decision": str(decision),
+            "reason": reason,
+            "attempts": ctx.attempt,
+            "errors": _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]),
+            "diff": dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else None,
+            "ended_at": now,
+            "duration": self.clock.now() - txn.t0,
+        }
+        with self._writer.batch():
+            if act.mutating:
+                self._writer.update_txn(ctx.txn_id, fields)
+            else:
+                self._writer.insert_txn(
+                    {
+                        "id": ctx.txn_id,
+                        "episode_id": self.id,
+                        "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
+                        "action": ctx.action,
+                        "idem_key": ctx.idempotency_key,
+                        "args": dumps(act.call_values(ctx.args)),
+                        "mutating": False,
+                        "started_at": txn.started,
+                        **fields,
+                    }
+                )
+            self._writer.append(
+                "decision",
+                ctx.txn_id,
+                {
+                    "action": ctx.action,
+                    "failure_class": str(failure_class),
+                    "decision": str(decision),
+                    "reason": reason,
+                    "attempts": ctx.attempt,
+                },
+            )
+            self._update_episode()
+        self.log.warning(
+            "failed",
+            txn_id=ctx.txn_id,
+            action=ctx.action,
+            failure_class=str(failure_class),
+            decision=str(decision),
+            reason=reason,
+        )
+
+    def escalate(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass | str,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+    ) -> Escalated:
+        """Store an escalation (what, why, the evidence), pause the episode, return the error."""
+        ctx, act = txn.ctx, txn.action
+        evidence = {
+            "before": ctx.before,
+            "after": ctx.after,
+            "diff": {k: [b, a] for k, (b, a) in diff.items()},
+            "errors": [f"{type(e).__name__}: {e}" for e in txn.errors],
+            "attempts": ctx.attempt,
+            "step": self.steps,
+            "digest": self.digest,
+        }
+        self.outcome = "escalated"
+        with self._writer.batch():
+            esc_id = self._writer.insert_escalation(
+                {
+                    "episode_id": self.id,
+                    "txn_id": ctx.txn_id,
+                    "action": act.name,
+                    "idem_key": ctx.idempotency_key,
+                    "args": dumps(act.call_values(ctx.args)),
+                    "failure_class": str(failure_class),
+                    "reason": reason,
+                    "evidence": _jsonable(evidence),
+                    "status": "pending",
+                    "created_at": time.time(),
+                    "fallback": "reject",
+                }
+            )
+            self._writer.append(
+                "escalation",
+                ctx.txn_id,
+                {
+                    "escalation_id": esc_id,
+                    "action": act.name,
+                    "failure_class": str(failure_class),
+                    "reason": reason,
+                },
+            )
+            self._update_episode()
+        self.escalation_id = esc_id
+        self.log.warning(
+            "escalated",
+            txn_id=ctx.txn_id,
+            action=act.name,
+            escalation_id=esc_id,
+            failure_class=str(failure_class),
+            reason=reason,
+        )
+        return Escalated(esc_id, act.name, str(failure_class), reason)
+
+    # --- rollback ---
+    def rollback(self) -> None:
+        """Compensate every committed action, newest first, and verify the state is back."""
+        drive(self.rollback_steps(reason="requested"), self.clock)
+
+    async def arollback(self) -> None:
+        """``rollback`` for episodes whose compensations are async."""
+        await adrive(self.rollback_steps(reason="requested"), self.clock)
+
+    def rollback_steps(self, *, reason: str) -> Steps:
+        """The saga: compensate in reverse order; a failed undo escalates."""
+        if self._writer is None:
+            raise ConfigurationError(f"episode {self.id} is not open; roll back inside `with`")
+        with self._writer.batch():
+            self._writer.append("rollback", None, {"reason": reason})
+            self._update_episode()
+        for entry in reversed(self.committed):
+            if not entry.mutating or entry.compensated:
+                continue
+            impl = entry.impl or self._actions.get(entry.action)
+            txn = self._replay_txn(entry, impl)
+            try:
+                if impl is None:
+                    raise CompensationFailed(
+                        entry.action,
+                        "its implementation is unknown after resume; pass it in "
+                        "Episode(actions=[...])",
+                        txn_id=entry.txn_id,
+                    )
+                yield from compensate(impl, txn.ctx, entry.diff)
+            except CompensationFailed as exc:
+                txn.errors.append(exc)
+                self.record_failure(
+                    txn, FailureClass.COMPENSATION, Decision.ESCALATE, exc.reason, entry.diff
+                )
+                raise self.escalate(txn, FailureClass.COMPENSATION, exc.reason, entry.diff) from exc
+            entry.compensated = True
+            self._done.pop(entry.key, None)
+            with self._writer.batch():
+                self._writer.update_txn(entry.txn_id, {"status": "compensated"})
+                self._writer.append("compensated", entry.txn_id, {"action": entry.action})
+                self._update_episode()
+            self.log.info("compensated", txn_id=entry.txn_id, action=entry.action)
+        self.pivot = None
+        self.outcome = "rolled_back"
+        with self._writer.batch():
+            self._writer.append("rolled_back", None, {"reason": reason})
+            self._update_episode()
+
+    def _replay_txn(self, entry: Committed, impl: Action[Any, Any] | None) -> Transaction:
+        """A transaction object for compensating ``entry`` (its context rebuilt)."""
+        action = impl if impl is not None else _missing_action(entry.action)
+        model = action.validate_mapping(dict(entry.args)) if impl is not None else None
+        ctx = Context(entry.action, model, self.state, self.id)
+        ctx.txn_id, ctx.idempotency_key, ctx.result = entry.txn_id, entry.key, entry.result
+        ctx.before = dict(entry.before)
+        ctx.after = {k: a for k, (_, a) in entry.diff.items()}
+        for k, (b, _) in entry.diff.items():
+            ctx.before.setdefault(k, b)
+        return Transaction(self, action, ctx)
+
+    # --- introspection ---
+    @property
+    def in_doubt(self) -> list[str]:
+        """Idempotency keys of actions with an intent and no outcome (after a resume)."""
+        return sorted(self._in_doubt)
+
+    def __repr__(self) -> str:
+        return f"<Episode {self.id} {self.outcome} steps={self.steps}>"
+
+
+def dumps_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Arguments as JSON for the record, whatever they are."""
+    return _jsonable({"args": list(args), "kwargs": kwargs})
+
+
+def _missing_action(name: str) -> Action[Any, Any]:
+    def missing() -> None:
+        """An action whose implementation is not known to this episode."""
+
+    return Action(missing, name=name, writes=["*"])
+
+
+# Errors an agent loop may want to treat as tool results rather than crashes.
+TOOL_ERRORS: tuple[type[HarnessError], ...] = (
+    InvalidArguments,
+    PreconditionFailed,
+    ActionFailed,
+    Rejected,
+)

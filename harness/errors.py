@@ -1,0 +1,209 @@
+"""Every error the harness raises, under one root.
+
+The tree::
+
+    HarnessError
+    ├── ConfigurationError      a decorator, policy or adapter was configured wrongly
+    ├── StoreError              the store cannot be opened, read or written
+    ├── NotInEpisode            an action was called outside ``with Episode(...)``
+    ├── InvalidArguments        arguments do not match the action's schema; nothing ran
+    ├── PreconditionFailed      a precondition was false against live state; nothing ran
+    ├── ActionFailed            the action ran (or tried to) and did not commit
+    │   ├── ScopeViolation      it changed resources outside its declared ``writes``
+    │   ├── CheckError          a check raised instead of answering True/False
+    │   ├── CompensationFailed  the undo raised, or the state was not back afterwards
+    │   └── NotSerializable     its result cannot be stored as JSON
+    ├── Escalated               the policy paused the episode for a person to decide
+    ├── Rejected                a person rejected this action when resolving an escalation
+    └── EpisodeClosed           the episode is finished (rolled back, escalated or closed)
+
+Errors carry their context as attributes (the action, the failure class, the decision, every
+attempt's error) so callers and agents can act on them without parsing messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "ActionFailed",
+    "CheckError",
+    "CompensationFailed",
+    "ConfigurationError",
+    "EpisodeClosed",
+    "Escalated",
+    "HarnessError",
+    "InvalidArguments",
+    "NotInEpisode",
+    "NotSerializable",
+    "PreconditionFailed",
+    "Rejected",
+    "ScopeViolation",
+    "StoreError",
+]
+
+
+class HarnessError(Exception):
+    """Root of every error the harness raises."""
+
+
+class ConfigurationError(HarnessError):
+    """A decorator, policy, adapter or store was configured wrongly."""
+
+
+class StoreError(HarnessError):
+    """The store could not be opened, read or written."""
+
+
+class NotInEpisode(HarnessError):
+    """An action was called with no active episode."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        super().__init__(
+            f"action {action!r} was called outside an episode; call it inside "
+            "`with hx.Episode(state=..., store=...):` (or `async with`) so it runs as a transaction"
+        )
+
+
+class InvalidArguments(HarnessError):
+    """The arguments do not match the action's schema; nothing was executed."""
+
+    def __init__(self, action: str, errors: Sequence[str]) -> None:
+        self.action = action
+        self.errors = list(errors)
+        super().__init__(
+            f"invalid arguments for action {action!r}: {'; '.join(self.errors)}; "
+            f"call it with arguments matching {action}.schema"
+        )
+
+
+class PreconditionFailed(HarnessError):
+    """A precondition was false against live state; nothing was executed."""
+
+    failure_class = "precondition"
+
+    def __init__(self, action: str, check: str, reason: str = "") -> None:
+        self.action = action
+        self.check = check
+        self.reason = reason
+        self.decision = "continue"
+        msg = f"action {action!r} not executed: precondition {check!r} is false"
+        super().__init__(f"{msg}: {reason}" if reason else msg)
+
+
+class ActionFailed(HarnessError):
+    """The action did not commit; its own effects were undone where possible.
+
+    Attributes:
+        action: the action's name.
+        failure_class: ``fail_stop``, ``fail_slow``, ``silent``, ``scope``, ``compensation``...
+        decision: what the policy decided (``continue``, ``rollback``, ``escalate``).
+        errors: every attempt's error, in order.
+        reason: why the policy decided what it did.
+    """
+
+    def __init__(
+        self,
+        action: str,
+        failure_class: str,
+        reason: str,
+        *,
+        decision: str = "continue",
+        errors: Sequence[BaseException] = (),
+        txn_id: str | None = None,
+    ) -> None:
+        self.action = action
+        self.failure_class = failure_class
+        self.reason = reason
+        self.decision = decision
+        self.errors = list(errors)
+        self.txn_id = txn_id
+        super().__init__(
+            f"action {action!r} failed ({failure_class}, decision {decision}): {reason}"
+        )
+
+
+class ScopeViolation(ActionFailed):
+    """The action changed resources outside its declared ``writes`` scope."""
+
+    def __init__(self, action: str, keys: Sequence[str], **kw: Any) -> None:
+        self.keys = list(keys)
+        reason = (
+            f"changed {', '.join(self.keys)} outside its declared writes; "
+            "declare them in @action(writes=[...]) or stop the tool from writing them"
+        )
+        super().__init__(action, "scope", reason, **kw)
+
+
+class CheckError(ActionFailed):
+    """A precondition or postcondition raised instead of returning a bool."""
+
+    def __init__(
+        self, action: str, check: str, phase: str, error: BaseException, **kw: Any
+    ) -> None:
+        self.check = check
+        self.phase = phase
+        self.error = error
+        failure_class = "precondition" if phase == "precondition" else "silent"
+        reason = (
+            f"{phase} {check!r} raised {type(error).__name__}: {error}; "
+            "a check must return True or False; fix the check"
+        )
+        super().__init__(action, failure_class, reason, errors=[error], **kw)
+
+
+class CompensationFailed(ActionFailed):
+    """The compensation raised, or the state was not back to its snapshot afterwards."""
+
+    def __init__(self, action: str, reason: str, **kw: Any) -> None:
+        kw.setdefault("decision", "escalate")
+        super().__init__(action, "compensation", reason, **kw)
+
+
+class NotSerializable(ActionFailed):
+    """The action's result cannot be stored as JSON; its effect was undone."""
+
+    def __init__(self, action: str, error: BaseException, **kw: Any) -> None:
+        reason = (
+            f"result is not JSON-serializable ({error}); return dicts, lists, strings, numbers, "
+            "booleans, None or pydantic models"
+        )
+        super().__init__(action, "fail_stop", reason, errors=[error], **kw)
+
+
+class Escalated(HarnessError):
+    """The episode is paused: a person must approve, reject or edit an action."""
+
+    def __init__(self, escalation_id: str, action: str, failure_class: str, reason: str) -> None:
+        self.escalation_id = escalation_id
+        self.action = action
+        self.failure_class = failure_class
+        self.reason = reason
+        super().__init__(
+            f"action {action!r} escalated ({failure_class}): {reason}; resolve escalation "
+            f"{escalation_id} with Store.resolve(...) and resume the episode"
+        )
+
+
+class Rejected(HarnessError):
+    """A person rejected this action; it was not executed."""
+
+    def __init__(self, action: str, by: str, reason: str) -> None:
+        self.action = action
+        self.by = by
+        self.reason = reason
+        super().__init__(f"action {action!r} was rejected by {by}: {reason or 'no reason given'}")
+
+
+class EpisodeClosed(HarnessError):
+    """The episode is finished and takes no more actions."""
+
+    def __init__(self, episode_id: str, outcome: str) -> None:
+        self.episode_id = episode_id
+        self.outcome = outcome
+        super().__init__(
+            f"episode {episode_id} is {outcome} and takes no more actions; "
+            "start a new episode, or resume this one after resolving its escalation"
+        )

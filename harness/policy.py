@@ -1,0 +1,180 @@
+"""Decisions, failure classes, retry settings and the policy that maps one to the other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+import tenacity
+
+from .errors import ConfigurationError
+
+__all__ = ["Decision", "FailureClass", "Policy", "Retry", "TransientError"]
+
+
+class TransientError(Exception):
+    """Raised by a tool to say "this attempt failed, trying again may succeed"."""
+
+
+class Decision(StrEnum):
+    """What the policy chose after a transaction did not commit."""
+
+    CONTINUE = "continue"
+    RETRY = "retry"
+    ROLLBACK = "rollback"
+    ESCALATE = "escalate"
+
+
+class FailureClass(StrEnum):
+    """Why a transaction did not commit."""
+
+    PRECONDITION = "precondition"
+    FAIL_STOP = "fail_stop"
+    FAIL_SLOW = "fail_slow"
+    SILENT = "silent"
+    SCOPE = "scope"
+    COMPENSATION = "compensation"
+    CORRELATED = "correlated"
+    PLANNED = "planned"
+
+
+RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retry:
+    """How often and how patiently a failed attempt is tried again (built on tenacity).
+
+    Args:
+        attempts: total attempts, the first included (1 means no retry).
+        backoff: first wait in seconds; doubles each attempt.
+        max_backoff: cap on one wait.
+        jitter: add up to ``backoff`` seconds of random wait (seeded by the episode).
+        on: exception types, or a predicate, that count as transient.
+    """
+
+    attempts: int = 3
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+    jitter: bool = True
+    on: RetryOn = (TransientError,)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigurationError(f"Retry(attempts={self.attempts}): attempts must be >= 1")
+        if self.backoff < 0 or self.max_backoff < 0:
+            raise ConfigurationError("Retry: backoff and max_backoff must be >= 0 seconds")
+        if not (callable(self.on) and not isinstance(self.on, tuple)) and not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in self.on
+        ):
+            raise ConfigurationError(
+                "Retry(on=...): give a tuple of exception types or a predicate(exception) -> bool"
+            )
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Whether ``error`` is worth another attempt."""
+        if isinstance(self.on, tuple):
+            return isinstance(error, self.on)
+        return bool(self.on(error))
+
+    def tenacity_wait(self) -> Any:
+        """The tenacity wait strategy: exponential from ``backoff``, capped, with jitter."""
+        wait = tenacity.wait_exponential(
+            multiplier=self.backoff, min=self.backoff, max=self.max_backoff
+        )
+        if self.jitter and self.backoff > 0:
+            wait = wait + tenacity.wait_random(0, self.backoff)
+        return wait
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description for the evidence record."""
+        on = (
+            [t.__qualname__ for t in self.on]
+            if isinstance(self.on, tuple)
+            else getattr(self.on, "__qualname__", repr(self.on))
+        )
+        return {
+            "attempts": self.attempts,
+            "backoff": self.backoff,
+            "max_backoff": self.max_backoff,
+            "jitter": self.jitter,
+            "on": on,
+        }
+
+
+_DEFAULT_DECISIONS: Mapping[FailureClass, Decision] = MappingProxyType(
+    {
+        FailureClass.PRECONDITION: Decision.CONTINUE,
+        FailureClass.FAIL_STOP: Decision.CONTINUE,
+        FailureClass.FAIL_SLOW: Decision.RETRY,
+        FailureClass.SILENT: Decision.RETRY,
+        FailureClass.SCOPE: Decision.ROLLBACK,
+        FailureClass.COMPENSATION: Decision.ESCALATE,
+        FailureClass.CORRELATED: Decision.CONTINUE,
+        FailureClass.PLANNED: Decision.CONTINUE,
+    }
+)
+
+
+def _frozen_decisions(value: Mapping[Any, Any]) -> Mapping[FailureClass, Decision]:
+    merged = dict(_DEFAULT_DECISIONS)
+    for key, decision in value.items():
+        try:
+            merged[FailureClass(key)] = Decision(decision)
+        except ValueError:
+            raise ConfigurationError(
+                f"Policy(decisions={{{key!r}: {decision!r}}}): failure classes are "
+                f"{', '.join(FailureClass)}; decisions are {', '.join(Decision)}"
+            ) from None
+    return MappingProxyType(merged)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Maps each failure class to a decision, with the default retry settings and timeout.
+
+    Transient errors (``Retry.on``) are always retried up to ``retry.attempts``. A class mapped
+    to ``retry`` (by default ``fail_slow`` and ``silent``) is retried too, after its partial
+    effect is compensated; when attempts run out, ``exhausted`` decides. A mutating action with
+    neither an idempotency key nor a compensation cannot be retried or undone safely, so its
+    failures get ``unsafe``. After a ``pivot`` action commits, ``rollback`` becomes ``escalate``.
+
+    Args:
+        decisions: overrides of the default decision per failure class.
+        retry: the retry settings for actions that give none.
+        timeout: seconds an attempt may take before it counts as ``fail_slow`` (None: no limit).
+        exhausted: the decision once retries are used up.
+        unsafe: the decision for failures of actions that can be neither retried nor undone.
+    """
+
+    decisions: Mapping[FailureClass, Decision] = field(default_factory=dict)
+    retry: Retry = field(default_factory=Retry)
+    timeout: float | None = None
+    exhausted: Decision = Decision.CONTINUE
+    unsafe: Decision = Decision.ESCALATE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decisions", _frozen_decisions(self.decisions))
+        object.__setattr__(self, "exhausted", Decision(self.exhausted))
+        object.__setattr__(self, "unsafe", Decision(self.unsafe))
+        if self.exhausted is Decision.RETRY or self.unsafe is Decision.RETRY:
+            raise ConfigurationError("Policy: exhausted and unsafe cannot be 'retry'")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigurationError(f"Policy(timeout={self.timeout}): must be > 0 seconds")
+
+    def decide(self, failure_class: FailureClass | str) -> Decision:
+        """The configured decision for ``failure_class``."""
+        return self.decisions[FailureClass(failure_class)]
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description for the evidence record."""
+        return {
+            "decisions": {str(k): str(v) for k, v in self.decisions.items()},
+            "retry": self.retry.describe(),
+            "timeout": self.timeout,
+            "exhausted": str(self.exhausted),
+            "unsafe": str(self.unsafe),
+        }

@@ -1,0 +1,8 @@
+"""State adapters: the harness's view of external state."""
+
+from .base import Change, ScopeMatcher, StateAdapter, diff
+from .dict import DictState
+from .files import FileState
+from .sql import SQLState
+
+__all__ = ["Change", "DictState", "FileState", "SQLState", "ScopeMatcher", "StateAdapter", "diff"]

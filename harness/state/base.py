@@ -1,0 +1,83 @@
+"""The state adapter protocol and the helpers every adapter shares."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Change", "ScopeMatcher", "StateAdapter", "diff"]
+
+Change = tuple[Any, Any]
+"""``(before, after)`` values of one resource; ``None`` means absent."""
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+@runtime_checkable
+class StateAdapter(Protocol):
+    """The harness's view of external state: keyed resources it can read and track.
+
+    Change tracking is the hot path: ``mark()`` starts a window and ``changes(mark)`` returns
+    the resources written since, with their value at ``mark`` time. Its cost grows with what
+    was written, not with the size of the state.
+    """
+
+    def get(self, key: str) -> Any | None:
+        """The resource's current value, or ``None`` when it does not exist."""
+        ...
+
+    def snapshot(self, keys: Iterable[str]) -> dict[str, Any]:
+        """Current values of ``keys`` (``None`` for absent ones)."""
+        ...
+
+    def mark(self) -> Any:
+        """Start a change-tracking window; returns an opaque token."""
+        ...
+
+    def changes(self, mark: Any) -> dict[str, Any]:
+        """Resources written since ``mark``, each with its value at ``mark`` time."""
+        ...
+
+    def release(self, mark: Any) -> None:
+        """End the window started by ``mark``."""
+        ...
+
+    def fingerprint(self) -> str:
+        """A digest of the whole state (off the hot path: verifiers and audits use it)."""
+        ...
+
+
+def diff(adapter: StateAdapter, before: Mapping[str, Any]) -> dict[str, Change]:
+    """``{key: (before, after)}`` for the keys in ``before`` whose value is now different."""
+    out: dict[str, Change] = {}
+    for key, old in before.items():
+        new = adapter.get(key)
+        if new != old:
+            out[key] = (old, new)
+    return out
+
+
+class ScopeMatcher:
+    """Resolved ``writes`` patterns: literal keys by set lookup, globs by fnmatch."""
+
+    __slots__ = ("globs", "literal")
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.literal: set[str] = set()
+        self.globs: list[re.Pattern[str]] = []
+        for pattern in patterns:
+            if _GLOB.search(pattern):
+                self.globs.append(re.compile(fnmatch.translate(pattern)))
+            else:
+                self.literal.add(pattern)
+
+    def __contains__(self, key: object) -> bool:
+        if key in self.literal:
+            return True
+        return isinstance(key, str) and any(g.match(key) for g in self.globs)
+
+    def outside(self, keys: Iterable[str]) -> list[str]:
+        """The keys that no pattern covers, sorted."""
+        return sorted(k for k in keys if k not in self)

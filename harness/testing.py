@@ -1,0 +1,67 @@
+"""Fakes for tests: a clock that never sleeps and a tool that fails on schedule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .policy import TransientError
+
+__all__ = ["FakeClock", "Flaky"]
+
+
+class FakeClock:
+    """A clock whose sleeps advance time instantly and are recorded in ``sleeps``."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.t = start
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward (a slow tool calls this to look slow)."""
+        self.t += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += max(seconds, 0.0)
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
+class Flaky:
+    """Wrap ``fn`` so chosen calls raise before running it (or after: a lost acknowledgement).
+
+    Args:
+        fn: the function to wrap.
+        fail_on: 1-based call numbers that fail.
+        error: the exception factory (default :class:`TransientError`).
+        after: fail after running ``fn``, so the effect happens but the caller sees an error.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        fail_on: Iterable[int],
+        *,
+        error: Callable[[], BaseException] = lambda: TransientError("injected"),
+        after: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.fail_on = set(fail_on)
+        self.error = error
+        self.after = after
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        failing = self.calls in self.fail_on
+        if failing and not self.after:
+            raise self.error()
+        result = self.fn(*args, **kwargs)
+        if failing:
+            raise self.error()
+        return result

@@ -1,0 +1,418 @@
+"""One call of an action, step by step, written once for sync and async.
+
+The steps are a generator that yields what it needs done (call a user function, sleep) and
+receives the outcome; :func:`drive` runs it synchronously and :func:`adrive` under asyncio.
+That keeps one copy of the logic whose order matters: validate, deduplicate, preconditions,
+write-ahead intent, execute under retry and timeout, observe, scope check, postconditions,
+commit or compensate, then the policy's decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import tenacity
+
+from ._json import dumps
+from .action import Action, Context
+from .errors import (
+    ActionFailed,
+    CheckError,
+    CompensationFailed,
+    ConfigurationError,
+    NotSerializable,
+    ScopeViolation,
+)
+from .policy import Decision, FailureClass
+from .state.base import ScopeMatcher
+
+if TYPE_CHECKING:
+    from .episode import Episode
+
+__all__ = ["ActionTimeout", "Call", "Sleep", "adrive", "drive"]
+
+
+class ActionTimeout(TimeoutError):
+    """An attempt took longer than its timeout (a ``fail_slow`` failure)."""
+
+
+@dataclass(slots=True)
+class Call:
+    """A request to call a user function (a tool, a check, a compensation)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
+
+
+@dataclass(slots=True)
+class Sleep:
+    """A request to wait between attempts."""
+
+    seconds: float
+
+
+Steps = Generator[Call | Sleep, Any, Any]
+
+
+def drive(steps: Steps, clock: Any) -> Any:
+    """Run the steps synchronously; user functions must not be coroutines."""
+    try:
+        request = next(steps)
+        while True:
+            try:
+                if isinstance(request, Sleep):
+                    clock.sleep(request.seconds)
+                    value: Any = None
+                else:
+                    value = request.fn(*request.args, **request.kwargs)
+                    if inspect.isawaitable(value):
+                        if hasattr(value, "close"):
+                            value.close()
+                        raise ConfigurationError(
+                            f"{getattr(request.fn, '__name__', request.fn)!r} is async but the "
+                            "action is sync; make the action async def, or the function sync"
+                        )
+            except Exception as exc:
+                request = steps.throw(exc)
+            else:
+                request = steps.send(value)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def adrive(steps: Steps, clock: Any) -> Any:
+    """Run the steps under asyncio, awaiting async user functions (with their timeout)."""
+    try:
+        request = next(steps)
+        while True:
+            try:
+                if isinstance(request, Sleep):
+                    await clock.asleep(request.seconds)
+                    value: Any = None
+                else:
+                    value = request.fn(*request.args, **request.kwargs)
+                    if inspect.isawaitable(value):
+                        if request.timeout is not None:
+                            try:
+                                value = await asyncio.wait_for(value, request.timeout)
+                            except TimeoutError:
+                                raise ActionTimeout(
+                                    f"attempt exceeded its timeout of {request.timeout}s"
+                                ) from None
+                        else:
+                            value = await value
+            except Exception as exc:
+                request = steps.throw(exc)
+            else:
+                request = steps.send(value)
+    except StopIteration as stop:
+        return stop.value
+
+
+class _Failed(Exception):
+    """One attempt's failure, classified (internal)."""
+
+    def __init__(
+        self,
+        failure_class: FailureClass,
+        error: ActionFailed,
+        *,
+        retryable: bool,
+        effect_remains: bool = False,
+        diff: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(error.reason)
+        self.failure_class = failure_class
+        self.error = error
+        self.retryable = retryable
+        self.effect_remains = effect_remains
+        self.diff = diff or {}
+
+
+class _Recovered(Exception):
+    """The tool raised, but the observed state shows its effect complete (internal)."""
+
+    def __init__(self, diff: dict[str, Any], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.diff = diff
+        self.error = error
+
+
+def observed_changes(state: Any, mark: Any) -> dict[str, tuple[Any, Any]]:
+    """``{key: (before, after)}`` for the resources that really differ since ``mark``."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key, old in state.changes(mark).items():
+        new = state.get(key)
+        if new != old:
+            out[key] = (old, new)
+    return out
+
+
+def run_check(action: Action[Any, Any], name: str, check: Any, ctx: Context, phase: str) -> Steps:
+    """Run one check; a raise becomes :class:`CheckError`, the answer a bool."""
+    try:
+        verdict = yield Call(check, (ctx,))
+    except Exception as exc:
+        raise CheckError(action.name, name, phase, exc, txn_id=ctx.txn_id) from exc
+    return bool(verdict)
+
+
+def compensate(action: Action[Any, Any], ctx: Context, diff: dict[str, tuple[Any, Any]]) -> Steps:
+    """Run the compensation and verify every changed resource is back to its before value."""
+    if action.compensate is None:
+        raise CompensationFailed(action.name, "it has no compensation", txn_id=ctx.txn_id)
+    try:
+        yield Call(action.compensate, (ctx,))
+    except Exception as exc:
+        raise CompensationFailed(
+            action.name,
+            f"compensation raised {type(exc).__name__}: {exc}",
+            errors=[exc],
+            txn_id=ctx.txn_id,
+        ) from exc
+    left = [k for k, (before, _) in diff.items() if ctx.state.get(k) != before]
+    if left:
+        raise CompensationFailed(
+            action.name,
+            f"after compensation {', '.join(sorted(left))} differ from their value before the "
+            "action; fix the compensation so it restores ctx.before",
+            txn_id=ctx.txn_id,
+        )
+
+
+class Transaction:
+    """The steps of one call of ``action`` in ``episode``."""
+
+    def __init__(self, episode: Episode, action: Action[Any, Any], ctx: Context) -> None:
+        self.ep = episode
+        self.action = action
+        self.ctx = ctx
+        self.retry = action.retry or episode.policy.retry
+        self.timeout = action.timeout or episode.policy.timeout
+        self.errors: list[BaseException] = []
+        self.started = time.time()
+        self.t0 = episode.clock.now()
+
+    def run(self) -> Steps:
+        """Preconditions, intent, attempts, then commit or the policy's decision."""
+        ep, act, ctx = self.ep, self.action, self.ctx
+        for name, check in act.preconditions:
+            try:
+                ok = yield from run_check(act, name, check, ctx, "precondition")
+            except CheckError as exc:
+                exc.decision = Decision.CONTINUE
+                ep.record_refusal(self, "check_error", str(exc))
+                raise
+            if not ok:
+                ep.record_refusal(self, "precondition", name)
+                raise ep.precondition_failed(act, name)
+        scope = act.scope(ctx.args)
+        matcher = ScopeMatcher(scope)
+        concrete = list(matcher.literal)
+        mark = ctx.state.mark()
+        try:
+            ctx.before = ctx.state.snapshot(concrete) if concrete else {}
+            if act.mutating:
+                ep.record_intent(self)
+            try:
+                result, diff = yield from self._attempts(mark, matcher, concrete)
+            except _Failed as failed:
+                return (yield from self._fail(failed))
+            except _Recovered as rec:
+                ctx.result = None
+                ep.record_commit(self, None, rec.diff, recovered=True)
+                return None
+            ep.record_commit(self, result, diff, recovered=False)
+            return result
+        finally:
+            ctx.state.release(mark)
+
+    def _attempts(
+        self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
+    ) -> Generator[Call | Sleep, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
+        waits: list[float] = []
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.retry.attempts),
+            wait=self.retry.tenacity_wait(),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, _Failed) and e.retryable),
+            sleep=waits.append,
+            reraise=True,
+        )
+        outcome: tuple[Any, dict[str, tuple[Any, Any]]] = (None, {})
+        for attempt in retrying:
+            with attempt:
+                if waits:
+                    delay = waits.pop()
+                    self.ep.record_retry(self, delay)
+                    yield Sleep(delay)
+                outcome = yield from self._attempt(mark, matcher, concrete)
+        return outcome
+
+    def _attempt(
+        self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
+    ) -> Generator[Call | Sleep, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
+        act, ctx, clock = self.action, self.ctx, self.ep.clock
+        ctx.attempt += 1
+        ctx.result = None
+        started = clock.now()
+        error: BaseException | None = None
+        failure = FailureClass.FAIL_STOP
+        result: Any = None
+        self.ep.active_context = ctx
+        try:
+            result = yield Call(act.fn, (), act.call_values(ctx.args), self.timeout)
+        except ActionTimeout as exc:
+            error, failure = exc, FailureClass.FAIL_SLOW
+        except Exception as exc:
+            error = exc
+        finally:
+            self.ep.active_context = None
+        elapsed = clock.now() - started
+        if self.timeout is not None and elapsed > self.timeout and error is None:
+            error = ActionTimeout(f"attempt took {elapsed:.3f}s, over its timeout {self.timeout}s")
+            failure = FailureClass.FAIL_SLOW
+        diff = observed_changes(ctx.state, mark)
+        self._observe(concrete, diff)
+        if error is not None:
+            self.errors.append(error)
+            if diff and not matcher.outside(diff):
+                # The call failed but something changed: maybe the effect is complete and only
+                # the acknowledgement was lost. Believe the state, not the exception.
+                verified = yield from self._postconditions_hold(quiet=True)
+                if verified:
+                    raise _Recovered(diff, error)
+            reason = f"{type(error).__name__}: {error}"
+            transient = self.retry.is_transient(error) or (
+                failure is FailureClass.FAIL_SLOW
+                and self.ep.policy.decide(failure) is Decision.RETRY
+            )
+            raise (yield from self._undo(failure, reason, diff, retryable=transient))
+        ctx.result = result
+        outside = matcher.outside(diff)
+        if outside:
+            err = ScopeViolation(act.name, outside, txn_id=ctx.txn_id)
+            raise (yield from self._undo(FailureClass.SCOPE, err.reason, diff, error=err))
+        for name, check in act.postconditions:
+            try:
+                ok = yield from run_check(act, name, check, ctx, "postcondition")
+            except CheckError as exc:
+                self.errors.append(exc.error)
+                raise (yield from self._undo(FailureClass.SILENT, exc.reason, diff, error=exc))
+            if not ok:
+                reason = f"postcondition {name!r} is false against the observed state"
+                retry = self.ep.policy.decide(FailureClass.SILENT) is Decision.RETRY
+                raise (yield from self._undo(FailureClass.SILENT, reason, diff, retryable=retry))
+        try:
+            dumps(result)
+        except (TypeError, ValueError) as exc:
+            err = NotSerializable(act.name, exc, txn_id=ctx.txn_id)
+            raise (yield from self._undo(FailureClass.FAIL_STOP, err.reason, diff, error=err))
+        if not act.mutating:
+            return result, {}
+        return result, diff
+
+    def _observe(self, concrete: list[str], diff: dict[str, tuple[Any, Any]]) -> None:
+        ctx = self.ctx
+        after = ctx.state.snapshot(concrete) if concrete else {}
+        for key, (old, new) in diff.items():
+            after[key] = new
+            ctx.before.setdefault(key, old)
+        ctx.after = after
+
+    def _postconditions_hold(self, *, quiet: bool) -> Generator[Call | Sleep, Any, bool]:
+        act = self.action
+        if not act.postconditions:
+            return False
+        for name, check in act.postconditions:
+            try:
+                ok = yield from run_check(act, name, check, self.ctx, "postcondition")
+            except CheckError:
+                if quiet:
+                    return False
+                raise
+            if not ok:
+                return False
+        return True
+
+    def _undo(
+        self,
+        failure: FailureClass,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+        *,
+        retryable: bool = False,
+        error: ActionFailed | None = None,
+    ) -> Generator[Call | Sleep, Any, _Failed]:
+        """Revert this attempt's own effect where possible; classify what is left."""
+        act = self.action
+        exc = error or ActionFailed(act.name, str(failure), reason, txn_id=self.ctx.txn_id)
+        if error is not None:
+            self.errors.append(error)
+        unsafe = act.mutating and not act.compensable and not act.safe_to_repeat
+        if diff and act.compensable:
+            try:
+                yield from compensate(act, self.ctx, diff)
+            except CompensationFailed as comp:
+                self.errors.append(comp)
+                comp.reason = f"{reason}; then {comp.reason}"
+                return _Failed(
+                    FailureClass.COMPENSATION,
+                    comp,
+                    retryable=False,
+                    effect_remains=True,
+                    diff=diff,
+                )
+            return _Failed(failure, exc, retryable=retryable and not unsafe)
+        remains = bool(diff)
+        if unsafe:
+            return _Failed(failure, exc, retryable=False, effect_remains=True, diff=diff)
+        return _Failed(
+            failure,
+            exc,
+            retryable=retryable and (not remains or act.safe_to_repeat),
+            effect_remains=remains,
+            diff=diff,
+        )
+
+    def _fail(self, failed: _Failed) -> Steps:
+        """The policy's decision after the last attempt, recorded, then carried out."""
+        ep, act = self.ep, self.action
+        policy = ep.policy
+        reason = failed.error.reason
+        unsafe = act.mutating and not act.compensable and not act.safe_to_repeat
+        if failed.failure_class is FailureClass.COMPENSATION:
+            decision = policy.decide(FailureClass.COMPENSATION)
+        elif unsafe:
+            decision = policy.unsafe
+            reason += (
+                "; the action changes state but has neither an idempotency key nor a "
+                "compensation, so it can be neither retried nor undone safely"
+            )
+        else:
+            decision = policy.decide(failed.failure_class)
+            if decision is Decision.RETRY:
+                decision = policy.exhausted
+                reason += f"; gave up after {self.ctx.attempt} attempt(s)"
+        if decision is Decision.ROLLBACK and ep.pivot is not None:
+            decision = Decision.ESCALATE
+            reason += f"; not rolled back: the pivot action {ep.pivot!r} has committed"
+        error = failed.error
+        error.decision = str(decision)
+        error.reason = reason
+        error.errors = list(self.errors)
+        error.args = (
+            f"action {act.name!r} failed ({failed.failure_class}, decision {decision}): {reason}",
+        )
+        ep.record_failure(self, failed.failure_class, decision, reason, failed.diff)
+        if decision is Decision.ROLLBACK:
+            yield from ep.rollback_steps(reason=f"{act.name}: {reason}")
+        elif decision is Decision.ESCALATE:
+            raise ep.escalate(self, failed.failure_class, reason, failed.diff)
+        raise error

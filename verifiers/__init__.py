@@ -1,0 +1,1 @@
+"""Task-level verifiers: judge a trial by its final external state."""
