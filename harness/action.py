@@ -131,7 +131,7 @@ def _build_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], li
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
         names.append(param.name)
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         name, __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
     )
     return model, names, summary
@@ -158,7 +158,7 @@ class Action(Generic[P, R]):
         description: str | None = None,
     ) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "action")
+        self.name: str = name or str(getattr(fn, "__name__", "action"))
         if timeout is not None and timeout <= 0:
             raise ConfigurationError(f"@action on {self.name!r}: timeout must be > 0 seconds")
         if retry is not None and not isinstance(retry, Retry):
@@ -172,9 +172,7 @@ class Action(Generic[P, R]):
         self.model, self.arg_names, summary = _build_model(self.name, fn)
         self.description = description or summary
         self.writes = writes
-        self.mutating = writes is None or callable(writes) or len(writes) > 0
-        if writes is None:
-            self.mutating = False
+        self.mutating = writes is not None and (callable(writes) or len(writes) > 0)
         self.idempotency_key = idempotency_key
         self.idempotent = idempotent
         self.retry = retry
@@ -194,7 +192,7 @@ class Action(Generic[P, R]):
                     f"@action on {self.name!r}: writes name {sorted(unknown)}, which are not "
                     f"arguments of {self.name}({', '.join(self.arg_names)})"
                 )
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
         self._schema: dict[str, Any] | None = None
 
     # --- registration ---

@@ -86,7 +86,7 @@ class Retry:
             multiplier=self.backoff, min=self.backoff, max=self.max_backoff
         )
         if self.jitter and self.backoff > 0:
-            wait = wait + tenacity.wait_random(0, self.backoff)
+            return wait + tenacity.wait_random(0, self.backoff)
         return wait
 
     def describe(self) -> dict[str, Any]:

@@ -430,7 +430,7 @@ class Store:
         return row
 
     def verify_chain(self, episode_id: str | None = None) -> ChainReport:
-        """Recompute every episode's hash chain; report the first altered, missing or moved record."""
+        """Recompute each hash chain; report the first altered, missing or moved record."""
         episodes = [self.episode(episode_id)] if episode_id else self.episodes()
         total = 0
         for ep in episodes:

@@ -304,7 +304,9 @@ class Transaction:
                 ok = yield from run_check(act, name, check, ctx, "postcondition")
             except CheckError as exc:
                 self.errors.append(exc.error)
-                raise (yield from self._undo(FailureClass.SILENT, exc.reason, diff, error=exc))
+                raise (
+                    yield from self._undo(FailureClass.SILENT, exc.reason, diff, error=exc)
+                ) from exc
             if not ok:
                 reason = f"postcondition {name!r} is false against the observed state"
                 retry = self.ep.policy.decide(FailureClass.SILENT) is Decision.RETRY
@@ -312,8 +314,10 @@ class Transaction:
         try:
             dumps(result)
         except (TypeError, ValueError) as exc:
-            err = NotSerializable(act.name, exc, txn_id=ctx.txn_id)
-            raise (yield from self._undo(FailureClass.FAIL_STOP, err.reason, diff, error=err))
+            bad = NotSerializable(act.name, exc, txn_id=ctx.txn_id)
+            raise (
+                yield from self._undo(FailureClass.FAIL_STOP, bad.reason, diff, error=bad)
+            ) from exc
         if not act.mutating:
             return result, {}
         return result, diff

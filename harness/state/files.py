@@ -105,9 +105,13 @@ class FileState:
             cached = self._cache.get(key)
             if old != new:
                 out[key] = cached[1] if cached is not None and old is not None else None
-            elif new is not None and new[0] >= racy and cached is not None:
-                if self._read(self.root / key) != cached[1]:
-                    out[key] = cached[1]
+            elif (
+                new is not None
+                and new[0] >= racy
+                and cached is not None
+                and self._read(self.root / key) != cached[1]
+            ):
+                out[key] = cached[1]
         return out
 
     def release(self, mark: int) -> None:
