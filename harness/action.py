@@ -196,18 +196,30 @@ class Action(Generic[P, R]):
         self._schema: dict[str, Any] | None = None
 
     # --- registration ---
+    def _registrable(self, fn: Check, role: str) -> str:
+        name = str(getattr(fn, "__name__", role))
+        if not callable(fn):
+            raise ConfigurationError(f"{self.name}.{role} takes a function of ctx")
+        if not self.is_async and inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(
+                f"{role} {name!r} is async but the action {self.name!r} is sync; "
+                "make the action async def, or the function sync"
+            )
+        return name
+
     def precondition(self, fn: Check) -> Check:
         """Register a check run against live state before execution (False: not executed)."""
-        self.preconditions.append((fn.__name__, fn))
+        self.preconditions.append((self._registrable(fn, "precondition"), fn))
         return fn
 
     def postcondition(self, fn: Check) -> Check:
         """Register a check run against observed state after execution (False: ``silent``)."""
-        self.postconditions.append((fn.__name__, fn))
+        self.postconditions.append((self._registrable(fn, "postcondition"), fn))
         return fn
 
     def compensation(self, fn: Check) -> Check:
         """Register the undo, run to restore ``ctx.before`` when the action must be reverted."""
+        self._registrable(fn, "compensation")
         if self.compensate is not None:
             raise ConfigurationError(f"action {self.name!r} already has a compensation")
         self.compensate = fn

@@ -369,7 +369,7 @@ class Episode:
             }
             entry = self._commit_entry(probe, None, diff, recovered=True, intent_written=True)
             return entry
-        if action.safe_to_repeat or (action.compensable and ctx.after == ctx.before):
+        if action.safe_to_repeat:
             with self._writer.batch():
                 self._writer.update_txn(row.id, {"status": "abandoned", "ended_at": time.time()})
                 self._writer.append("in_doubt_rerun", row.id, {"reason": "effect absent"})

@@ -282,9 +282,11 @@ class Transaction:
         self._observe(concrete, diff)
         if error is not None:
             self.errors.append(error)
-            if diff and not matcher.outside(diff):
-                # The call failed but something changed: maybe the effect is complete and only
-                # the acknowledgement was lost. Believe the state, not the exception.
+            if diff and failure is FailureClass.FAIL_STOP and not matcher.outside(diff):
+                # The call raised but something changed: maybe the effect is complete and only
+                # the acknowledgement was lost. Believe the state, not the exception. (A timed
+                # out attempt is not believed: like a Temporal activity, its late result is
+                # discarded, its effect undone, and it is tried again.)
                 verified = yield from self._postconditions_hold(quiet=True)
                 if verified:
                     raise _Recovered(diff, error)

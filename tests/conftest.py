@@ -1,0 +1,80 @@
+"""Shared fixtures: a fresh store per test, a fake clock, and a small shop to act on."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness as hx
+from harness.testing import FakeClock
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    """A SQLite store URL in a fresh folder."""
+    return f"sqlite:///{tmp_path / 'logs' / 'harness.db'}"
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[hx.Store]:
+    """A fresh store, closed after the test."""
+    s = hx.Store(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A clock whose sleeps take no time."""
+    return FakeClock()
+
+
+class Shop:
+    """A tiny shop on a DictState: orders with a status, and a ledger of applied effects."""
+
+    def __init__(self) -> None:
+        self.state = hx.DictState(
+            {
+                "orders/o1": {"status": "pending", "total": 10},
+                "orders/o2": {"status": "pending", "total": 20},
+                "orders/o3": {"status": "delivered", "total": 30},
+                "audit/count": {"n": 0},
+            }
+        )
+        self.applied: list[tuple[str, str]] = []
+
+    def set_status(self, order_id: str, status: str) -> dict[str, Any]:
+        order = self.state[f"orders/{order_id}"]
+        order["status"] = status
+        self.state[f"orders/{order_id}"] = order
+        self.applied.append((order_id, status))
+        return {"order_id": order_id, "status": status}
+
+    def restore(self, ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            if value is None:
+                if key in self.state:
+                    del self.state[key]
+            else:
+                self.state[key] = value
+
+
+@pytest.fixture
+def shop() -> Shop:
+    """A fresh shop."""
+    return Shop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run ``async def`` tests on a fresh event loop (no plugin needed)."""
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        names = pyfuncitem._fixtureinfo.argnames
+        asyncio.run(pyfuncitem.obj(**{n: pyfuncitem.funcargs[n] for n in names}))
+        return True
+    return None
