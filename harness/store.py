@@ -394,26 +394,29 @@ class Store:
             raise StoreError(f"resolve({escalation_id!r}): say who decided with by='name'")
         edit_json = dumps(dict(edit)) if edit is not None else None
         status = {"approve": "approved", "reject": "rejected", "edit": "edited"}[decision]
-        with self.session() as s:
-            row = s.get(EscalationRow, escalation_id)
-            if row is None:
-                raise StoreError(f"no escalation {escalation_id!r} in {self.url}")
-            if row.status != "pending":
-                raise StoreError(
-                    f"escalation {escalation_id} is already {row.status} by {row.resolved_by}; "
-                    "nothing was changed"
-                )
-            row.status = status
-            row.resolved_by = by
-            row.resolved_at = time.time()
-            row.resolution_reason = reason
-            row.edit = edit_json
-            s.add(row)
-            s.commit()
-            s.refresh(row)
+        row = self._escalation(escalation_id)
         writer = self.writer(row.episode_id)
         try:
+            # One database transaction, under the write lock: the status check, the update and
+            # the log record land together or not at all, and two people cannot both resolve.
             with writer.batch():
+                current = self._escalation(escalation_id, writer)
+                if current.status != "pending":
+                    raise StoreError(
+                        f"escalation {escalation_id} is already {current.status} by "
+                        f"{current.resolved_by}; nothing was changed"
+                    )
+                writer.load_head()
+                writer.update_escalation(
+                    escalation_id,
+                    {
+                        "status": status,
+                        "resolved_by": by,
+                        "resolved_at": time.time(),
+                        "resolution_reason": reason,
+                        "edit": edit_json,
+                    },
+                )
                 writer.append(
                     "resolution",
                     row.txn_id,
@@ -425,9 +428,20 @@ class Store:
                         "edit": edit,
                     },
                 )
+                writer.update_head()
         finally:
             writer.close()
-        return row
+        return self._escalation(escalation_id)
+
+    def _escalation(self, escalation_id: str, writer: EpisodeWriter | None = None) -> EscalationRow:
+        if writer is not None:
+            found = writer.select_escalation(escalation_id)
+        else:
+            with self.session() as s:
+                found = s.get(EscalationRow, escalation_id)
+        if found is None:
+            raise StoreError(f"no escalation {escalation_id!r} in {self.url}")
+        return found
 
     def verify_chain(self, episode_id: str | None = None) -> ChainReport:
         """Recompute each hash chain; report the first altered, missing or moved record."""
@@ -573,6 +587,25 @@ class EpisodeWriter:
         finally:
             self._depth -= 1
 
+    def select_escalation(self, escalation_id: str) -> EscalationRow | None:
+        """Read one escalation on this connection (inside a batch: under its lock)."""
+        cols = list(self._esc_cols)
+        cur = self.conn.cursor()
+        cur.execute(
+            f"SELECT {', '.join(cols)} FROM hx_escalation WHERE id = {self._p('id')}",
+            {"id": escalation_id},
+        )
+        found = cur.fetchone()
+        return None if found is None else EscalationRow(**dict(zip(cols, found, strict=True)))
+
+    def update_escalation(self, escalation_id: str, fields: Mapping[str, Any]) -> None:
+        """Update some columns of an escalation."""
+        sets = ", ".join(f"{k}={self._p(k)}" for k in fields)
+        self._exec(
+            f"UPDATE hx_escalation SET {sets} WHERE id={self._p('id_')}",
+            {**fields, "id_": escalation_id},
+        )
+
     def load_head(self) -> None:
         """Continue an existing episode's chain from its last record."""
         cur = self.conn.cursor()
@@ -585,8 +618,6 @@ class EpisodeWriter:
         row = cur.fetchone()
         if row is not None:
             self.seq, self.head = int(row[0]), str(row[1])
-        if self._sqlite:
-            self.conn.commit()
 
     def append(self, kind: str, txn_id: str | None, payload: Mapping[str, Any]) -> str:
         """Add one record to the chain; returns its hash."""
@@ -627,6 +658,14 @@ class EpisodeWriter:
                 "head_hash": self.head,
                 "id": self.episode_id,
             },
+        )
+
+    def update_head(self) -> None:
+        """Record the chain head on the episode row, leaving its status alone."""
+        self._exec(
+            f"UPDATE hx_episode SET log_count={self._p('n')}, head_hash={self._p('h')} "
+            f"WHERE id={self._p('id')}",
+            {"n": self.seq, "h": self.head, "id": self.episode_id},
         )
 
     def insert_txn(self, row: Mapping[str, Any]) -> None:
