@@ -215,7 +215,7 @@ class Store:
         self.synchronous = synchronous.upper()
         try:
             self.path = _sqlite_path(self.url)
-        except ArgumentError as exc:
+        except (ArgumentError, ValueError) as exc:
             raise StoreError(
                 f"store URL {self.url!r} is not a database URL ({exc}); "
                 "give sqlite:///logs/harness.db, a file path, or postgresql://..."

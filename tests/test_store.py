@@ -1,0 +1,140 @@
+"""The store: opening, schema versions, and a hash chain that exposes every edit."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import harness as hx
+
+from .conftest import Shop
+from .test_transaction import cancel_action
+
+
+def run_three(shop: Shop, store_url: str) -> str:
+    """Record an episode with three committed actions; return its id."""
+    cancel = cancel_action(shop)
+    reopen = cancel_action(shop, name="again")
+    with hx.Episode(state=shop.state, store=store_url, episode_id="e1"):
+        cancel("o1")
+        cancel("o2")
+        reopen("o2")  # deduplicated? no: another action name, but o2 is no longer pending
+    return "e1"
+
+
+def db_path(store_url: str) -> str:
+    """The SQLite file behind a sqlite:/// URL."""
+    return store_url.removeprefix("sqlite:///")
+
+
+def edit(store_url: str, sql: str) -> None:
+    """Change the database behind the harness's back, as an attacker or a bug would."""
+    with sqlite3.connect(db_path(store_url)) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture
+def recorded(shop: Shop, store_url: str) -> str:
+    """A store holding one episode, verified clean."""
+    try:
+        run_three(shop, store_url)
+    except hx.PreconditionFailed:
+        pass
+    assert hx.Store(store_url).verify_chain().ok
+    return store_url
+
+
+def test_clean_chain_verifies(recorded: str):
+    """An unedited log verifies and reports how many records it checked."""
+    report = hx.Store(recorded).verify_chain()
+    assert report.ok and report.episodes == 1 and report.records >= 6
+
+
+def test_altered_payload_is_named(recorded: str):
+    """Changing a record's content is detected at that record."""
+    edit(recorded, "UPDATE hx_log SET payload = payload || ' ' WHERE seq = 3")
+    report = hx.Store(recorded).verify_chain()
+    assert not report.ok and report.seq == 3 and "altered" in report.reason
+
+
+def test_removed_record_is_named(recorded: str):
+    """Deleting a record in the middle is detected where the chain breaks."""
+    edit(recorded, "DELETE FROM hx_log WHERE seq = 3")
+    report = hx.Store(recorded).verify_chain()
+    assert not report.ok and report.seq == 3 and "missing" in report.reason
+
+
+def test_removed_tail_is_named(recorded: str):
+    """Deleting the last records is detected against the episode's recorded head."""
+    edit(recorded, "DELETE FROM hx_log WHERE seq = (SELECT MAX(seq) FROM hx_log)")
+    report = hx.Store(recorded).verify_chain()
+    assert not report.ok and "removed from the end" in report.reason
+
+
+def test_reordered_records_are_named(recorded: str):
+    """Swapping two records' positions is detected."""
+    edit(recorded, "UPDATE hx_log SET seq = -1 WHERE seq = 2")
+    edit(recorded, "UPDATE hx_log SET seq = 2 WHERE seq = 3")
+    edit(recorded, "UPDATE hx_log SET seq = 3 WHERE seq = -1")
+    report = hx.Store(recorded).verify_chain()
+    assert not report.ok and report.seq == 2
+
+
+def test_rehashed_edit_is_still_caught(recorded: str):
+    """Recomputing one record's hash after editing it breaks the link to the next record."""
+    store = hx.Store(recorded)
+    row = store.log("e1")[2]
+    from harness.store import record_hash
+
+    payload = row.payload + " "
+    h = record_hash(row.prev_hash, row.episode_id, row.seq, row.kind, row.txn_id, payload, row.ts)
+    with sqlite3.connect(db_path(recorded)) as conn:
+        conn.execute("UPDATE hx_log SET payload = ?, hash = ? WHERE id = ?", (payload, h, row.id))
+    report = store.verify_chain()
+    assert not report.ok and report.seq == row.seq + 1
+
+
+def test_store_url_that_does_not_open(tmp_path: Path):
+    """A URL that is not a database, or a driver that is missing, is a StoreError naming it."""
+    with pytest.raises(hx.StoreError, match="not a database URL"):
+        hx.Store("://x")
+    with pytest.raises(hx.StoreError, match="not a database URL"):
+        hx.Store("postgresql://u@h:port/db")
+    with pytest.raises(hx.StoreError, match="does not open"):
+        hx.Store("nope://")
+    with pytest.raises(hx.StoreError, match="does not open"):
+        hx.Store("postgresql+nodriver://localhost/x")
+
+
+def test_corrupt_database_file_is_refused(tmp_path: Path):
+    """A file that is not SQLite is refused with a clear error, and left as it was."""
+    bad = tmp_path / "broken.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(hx.StoreError, match="does not open as a database"):
+        hx.Store(f"sqlite:///{bad}")
+    assert bad.read_bytes() == b"this is not a database" * 100
+
+
+def test_newer_schema_is_refused(store_url: str):
+    """A store written by a newer harness is refused; nothing is written to it."""
+    hx.Store(store_url).close()
+    edit(store_url, "UPDATE hx_meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(hx.StoreError, match="schema version 999, newer"):
+        hx.Store(store_url)
+
+
+def test_plain_path_is_a_sqlite_store(tmp_path: Path):
+    """A file path works as a store URL and lands in WAL mode."""
+    store = hx.Store(tmp_path / "x.db")
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    store.close()
+
+
+def test_synchronous_setting_is_checked(tmp_path: Path):
+    """An unknown synchronous mode is refused before anything is created."""
+    with pytest.raises(hx.StoreError, match="synchronous"):
+        hx.Store(tmp_path / "x.db", synchronous="SOMETIMES")
+    assert not (tmp_path / "x.db").exists()
