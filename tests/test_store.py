@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -38,10 +39,8 @@ def edit(store_url: str, sql: str) -> None:
 @pytest.fixture
 def recorded(shop: Shop, store_url: str) -> str:
     """A store holding one episode, verified clean."""
-    try:
+    with contextlib.suppress(hx.PreconditionFailed):
         run_three(shop, store_url)
-    except hx.PreconditionFailed:
-        pass
     assert hx.Store(store_url).verify_chain().ok
     return store_url
 

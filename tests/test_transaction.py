@@ -155,9 +155,8 @@ def test_transient_errors_exhausted_continue_with_every_error(
         raise hx.TransientError("down")
 
     cancel = cancel_action(shop, tool=down)
-    with episode(shop, store, clock) as ep:
-        with pytest.raises(hx.ActionFailed) as info:
-            cancel("o1")
+    with episode(shop, store, clock) as ep, pytest.raises(hx.ActionFailed) as info:
+        cancel("o1")
     err = info.value
     assert err.failure_class == "fail_stop" and err.decision == "continue"
     assert len(err.errors) == 3
@@ -224,9 +223,8 @@ def test_wrong_effect_is_compensated(shop: Shop, store: hx.Store, clock: FakeClo
         return shop.set_status(order_id, "shipped")
 
     cancel = cancel_action(shop, tool=wrong)
-    with episode(shop, store, clock):
-        with pytest.raises(hx.ActionFailed):
-            cancel("o1")
+    with episode(shop, store, clock), pytest.raises(hx.ActionFailed):
+        cancel("o1")
     assert shop.state["orders/o1"] == {"status": "pending", "total": 10}
 
 
@@ -272,9 +270,8 @@ def test_failed_compensation_escalates(shop: Shop, store: hx.Store, clock: FakeC
     def undo(ctx: hx.Context) -> None:
         raise RuntimeError("warehouse offline")
 
-    with episode(shop, store, clock) as ep:
-        with pytest.raises(hx.Escalated) as info:
-            cancel("o1")
+    with episode(shop, store, clock) as ep, pytest.raises(hx.Escalated) as info:
+        cancel("o1")
     assert ep.outcome == "escalated"
     (esc,) = store.escalations(status="pending")
     assert esc.id == info.value.escalation_id and esc.failure_class == "compensation"
@@ -297,9 +294,8 @@ def test_compensation_that_does_not_restore_escalates(
     def forgetful(ctx: hx.Context) -> None:
         pass
 
-    with episode(shop, store, clock):
-        with pytest.raises(hx.Escalated, match="compensation"):
-            cancel("o1")
+    with episode(shop, store, clock), pytest.raises(hx.Escalated, match="compensation"):
+        cancel("o1")
 
 
 def test_lost_acknowledgement_is_recovered_not_repeated(
@@ -403,9 +399,8 @@ def test_read_only_action_that_writes_is_a_scope_failure(
         return {}
 
     peek.compensation(shop.restore)
-    with episode(shop, store, clock):
-        with pytest.raises(hx.ScopeViolation):
-            peek("o1")
+    with episode(shop, store, clock), pytest.raises(hx.ScopeViolation):
+        peek("o1")
     assert shop.state["orders/o1"]["status"] == "pending"
 
 
