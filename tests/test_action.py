@@ -1,0 +1,131 @@
+"""The decorator: what it keeps, what it exposes, what it refuses."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+import harness as hx
+
+
+@hx.action(writes=["orders/{order_id}"])
+def cancel_order(order_id: str, reason: str = "no longer needed", quantity: int = 1) -> dict:
+    """Cancel a pending order.
+
+    Args:
+        order_id: The order to cancel, such as '#W0001'.
+        reason: Why the customer cancels it;
+            one of the allowed reasons.
+        quantity: How many.
+
+    Returns:
+        The order.
+    """
+    return {}
+
+
+def test_wrapper_keeps_name_signature_and_docstring():
+    """The action looks like the function it wraps to frameworks that introspect it."""
+    assert cancel_order.__name__ == "cancel_order"
+    assert "Cancel a pending order." in (cancel_order.__doc__ or "")
+    assert list(inspect.signature(cancel_order).parameters) == ["order_id", "reason", "quantity"]
+    assert cancel_order.__wrapped__.__annotations__["quantity"] == "int"
+
+
+def test_schema_comes_from_signature_and_docstring():
+    """The JSON Schema has the arguments' types, defaults, requirements and descriptions."""
+    schema = cancel_order.schema
+    assert schema["required"] == ["order_id"]
+    assert schema["properties"]["quantity"] == {
+        "type": "integer",
+        "default": 1,
+        "description": "How many.",
+    }
+    assert schema["properties"]["reason"]["description"] == (
+        "Why the customer cancels it; one of the allowed reasons."
+    )
+    assert schema["additionalProperties"] is False
+
+
+def test_openai_tool_format():
+    """The OpenAI function-calling form names the tool, describes it, and embeds the schema."""
+    tool = cancel_order.openai_tool
+    assert tool["type"] == "function"
+    assert tool["function"]["name"] == "cancel_order"
+    assert tool["function"]["description"] == "Cancel a pending order."
+    assert tool["function"]["parameters"] is cancel_order.schema
+
+
+def test_async_function_stays_async():
+    """Decorating an async def gives an action whose calls are awaitable."""
+
+    @hx.action
+    async def fetch(x: int) -> int:
+        """Fetch."""
+        return x
+
+    assert fetch.is_async and not cancel_order.is_async
+
+
+def test_bad_decorator_options_are_named():
+    """Misused options fail at decoration time with the fix in the message."""
+    with pytest.raises(
+        hx.ConfigurationError, match="writes name .missing., which are not arguments"
+    ):
+        hx.action(writes=["orders/{missing}"])(lambda order_id: None)  # type: ignore[arg-type]
+    with pytest.raises(hx.ConfigurationError, match="list of patterns"):
+
+        @hx.action(writes="orders/{x}")  # type: ignore[arg-type]
+        def f(x: str) -> None: ...
+
+    with pytest.raises(hx.ConfigurationError, match="name every argument"):
+
+        @hx.action
+        def g(*args: Any) -> None: ...
+
+    with pytest.raises(hx.ConfigurationError, match="timeout must be > 0"):
+        hx.action(timeout=0)(lambda: None)
+    with pytest.raises(hx.ConfigurationError, match="already an action"):
+        hx.action(cancel_order)  # type: ignore[arg-type]
+    with pytest.raises(hx.ConfigurationError, match="already has a compensation"):
+        act = hx.action(writes=["x"])(lambda: None)
+        act.compensation(lambda ctx: None)
+        act.compensation(lambda ctx: None)
+
+
+def test_keys_come_from_identity_not_position():
+    """The default key hashes name and arguments; a key function overrides it."""
+    a = cancel_order.validate(("o1",), {})
+    b = cancel_order.validate((), {"order_id": "o1", "reason": "no longer needed"})
+    assert cancel_order.key_for(a) == cancel_order.key_for(b)
+    assert cancel_order.key_for(a) != cancel_order.key_for(cancel_order.validate(("o2",), {}))
+    keyed = hx.action(writes=["x/{k}"], idempotency_key=lambda a: a.k.upper())(
+        lambda k: None  # type: ignore[arg-type,return-value]
+    )
+    assert keyed.key_for(keyed.validate(("ab",), {})) == "<lambda>:AB"
+
+
+def test_scope_templates_resolve_per_call():
+    """writes templates fill in from the call's arguments; a callable computes them."""
+    assert cancel_order.scope(cancel_order.validate(("o7",), {})) == ["orders/o7"]
+    dyn = hx.action(writes=lambda a: [f"u/{a.x}", "log/*"])(lambda x: None)  # type: ignore
+    assert dyn.scope(dyn.validate(("1",), {})) == ["u/1", "log/*"]
+    assert dyn.mutating and not hx.action(lambda: None).mutating
+
+
+def test_public_namespace_is_sorted_and_complete():
+    """harness exports a sorted __all__ whose every name exists."""
+    assert hx.__all__ == sorted(hx.__all__)
+    for name in hx.__all__:
+        assert hasattr(hx, name), name
+
+
+def test_exceptions_share_one_root():
+    """Every error the harness raises derives from HarnessError."""
+    for name in hx.__all__:
+        obj = getattr(hx, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj is not hx.TransientError:
+            assert issubclass(obj, hx.HarnessError), name
+    assert issubclass(hx.ScopeViolation, hx.ActionFailed)
