@@ -72,7 +72,7 @@ def test_async_function_stays_async():
 def test_bad_decorator_options_are_named():
     """Misused options fail at decoration time with the fix in the message."""
     with pytest.raises(
-        hx.ConfigurationError, match="writes name .missing., which are not arguments"
+        hx.ConfigurationError, match=r"writes name \['missing'\], which are not arguments"
     ):
         hx.action(writes=["orders/{missing}"])(lambda order_id: None)  # type: ignore[arg-type]
     with pytest.raises(hx.ConfigurationError, match="list of patterns"):

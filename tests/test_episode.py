@@ -108,8 +108,9 @@ def test_pending_escalation_stays_pending_on_resume(shop: Shop, store_url: str, 
     with pytest.raises(hx.Escalated) as first:
         with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1"):
             agent(None)  # type: ignore[arg-type]
-    with pytest.raises(hx.Escalated) as second, hx.Episode(
-        state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True
+    with (
+        pytest.raises(hx.Escalated) as second,
+        hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True),
     ):
         agent(None)  # type: ignore[arg-type]
     assert first.value.escalation_id == second.value.escalation_id
@@ -189,8 +190,9 @@ def test_in_doubt_keyed_action_with_effect_absent_runs_again(
 def test_in_doubt_unkeyed_action_escalates(shop: Shop, store_url: str, clock: FakeClock):
     """On resume, an unkeyed, non-idempotent intent with no visible effect escalates."""
     cancel = crash_during(shop, store_url, clock, after_effect=False, idempotency_key=None)
-    with pytest.raises(hx.Escalated, match="could apply it twice"), hx.Episode(
-        state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True
+    with (
+        pytest.raises(hx.Escalated, match="could apply it twice"),
+        hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True),
     ):
         cancel("o1")
     assert shop.applied == []
