@@ -1,0 +1,34 @@
+"""The README's quick start runs as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_quick_start_runs(tmp_path: Path):
+    """The quick-start block runs in a fresh folder and prints what its comments promise."""
+    block = re.search(r"## Quick start\n\n```python\n(.*?)```", README.read_text(), re.S)
+    assert block is not None, "README lost its quick-start block"
+    script = tmp_path / "quick.py"
+    script.write_text(block.group(1))
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(README.parent)},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "precondition 'is_pending' is false" in lines[0]
+    assert lines[1] == "committed"
+    assert lines[2].startswith("cancel_order committed")
+    assert lines[-1] == "True"
+    assert (tmp_path / "logs" / "harness.db").exists()
