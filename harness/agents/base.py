@@ -1,0 +1,198 @@
+"""The agent protocol, the toolbox agents act through, and the registry of built-in agents.
+
+An agent gets a task and a :class:`Toolbox` and acts. The toolbox runs write tools as
+transactions in the trial's episode and turns the harness's refusals and failures into tool
+results (as a model would see them), so a failed precondition is something the agent reads and
+adapts to, not a crash. Only an escalation ends the agent's turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..action import Action, _build_model
+from ..episode import Episode
+from ..errors import (
+    ActionFailed,
+    ConfigurationError,
+    EpisodeClosed,
+    Escalated,
+    InvalidArguments,
+    PreconditionFailed,
+    Rejected,
+)
+from ..suite import Task
+
+__all__ = ["Agent", "AgentOutput", "AgentRegistry", "ToolResult", "Toolbox", "registry"]
+
+
+@dataclass
+class ToolResult:
+    """What a tool call gave back, as the agent sees it."""
+
+    ok: bool
+    content: Any = None
+    error: str | None = None
+    kind: str | None = None
+
+    def as_text(self) -> str:
+        """The result as a model reads it."""
+        if self.ok:
+            import json
+
+            return self.content if isinstance(self.content, str) else json.dumps(self.content)
+        return f"Error: {self.error}"
+
+
+@dataclass
+class AgentOutput:
+    """How the agent's turn ended."""
+
+    message: str = ""
+    claimed_success: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CallRecord:
+    """One call the agent made through the toolbox."""
+
+    name: str
+    arguments: dict[str, Any]
+    ok: bool
+    kind: str | None
+    write: bool
+
+
+class Toolbox:
+    """The tools of one trial's environment, called as the agent would call them.
+
+    Args:
+        tools: tool name -> callable (actions run as transactions, others plainly).
+        episode: the trial's episode.
+        environment: the trial's environment (agents may read hooks from it).
+    """
+
+    def __init__(
+        self, tools: dict[str, Callable[..., Any]], episode: Episode, environment: Any = None
+    ) -> None:
+        self.tools = tools
+        self.episode = episode
+        self.environment = environment
+        self.calls: list[CallRecord] = []
+        self._specs: list[dict[str, Any]] | None = None
+
+    def is_write(self, name: str) -> bool:
+        """Whether ``name`` is a tool that changes state."""
+        tool = self.tools.get(name)
+        return isinstance(tool, Action) and tool.mutating
+
+    @property
+    def specs(self) -> list[dict[str, Any]]:
+        """Every tool in OpenAI's function-calling format."""
+        if self._specs is None:
+            specs = []
+            for name, tool in self.tools.items():
+                if isinstance(tool, Action):
+                    specs.append(tool.openai_tool)
+                else:
+                    model, _, summary = _build_model(name, tool)
+                    schema = model.model_json_schema()
+                    schema.pop("title", None)
+                    for prop in schema.get("properties", {}).values():
+                        prop.pop("title", None)
+                    specs.append(
+                        {
+                            "type": "function",
+                            "function": {
+                                "name": name,
+                                "description": summary,
+                                "parameters": schema,
+                            },
+                        }
+                    )
+            self._specs = specs
+        return self._specs
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        """Call a tool; refusals and failures come back as results, escalations propagate."""
+        arguments = dict(arguments or {})
+        tool = self.tools.get(name)
+        write = self.is_write(name)
+        if tool is None:
+            result = ToolResult(
+                False,
+                error=f"unknown tool {name!r}; tools: {', '.join(sorted(self.tools))}",
+                kind="unknown_tool",
+            )
+        else:
+            try:
+                if isinstance(tool, Action):
+                    value = self.episode.call_mapping(tool, arguments)
+                else:
+                    value = tool(**arguments)
+                result = ToolResult(True, value)
+            except (Escalated, EpisodeClosed, ConfigurationError):
+                self.calls.append(CallRecord(name, arguments, False, "escalated", write))
+                raise
+            except InvalidArguments as exc:
+                result = ToolResult(False, error=str(exc), kind="invalid")
+            except PreconditionFailed as exc:
+                result = ToolResult(False, error=str(exc), kind="precondition")
+            except Rejected as exc:
+                result = ToolResult(False, error=str(exc), kind="rejected")
+            except ActionFailed as exc:
+                result = ToolResult(False, error=str(exc), kind=exc.failure_class)
+            except TypeError as exc:
+                result = ToolResult(
+                    False, error=f"invalid arguments for {name!r}: {exc}", kind="invalid"
+                )
+            except Exception as exc:  # a read tool's own error is an answer for the agent
+                result = ToolResult(False, error=f"{exc}", kind="tool_error")
+        self.calls.append(CallRecord(name, arguments, result.ok, result.kind, write))
+        return result
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Given a task and a toolbox, act; return how the turn ended."""
+
+    name: str
+
+    def config(self) -> dict[str, Any]:
+        """The agent's configuration, for the run's evidence record."""
+        ...
+
+    def run(self, task: Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
+        """Act on ``task`` through ``toolbox``."""
+        ...
+
+
+class AgentRegistry:
+    """Agent factories by name (an object, so tests can use a fresh one)."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, Callable[..., Agent]] = {}
+
+    def register(self, name: str, factory: Callable[..., Agent]) -> None:
+        """Add a factory under ``name``."""
+        self._factories[name] = factory
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._factories)
+
+    def create(self, name: str, **options: Any) -> Agent:
+        """A new agent ``name`` with ``options``."""
+        factory = self._factories.get(name)
+        if factory is None:
+            raise ConfigurationError(f"unknown agent {name!r}; built in: {', '.join(self.names())}")
+        try:
+            return factory(**options)
+        except TypeError as exc:
+            raise ConfigurationError(f"agent {name!r}: bad options {options} ({exc})") from exc
+
+
+registry = AgentRegistry()
