@@ -40,6 +40,7 @@ __all__ = [
     "RunRow",
     "Store",
     "TransactionRow",
+    "TrialRow",
     "record_hash",
 ]
 
@@ -87,6 +88,30 @@ class EpisodeRow(_Base, table=True):
     digest: str = GENESIS
     log_count: int = 0
     head_hash: str = GENESIS
+
+
+class TrialRow(_Base, table=True):
+    """One trial of a task in a run: its verdict, outcome and the evidence behind them."""
+
+    __tablename__ = "hx_trial"
+    id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    task_id: str
+    task_version: str = "1"
+    trial: int
+    seed: int
+    episode_id: str
+    passed: bool = False
+    partial: float | None = None
+    outcome: str = "running"
+    infra_error: bool = False
+    failures: str = "{}"
+    steps: str = "[]"
+    message: str = ""
+    verdict: str = "{}"
+    agent_meta: str = "{}"
+    duration: float = 0.0
+    created_at: float
 
 
 class TransactionRow(_Base, table=True):
@@ -320,6 +345,20 @@ class Store:
         """Every run, oldest first."""
         with self.session() as s:
             return list(s.exec(select(RunRow).order_by(RunRow.created_at)))  # type: ignore[arg-type]
+
+    def trials(self, run_id: str | None = None) -> list[TrialRow]:
+        """Trials, in the order they finished; only those of ``run_id`` when given."""
+        with self.session() as s:
+            q = select(TrialRow)
+            if run_id is not None:
+                q = q.where(TrialRow.run_id == run_id)
+            return list(s.exec(q.order_by(TrialRow.created_at)))  # type: ignore[arg-type]
+
+    def add(self, row: _Base) -> None:
+        """Insert or replace one row (off the hot path: runs and trials)."""
+        with self.session() as s:
+            s.merge(row)
+            s.commit()
 
     def episodes(self, run_id: str | None = None) -> list[EpisodeRow]:
         """Episodes, oldest first; only those of ``run_id`` when given."""

@@ -179,3 +179,13 @@ def test_sql_state_inside_a_transaction(tmp_path: Path):
         assert state.get("orders/o2")["status"] == "cancelled"  # type: ignore[index]
         ep.rollback()
     assert state.fingerprint() == original
+
+
+def test_sql_state_nested_windows_keep_the_outer_changes(tmp_path: Path):
+    """Releasing an inner window opened at the same point keeps the outer window's changes."""
+    state = make_db(tmp_path / "s.db")
+    outer = state.mark()
+    inner = state.mark()
+    state.connection.execute("UPDATE orders SET status = 'x' WHERE id = 'o1'")
+    state.release(inner)
+    assert list(state.changes(outer)) == ["orders/o1"]

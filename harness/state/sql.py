@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,7 @@ class SQLState:
                 f"SQLState({self.url!r}) could not open the database: {exc}; "
                 "check that the file exists and is a SQLite database"
             ) from exc
-        self._windows: set[int] = set()
+        self._windows: Counter[int] = Counter()
 
     @staticmethod
     def _sqlite_path(url: str) -> str:
@@ -174,7 +175,7 @@ class SQLState:
     def mark(self) -> int:
         seq = self.connection.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {CHANGES}").fetchone()
         mark = int(seq[0])
-        self._windows.add(mark)
+        self._windows[mark] += 1
         return mark
 
     def changes(self, mark: int) -> dict[str, Any]:
@@ -194,7 +195,9 @@ class SQLState:
         return out
 
     def release(self, mark: int) -> None:
-        self._windows.discard(mark)
+        self._windows[mark] -= 1
+        if self._windows[mark] <= 0:
+            del self._windows[mark]
         if not self._windows:
             self.connection.execute(f"DELETE FROM {CHANGES}")
 

@@ -1,0 +1,463 @@
+"""Runs: every task of a suite as repeated, isolated trials, in parallel processes.
+
+Each trial gets a fresh environment and its own episode in the run's store; its verdict comes
+from the final external state compared with what the task's reference actions produce on a
+fresh copy (computed once per task and worker). Results land in ``logs/<run>/harness.db`` with
+an evidence record beside them (``evidence.json``): harness version, task and tool versions,
+agent configuration, retry policy, partial-credit rules, seeds, machine.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import inspect
+import json
+import multiprocessing
+import os
+import platform
+import random
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import harness
+
+from ._json import canonical, dumps
+from .action import Action
+from .agents import Agent, Toolbox, registry
+from .episode import Episode
+from .errors import ConfigurationError, Escalated, HarnessError
+from .policy import Policy
+from .stats import Estimate, pass_at_k, suite_pass_hat_k
+from .store import RunRow, Store, TrialRow
+from .suite import Suite, Task, load_suite
+from .transaction import observed_changes
+
+__all__ = ["RunResult", "TrialResult", "reference_outcome", "run_trials"]
+
+
+def _import_agents() -> None:
+    from .agents import scripted, simulated  # noqa: F401  (registers them)
+
+
+@dataclass
+class TrialResult:
+    """One trial's outcome, as the run summarises it."""
+
+    task_id: str
+    trial: int
+    seed: int
+    episode_id: str
+    passed: bool
+    partial: float | None
+    outcome: str
+    infra_error: bool = False
+    failures: dict[str, int] = field(default_factory=dict)
+    steps: list[bool] = field(default_factory=list)
+    duration: float = 0.0
+
+
+@dataclass
+class Reference:
+    """What a task's reference actions do on a fresh environment."""
+
+    changes: dict[str, Any]
+    writes: list[tuple[str, str]]
+
+
+def _plain(tool: Any) -> Callable[..., Any]:
+    return tool.fn if isinstance(tool, Action) else tool  # type: ignore[no-any-return]
+
+
+def reference_outcome(suite: Suite, task: Task) -> Reference:
+    """Replay the reference actions with the plain tools on a fresh environment."""
+    env = suite.new_environment()
+    try:
+        mark = env.state.mark()
+        writes = []
+        for call in task.reference_actions:
+            tool = env.tools[call.name]
+            try:
+                _plain(tool)(**call.arguments)
+            except Exception:  # a reference call upstream's own tools refuse: counted as such
+                continue
+            if isinstance(tool, Action) and tool.mutating:
+                writes.append((call.name, canonical(call.arguments)))
+        changes = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
+        env.state.release(mark)
+        return Reference(changes, writes)
+    finally:
+        env.close()
+
+
+def _steps_done(reference: Reference, committed: Iterable[tuple[str, str]]) -> list[bool]:
+    """For each reference write, whether the trial committed the same call."""
+    pool = Counter(committed)
+    done = []
+    for call in reference.writes:
+        if pool[call] > 0:
+            pool[call] -= 1
+            done.append(True)
+        else:
+            done.append(False)
+    return done
+
+
+class _Worker:
+    """Everything one process needs to run trials of one run."""
+
+    def __init__(
+        self,
+        suite_path: str,
+        agent: str | Agent,
+        agent_options: dict[str, Any],
+        store_url: str,
+        run_id: str,
+        policy: Policy,
+    ) -> None:
+        _import_agents()
+        self.suite = load_suite(suite_path)
+        self.agent = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
+        self.store = Store(store_url)
+        self.run_id = run_id
+        self.policy = policy
+        self.references: dict[str, Reference] = {}
+
+    def reference(self, task: Task) -> Reference:
+        if task.id not in self.references:
+            self.references[task.id] = reference_outcome(self.suite, task)
+        return self.references[task.id]
+
+    def trial(self, task_id: str, trial: int, seed: int) -> TrialResult:
+        task = self.suite.task(task_id)
+        reference = self.reference(task)
+        started = time.perf_counter()
+        episode_id = f"{self.run_id}-{task_id}-{trial}"
+        env = self.suite.new_environment()
+        outcome, message, infra, meta = "failed", "", False, {}
+        try:
+            mark = env.state.mark()
+            ep = Episode(
+                state=env.state,
+                store=self.store,
+                policy=self.policy,
+                episode_id=episode_id,
+                run_id=self.run_id,
+                task_id=task_id,
+                trial=trial,
+                meta={"seed": seed},
+                actions=[t for t in env.tools.values() if isinstance(t, Action)],
+            )
+            toolbox = Toolbox(env.tools, ep, env)
+            try:
+                with ep:
+                    out = self.agent.run(task, toolbox, seed=seed)
+                    message, meta = out.message, out.meta
+            except Escalated:
+                pass
+            except HarnessError as exc:
+                infra = type(exc).__name__ == "ModelServerError"
+                meta = {"error": f"{type(exc).__name__}: {exc}"}
+            outcome = ep.outcome
+            actual = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
+            committed = [
+                (t.action, canonical(json.loads(t.args)))
+                for t in self.store.transactions(episode_id)
+                if t.mutating and t.status in ("committed", "recovered")
+            ]
+            steps = _steps_done(reference, committed)
+            from verifiers import verify
+
+            verdict = verify(
+                task,
+                actual=actual,
+                expected=reference.changes,
+                message=message,
+                state=env.state,
+                steps=steps,
+            )
+            passed = verdict.passed and outcome == "committed"
+            failures = Counter(c.kind for c in toolbox.calls if c.kind)
+        finally:
+            env.close()
+        duration = time.perf_counter() - started
+        result = TrialResult(
+            task_id,
+            trial,
+            seed,
+            episode_id,
+            passed,
+            verdict.partial,
+            outcome,
+            infra,
+            dict(failures),
+            steps,
+            duration,
+        )
+        self.store.add(
+            TrialRow(
+                id=episode_id,
+                run_id=self.run_id,
+                task_id=task_id,
+                task_version=task.version,
+                trial=trial,
+                seed=seed,
+                episode_id=episode_id,
+                passed=passed,
+                partial=verdict.partial,
+                outcome=outcome,
+                infra_error=infra,
+                failures=dumps(dict(failures)),
+                steps=dumps(steps),
+                message=message[:4000],
+                verdict=dumps(verdict.to_dict()),
+                agent_meta=dumps(meta),
+                duration=duration,
+                created_at=time.time(),
+            )
+        )
+        return result
+
+
+_WORKER: _Worker | None = None
+
+
+def _init_worker(*args: Any) -> None:
+    global _WORKER
+    _WORKER = _Worker(*args)
+
+
+def _run_job(job: tuple[str, int, int]) -> TrialResult:
+    assert _WORKER is not None
+    return _WORKER.trial(*job)
+
+
+def trial_seed(seed: int, task_id: str, trial: int) -> int:
+    """A trial's seed: stable across runs, workers and orderings."""
+    h = hashlib.sha256(f"{seed}:{task_id}:{trial}".encode()).digest()
+    return int.from_bytes(h[:8], "big") % (2**31)
+
+
+def _tool_versions(suite: Suite) -> dict[str, str]:
+    env = suite.new_environment()
+    try:
+        out = {}
+        for name, tool in sorted(env.tools.items()):
+            fn = _plain(tool)
+            try:
+                src = inspect.getsource(fn)
+            except (OSError, TypeError):
+                src = repr(fn)
+            out[name] = hashlib.sha256(src.encode()).hexdigest()[:16]
+        return out
+    finally:
+        env.close()
+
+
+def evidence_record(
+    suite: Suite, agent_config: dict[str, Any], policy: Policy, trials: int, seed: int
+) -> dict[str, Any]:
+    """What a run must keep to be reproduced and believed."""
+    return {
+        "harness_version": harness.__version__,
+        "suite": suite.manifest(),
+        "tool_versions": _tool_versions(suite),
+        "agent": agent_config,
+        "policy": policy.describe(),
+        "partial_credit": {t.id: t.partial_credit for t in suite.tasks},
+        "trials": trials,
+        "seed": seed,
+        "infra_error_policy": "fail",
+        "machine": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+    }
+
+
+@dataclass
+class RunResult:
+    """The trials of one run and the statistics over them."""
+
+    run_id: str
+    folder: Path
+    suite: str
+    trials_per_task: int
+    results: list[TrialResult]
+    interrupted: bool = False
+
+    def counts(self) -> tuple[list[str], list[int], list[int]]:
+        """Task ids, successes per task, trials per task (infrastructure errors count as fails)."""
+        by_task: dict[str, list[bool]] = {}
+        for r in self.results:
+            by_task.setdefault(r.task_id, []).append(r.passed)
+        ids = sorted(by_task)
+        return ids, [sum(by_task[i]) for i in ids], [len(by_task[i]) for i in ids]
+
+    def pass_hat(self, k: int, confidence: float = 0.95) -> Estimate:
+        """Suite pass^k with its interval."""
+        _, c, n = self.counts()
+        return suite_pass_hat_k(c, n, k, confidence=confidence)
+
+    def pass_at(self, k: int) -> float:
+        """Suite pass@k (mean over tasks)."""
+        _, c, n = self.counts()
+        return float(sum(pass_at_k(ni, ci, k) for ci, ni in zip(c, n, strict=True)) / len(c))
+
+    def failures_by_class(self) -> dict[str, int]:
+        """Failed tool calls by class, over all trials."""
+        total: Counter[str] = Counter()
+        for r in self.results:
+            total.update(r.failures)
+        return dict(total)
+
+    def outcomes(self) -> dict[str, int]:
+        """Episodes by outcome."""
+        return dict(Counter(r.outcome for r in self.results))
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        n = min(self.counts()[2], default=0)
+        return {
+            "run_id": self.run_id,
+            "folder": str(self.folder),
+            "suite": self.suite,
+            "tasks": len(self.counts()[0]),
+            "trials": len(self.results),
+            "interrupted": self.interrupted,
+            "pass_hat_k": {k: self.pass_hat(k).to_dict() for k in range(1, n + 1)},
+            "pass_at_k": {k: self.pass_at(k) for k in range(1, n + 1)},
+            "failures_by_class": self.failures_by_class(),
+            "outcomes": self.outcomes(),
+        }
+
+
+def run_trials(
+    suite: Suite | str | Path,
+    *,
+    agent: str | Agent = "scripted",
+    agent_options: dict[str, Any] | None = None,
+    trials: int = 1,
+    workers: int = 1,
+    seed: int = 0,
+    logs: str | Path = "logs",
+    run_id: str | None = None,
+    policy: Policy | None = None,
+    tasks: Iterable[str] | None = None,
+    progress: Callable[[TrialResult], None] | None = None,
+) -> RunResult:
+    """Run every task of ``suite`` as ``trials`` isolated trials.
+
+    Args:
+        suite: a loaded suite, a suite folder, or a tau2 ``tasks.json``.
+        agent: a built-in agent name (``scripted``, ``simulated``, ``openai``) or an agent.
+        agent_options: options for a named agent (e.g. ``{"error_rate": 0.1}``).
+        trials: trials per task.
+        workers: processes running trials in parallel.
+        seed: the run's seed; each trial's seed derives from it, the task and the trial index.
+        logs: the folder under which the run's folder is created.
+        run_id: the run's id (default: time-stamped).
+        policy: the harness policy for every episode.
+        tasks: only these task ids.
+        progress: called with each finished trial (in the parent process).
+    """
+    _import_agents()
+    if trials < 1 or workers < 1:
+        raise ConfigurationError("run_trials: trials and workers must be >= 1")
+    loaded = suite if isinstance(suite, Suite) else load_suite(suite)
+    agent_options = dict(agent_options or {})
+    policy = policy or Policy()
+    agent_obj = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
+    selected = [t for t in loaded.tasks if tasks is None or t.id in set(tasks)]
+    if not selected:
+        raise ConfigurationError(f"run_trials: no tasks selected from {loaded.name}")
+    run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    folder = Path(logs) / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    store_url = f"sqlite:///{folder / 'harness.db'}"
+    store = Store(store_url)
+    evidence = evidence_record(loaded, agent_obj.config(), policy, trials, seed)
+    (folder / "evidence.json").write_text(json.dumps(evidence, indent=2, default=str))
+    config = {
+        "suite_path": str(loaded.path),
+        "agent": agent if isinstance(agent, str) else agent_obj.name,
+        "agent_options": agent_options,
+        "trials": trials,
+        "workers": workers,
+        "seed": seed,
+        "tasks": [t.id for t in selected],
+    }
+    store.add(
+        RunRow(
+            id=run_id,
+            created_at=time.time(),
+            suite=loaded.name,
+            status="running",
+            config=dumps(config),
+            evidence=dumps(evidence),
+        )
+    )
+    jobs = [(t.id, i, trial_seed(seed, t.id, i)) for i in range(trials) for t in selected]
+    results: list[TrialResult] = []
+    interrupted = False
+    init = (str(loaded.path), agent, agent_options, store_url, run_id, policy)
+    try:
+        if workers == 1:
+            worker = (
+                _Worker(*init)
+                if isinstance(agent, str)
+                else _Worker(str(loaded.path), agent_obj, {}, store_url, run_id, policy)
+            )
+            for job in jobs:
+                r = worker.trial(*job)
+                results.append(r)
+                if progress:
+                    progress(r)
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with cf.ProcessPoolExecutor(
+                workers, mp_context=ctx, initializer=_init_worker, initargs=init
+            ) as pool:
+                futures = [pool.submit(_run_job, job) for job in jobs]
+                try:
+                    for fut in cf.as_completed(futures):
+                        r = fut.result()
+                        results.append(r)
+                        if progress:
+                            progress(r)
+                except KeyboardInterrupt:
+                    for f in futures:
+                        f.cancel()
+                    raise
+    except KeyboardInterrupt:
+        interrupted = True
+    status = "interrupted" if interrupted else "finished"
+    row = RunRow(
+        id=run_id,
+        created_at=time.time(),
+        suite=loaded.name,
+        status=status,
+        config=dumps(config),
+        evidence=dumps(evidence),
+    )
+    store.add(row)
+    result = RunResult(run_id, folder, loaded.name, trials, results, interrupted)
+    if results:
+        (folder / "summary.json").write_text(json.dumps(result.summary(), indent=2))
+    store.close()
+    return result
+
+
+def _random_seed() -> int:
+    return random.SystemRandom().randrange(2**31)
+
+
+__all__ += ["evidence_record", "trial_seed"]
+_ = asdict
