@@ -1,0 +1,461 @@
+"""``OpenAIAgent``: a model behind any OpenAI-compatible chat-completions server acts on a task.
+
+It speaks the chat-completions protocol with tool calling (OpenAI, vLLM, llama.cpp's server,
+Ollama): the task's instruction is the user's single message (there is no user simulator), the
+toolbox's tools are offered as functions, and every tool call the model makes goes through
+:meth:`Toolbox.call`, so writes run as transactions and refusals come back to the model as tool
+results. The turn ends when the model answers without calling a tool, or after ``max_turns``.
+
+Failures of the model server itself (connection refused or dropped, timeouts, HTTP 5xx, 429)
+are retried with exponential backoff and, if they persist, raised as :class:`ModelServerError`:
+an infrastructure error, not the agent's failure. A request the server refuses (HTTP 4xx other
+than 408 and 429: a wrong model name, a bad key, a request it cannot parse) is raised at once as
+:class:`ModelRequestError`, naming the status and the server's message.
+
+``harness.testing_openai.FakeChatServer`` is a scripted local server to test against.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tenacity
+
+from .._json import digest
+from ..errors import ConfigurationError, HarnessError
+from ..suite import Task
+from .base import AgentOutput, Toolbox, ToolResult
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "ModelRequestError", "ModelServerError", "OpenAIAgent"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a customer-service agent. Act only through the tools you are given: look up what "
+    "you need, make changes only with the tools, and follow the policy. When a tool returns an "
+    "error, read it and adapt. When you are done, or cannot go further, answer the customer in "
+    "plain text without calling a tool."
+)
+"""The system prompt unless one is given (the environment's ``policy`` text is appended)."""
+
+_RETRYABLE_STATUS = frozenset({408, 429})
+
+
+class ModelServerError(HarnessError):
+    """The model server could not be reached or kept failing: an infrastructure error.
+
+    Attributes:
+        url: the endpoint called.
+        status: the last HTTP status, or None when no response came (connection, timeout).
+        attempts: how many attempts were made.
+        errors: every attempt's error, in order.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        status: int | None = None,
+        attempts: int = 1,
+        errors: Sequence[BaseException] = (),
+        retry_after: float | None = None,
+    ) -> None:
+        self.url = url
+        self.status = status
+        self.attempts = attempts
+        self.errors = list(errors)
+        self.retry_after = retry_after
+        super().__init__(message)
+
+    @property
+    def transient(self) -> bool:
+        """Whether another attempt might succeed (no response, 5xx, 408 or 429)."""
+        return self.status is None or self.status >= 500 or self.status in _RETRYABLE_STATUS
+
+
+class ModelRequestError(ModelServerError):
+    """The server refused the request (HTTP 4xx other than 408/429); retrying cannot help.
+
+    Attributes:
+        status: the HTTP status.
+        server_message: what the server said, as it said it.
+    """
+
+    def __init__(self, message: str, *, url: str, status: int, server_message: str) -> None:
+        self.server_message = server_message
+        super().__init__(message, url=url, status=status)
+
+
+def _server_message(body: bytes) -> str:
+    """The error message in an error response, in any of the shapes servers use."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500]
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            for field in ("message", "detail", "error"):
+                if isinstance(err.get(field), str):
+                    return str(err[field])
+        if isinstance(err, str):
+            return err
+        if isinstance(data.get("detail"), str):
+            return str(data["detail"])
+    return text[:500]
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff
+
+
+def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """A tool call's arguments as a dict, or the reason they cannot be read.
+
+    Servers send a JSON string (the protocol); some (Ollama) send the object itself.
+    """
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    if isinstance(raw, dict):
+        return raw, None
+    if not isinstance(raw, str):
+        return None, f"arguments must be a JSON object, got {type(raw).__name__}"
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return None, f"arguments are not valid JSON ({exc}): {raw[:200]}"
+    if not isinstance(value, dict):
+        return None, f"arguments must be a JSON object, got {type(value).__name__}: {raw[:200]}"
+    return value, None
+
+
+def _normalized_calls(raw: Any, turn: int) -> list[dict[str, Any]]:
+    """The tool calls of a reply as the protocol shapes them, to send back in the history.
+
+    Copies (the recorded response stays as received), with an id and type where a server left
+    them out, and arguments as a JSON string where a server sent the object.
+    """
+    calls: list[dict[str, Any]] = []
+    for i, call in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function")
+        function = dict(function) if isinstance(function, dict) else {}
+        if isinstance(function.get("arguments"), dict):
+            function["arguments"] = json.dumps(function["arguments"])
+        calls.append(
+            {
+                "id": call.get("id") or f"call_{turn}_{i}",
+                "type": call.get("type") or "function",
+                "function": function,
+            }
+        )
+    return calls
+
+
+class OpenAIAgent:
+    """A model on an OpenAI-compatible chat-completions server, acting through the toolbox.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is
+            appended).
+        model: the model name the server knows.
+        api_key: sent as a bearer token when given (local servers usually need none).
+        temperature: sampling temperature.
+        max_turns: model calls per task before the agent gives up.
+        timeout: seconds to wait on the server for one request.
+        system_prompt: the instructions the model gets first (default
+            :data:`DEFAULT_SYSTEM_PROMPT`).
+        max_tokens: a cap on each completion, when given.
+        attempts: attempts per model call on infrastructure errors, the first included.
+        backoff: first wait in seconds between attempts; doubles each attempt.
+        max_backoff: cap on one wait (a server's ``Retry-After`` is honoured up to it).
+        proxy: an HTTP proxy URL; none by default (environment variables are not read).
+        sleep: how to wait between attempts (``FakeClock().sleep`` in tests).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        max_turns: int = 30,
+        timeout: float = 120.0,
+        system_prompt: str | None = None,
+        max_tokens: int | None = None,
+        attempts: int = 4,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        proxy: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"OpenAIAgent(base_url={base_url!r}): give an http(s) URL such as "
+                "http://127.0.0.1:8000/v1"
+            )
+        if not model:
+            raise ConfigurationError("OpenAIAgent(model=...): name the model the server serves")
+        if max_turns < 1 or attempts < 1:
+            raise ConfigurationError("OpenAIAgent: max_turns and attempts must be >= 1")
+        if timeout <= 0 or backoff < 0 or max_backoff < 0:
+            raise ConfigurationError("OpenAIAgent: timeout must be > 0, backoff waits >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.temperature = temperature
+        self.max_turns = max_turns
+        self.timeout = timeout
+        self.system_prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+        self.max_tokens = max_tokens
+        self.attempts = attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.proxy = proxy
+        self._sleep = sleep
+        proxies = {} if proxy is None else {"http": proxy, "https": proxy}
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+
+    def config(self) -> dict[str, Any]:
+        """The agent's configuration for the evidence record (the key itself is left out)."""
+        return {
+            "agent": self.name,
+            "base_url": self.base_url,
+            "model": self.model,
+            "api_key": "set" if self.api_key else None,
+            "temperature": self.temperature,
+            "max_turns": self.max_turns,
+            "timeout": self.timeout,
+            "system_prompt": self.system_prompt,
+            "max_tokens": self.max_tokens,
+            "attempts": self.attempts,
+            "backoff": self.backoff,
+            "max_backoff": self.max_backoff,
+            "proxy": self.proxy,
+        }
+
+    # --- the loop ---
+    def run(self, task: Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
+        """Converse with the model until it answers without a tool call, or ``max_turns``.
+
+        Raises:
+            ModelServerError: the server kept failing (an infrastructure error).
+            ModelRequestError: the server refused a request (4xx).
+            Escalated: a tool call was escalated to a person (from :meth:`Toolbox.call`).
+        """
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self._system_prompt(toolbox)},
+            {"role": "user", "content": task.instruction},
+        ]
+        calls: list[dict[str, Any]] = []
+        usage: dict[str, int] = {}
+        meta: dict[str, Any] = {
+            "model_calls": calls,
+            "model_call_count": 0,
+            "usage": usage,
+            "tool_calls": 0,
+            "malformed_tool_calls": 0,
+            "stop_reason": "max_turns",
+        }
+        content = ""
+        for turn in range(self.max_turns):
+            body = self._request_body(messages, toolbox.specs, seed)
+            response, attempts = self._complete(body)
+            message, finish_reason = self._message(response)
+            calls.append(
+                {
+                    "request_digest": digest(body),
+                    "response": {
+                        "id": response.get("id"),
+                        "model": response.get("model"),
+                        "message": message,
+                        "finish_reason": finish_reason,
+                        "usage": response.get("usage"),
+                    },
+                    "attempts": attempts,
+                }
+            )
+            meta["model_call_count"] = len(calls)
+            for k, v in (response.get("usage") or {}).items():
+                if isinstance(v, int):
+                    usage[k] = usage.get(k, 0) + v
+            content = message.get("content") or ""
+            if not isinstance(content, str):  # some servers send a list of content parts
+                content = json.dumps(content)
+            tool_calls = _normalized_calls(message.get("tool_calls"), turn)
+            if not tool_calls:
+                meta["stop_reason"] = "answered"
+                return AgentOutput(message=content, claimed_success=True, meta=meta)
+            messages.append(
+                {"role": "assistant", "content": message.get("content"), "tool_calls": tool_calls}
+            )
+            for call in tool_calls:
+                result = self._call_tool(call, toolbox, meta)
+                messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": result.as_text()}
+                )
+        meta["stop_reason"] = "max_turns"
+        return AgentOutput(message=content, claimed_success=False, meta=meta)
+
+    def _system_prompt(self, toolbox: Toolbox) -> str:
+        policy = getattr(toolbox.environment, "policy", None)
+        if isinstance(policy, str) and policy.strip():
+            return f"{self.system_prompt}\n\n# Policy\n\n{policy.strip()}"
+        return self.system_prompt
+
+    def _request_body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "seed": seed,
+        }
+        if tools:  # some servers reject an empty tools list or tool_choice without tools
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        return body
+
+    def _call_tool(
+        self, call: dict[str, Any], toolbox: Toolbox, meta: dict[str, Any]
+    ) -> ToolResult:
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        name = function.get("name")
+        meta["tool_calls"] += 1
+        if not isinstance(name, str) or not name:
+            meta["malformed_tool_calls"] += 1
+            return ToolResult(False, error="tool call without a function name", kind="invalid")
+        arguments, problem = parse_arguments(function.get("arguments"))
+        if arguments is None:
+            meta["malformed_tool_calls"] += 1
+            return ToolResult(
+                False,
+                error=f"tool {name!r} not called: {problem}; send the arguments as a JSON object",
+                kind="invalid",
+            )
+        return toolbox.call(name, arguments)
+
+    @staticmethod
+    def _message(response: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ValueError("response has no choices")
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            raise ValueError("response's first choice has no message")
+        reason = choices[0].get("finish_reason")
+        return dict(message), reason if isinstance(reason, str) else None
+
+    # --- HTTP ---
+    def _complete(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """POST one completion request, retrying infrastructure errors; the response and tries."""
+        errors: list[ModelServerError] = []
+
+        def attempt() -> dict[str, Any]:
+            try:
+                response = self._post(body)
+                self._message(response)
+                return response
+            except ModelServerError as exc:
+                errors.append(exc)
+                raise
+            except ValueError as exc:  # a body that is not a chat completion
+                error = ModelServerError(
+                    f"model server at {self.url} sent a malformed response: {exc}", url=self.url
+                )
+                errors.append(error)
+                raise error from exc
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, ModelServerError) and e.transient
+            ),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            response: dict[str, Any] = retrying(attempt)
+        except ModelRequestError:
+            raise
+        except ModelServerError as last:
+            raise ModelServerError(
+                f"model server at {self.url} failed {len(errors)} time(s); last: {last}",
+                url=self.url,
+                status=last.status,
+                attempts=len(errors),
+                errors=errors,
+            ) from last
+        return response, len(errors) + 1
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """Exponential from ``backoff``, capped; at least the server's ``Retry-After``."""
+        wait = min(self.backoff * 2 ** (state.attempt_number - 1), self.max_backoff)
+        error = state.outcome.exception() if state.outcome is not None else None
+        asked = getattr(error, "retry_after", None)
+        if isinstance(asked, float):
+            wait = max(wait, min(asked, self.max_backoff))
+        return float(wait)
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One HTTP attempt; failures as :class:`ModelServerError` (or its 4xx subclass)."""
+        data = json.dumps(body).encode("utf-8")
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+        try:
+            with self._opener.open(request, timeout=self.timeout) as reply:
+                raw = reply.read()
+        except urllib.error.HTTPError as exc:
+            message = _server_message(exc.read() if exc.fp is not None else b"")
+            status = exc.code
+            if 400 <= status < 500 and status not in _RETRYABLE_STATUS:
+                raise ModelRequestError(
+                    f"model server at {self.url} refused the request: HTTP {status}: {message}",
+                    url=self.url,
+                    status=status,
+                    server_message=message,
+                ) from None
+            raise ModelServerError(
+                f"HTTP {status}: {message}",
+                url=self.url,
+                status=status,
+                retry_after=_retry_after(exc.headers.get("Retry-After") if exc.headers else None),
+            ) from None
+        except urllib.error.URLError as exc:
+            raise ModelServerError(f"cannot reach the server: {exc.reason}", url=self.url) from exc
+        except TimeoutError as exc:
+            raise ModelServerError(f"no answer within {self.timeout} s", url=self.url) from exc
+        except (ConnectionError, http.client.HTTPException, OSError) as exc:
+            raise ModelServerError(
+                f"connection failed: {type(exc).__name__}: {exc}", url=self.url
+            ) from exc
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"not JSON ({exc}): {raw[:200]!r}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"not a JSON object: {raw[:200]!r}")
+        return value
