@@ -165,6 +165,14 @@ class Policy:
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigurationError(f"Policy(timeout={self.timeout}): must be > 0 seconds")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The decisions are a read-only mapping, which pickle cannot copy: rebuild from a dict
+        # so a policy travels to worker processes.
+        return (
+            _rebuild,
+            (dict(self.decisions), self.retry, self.timeout, self.exhausted, self.unsafe),
+        )
+
     def decide(self, failure_class: FailureClass | str) -> Decision:
         """The configured decision for ``failure_class``."""
         return self.decisions[FailureClass(failure_class)]
@@ -178,3 +186,15 @@ class Policy:
             "exhausted": str(self.exhausted),
             "unsafe": str(self.unsafe),
         }
+
+
+def _rebuild(
+    decisions: dict[FailureClass, Decision],
+    retry: Retry,
+    timeout: float | None,
+    exhausted: Decision,
+    unsafe: Decision,
+) -> Policy:
+    return Policy(
+        decisions=decisions, retry=retry, timeout=timeout, exhausted=exhausted, unsafe=unsafe
+    )

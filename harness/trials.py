@@ -16,13 +16,12 @@ import json
 import multiprocessing
 import os
 import platform
-import random
 import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,14 @@ from .store import RunRow, Store, TrialRow
 from .suite import Suite, Task, load_suite
 from .transaction import observed_changes
 
-__all__ = ["RunResult", "TrialResult", "reference_outcome", "run_trials"]
+__all__ = [
+    "RunResult",
+    "TrialResult",
+    "evidence_record",
+    "reference_outcome",
+    "run_trials",
+    "trial_seed",
+]
 
 
 def _import_agents() -> None:
@@ -453,11 +459,3 @@ def run_trials(
         (folder / "summary.json").write_text(json.dumps(result.summary(), indent=2))
     store.close()
     return result
-
-
-def _random_seed() -> int:
-    return random.SystemRandom().randrange(2**31)
-
-
-__all__ += ["evidence_record", "trial_seed"]
-_ = asdict
