@@ -144,7 +144,7 @@ def run(
             console=console,
             transient=False,
         ) as progress:
-            bar = progress.add_task(f"{loaded.name} × {trials}", total=total, passed=0)
+            bar = progress.add_task(f"{loaded.name} x {trials}", total=total, passed=0)
             passed = 0
 
             def tick(r: TrialResult) -> None:

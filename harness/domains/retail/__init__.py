@@ -1,9 +1,11 @@
-"""The tau2-bench retail environment on SQLite: schema and data (`db`), plain tools (`tools`).
+"""The tau2-bench retail environment on SQLite: schema and data (`db`), plain tools (`tools`),
+the write tools as transactional actions (`actions`) and one trial's environment (`environment`).
 
 The data and the behaviour of the tools follow Sierra Research's tau2-bench (MIT licence, kept
 beside the data in ``tasks/retail/LICENSE``).
 """
 
+from harness.domains.retail.actions import build_actions
 from harness.domains.retail.db import (
     changes,
     changes_fingerprint,
@@ -12,13 +14,16 @@ from harness.domains.retail.db import (
     fresh_copy,
     template_path,
 )
+from harness.domains.retail.environment import RetailEnvironment
 from harness.domains.retail.tools import READ_TOOLS, WRITE_TOOLS, RetailError, RetailTools
 
 __all__ = [
     "READ_TOOLS",
     "WRITE_TOOLS",
+    "RetailEnvironment",
     "RetailError",
     "RetailTools",
+    "build_actions",
     "changes",
     "changes_fingerprint",
     "connect",
