@@ -174,7 +174,7 @@ def run(
             f"[yellow]interrupted[/yellow] after {len(result.results)} trials; "
             "the store is consistent"
         )
-    console.print(f"run folder: {result.folder}")
+    click.echo(f"run folder: {result.folder}")
     if result.interrupted:
         sys.exit(130)
 

@@ -94,7 +94,9 @@ def reference_outcome(suite: Suite, task: Task) -> Reference:
             except Exception:  # a reference call upstream's own tools refuse: counted as such
                 continue
             if isinstance(tool, Action) and tool.mutating:
-                writes.append((call.name, canonical(call.arguments)))
+                # Compare as the transaction log records them: validated, defaults filled in.
+                values = tool.call_values(tool.validate_mapping(dict(call.arguments)))
+                writes.append((call.name, canonical(values)))
         changes = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
         env.state.release(mark)
         return Reference(changes, writes)
@@ -381,7 +383,14 @@ def run_trials(
     agent_options = dict(agent_options or {})
     policy = policy or Policy()
     agent_obj = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
-    selected = [t for t in loaded.tasks if tasks is None or t.id in set(tasks)]
+    wanted = None if tasks is None else list(tasks)
+    if wanted is not None:
+        unknown = sorted(set(wanted) - {t.id for t in loaded.tasks})
+        if unknown:
+            raise ConfigurationError(
+                f"run_trials: no task {', '.join(map(repr, unknown))} in suite {loaded.name}"
+            )
+    selected = [t for t in loaded.tasks if wanted is None or t.id in wanted]
     if not selected:
         raise ConfigurationError(f"run_trials: no tasks selected from {loaded.name}")
     run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]

@@ -5,7 +5,7 @@ Every write of the reference is a *required step*. At each one the agent errs wi
 ``self_conditioning > 0`` an earlier error makes later ones likelier, as measured in real agents.
 An error takes one of the modes:
 
-- ``wrong_argument``: the write is made with one argument changed;
+- ``wrong_argument``: the write is made with wrong arguments;
 - ``skipped_step``: the write is not made;
 - ``extra_write``: the write is made, then one more write nobody asked for;
 - ``false_success``: the write is not made, and the agent says it was.
@@ -46,13 +46,11 @@ def _perturb(value: Any, rng: random.Random) -> Any:
 
 
 def wrong_arguments(call: ToolCall, rng: random.Random) -> dict[str, Any]:
-    """``call``'s arguments with one of them changed."""
-    args = dict(call.arguments)
-    if not args:
+    """``call``'s arguments, every one changed (so the mistake cannot hide in an argument the
+    tool ignores)."""
+    if not call.arguments:
         return {"unexpected": "X"}
-    key = rng.choice(sorted(args))
-    args[key] = _perturb(args[key], rng)
-    return args
+    return {key: _perturb(value, rng) for key, value in call.arguments.items()}
 
 
 class SimulatedAgent:

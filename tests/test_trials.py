@@ -1,0 +1,203 @@
+"""Runs: isolated trials, verdicts from external state, and the p^n null model."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import harness as hx
+from harness.cli import main
+from harness.trials import run_trials
+
+from .toy_env import write_suite
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def test_scripted_agent_passes_every_trial(tmp_path: Path):
+    """The scripted agent replays the reference, so pass^k is 1 for every k."""
+    suite = write_suite(tmp_path / "suite", [1, 2, 3])
+    result = run_trials(suite, agent="scripted", trials=3, logs=tmp_path / "logs")
+    assert len(result.results) == 9 and all(r.passed for r in result.results)
+    for k in (1, 2, 3):
+        assert result.pass_hat(k).value == 1.0
+    assert result.outcomes() == {"committed": 9}
+
+
+def test_trials_are_isolated_and_recorded(tmp_path: Path):
+    """Each trial has its own environment, episode and trial row in the run's store."""
+    suite = write_suite(tmp_path / "suite", [2])
+    result = run_trials(suite, agent="scripted", trials=2, logs=tmp_path / "logs", run_id="r1")
+    store = hx.Store(result.folder / "harness.db")
+    rows = store.trials("r1")
+    assert [r.passed for r in rows] == [True, True]
+    assert {r.episode_id for r in rows} == {"r1-t0-0", "r1-t0-1"}
+    for row in rows:
+        # each trial starts from zero: its own bumps only
+        assert [t.status for t in store.transactions(row.episode_id)] == ["committed", "committed"]
+        verdict = json.loads(row.verdict)
+        assert verdict["checks"][0]["name"] == "state_equality"
+    assert store.verify_chain().ok
+    evidence = json.loads((result.folder / "evidence.json").read_text())
+    assert evidence["suite"]["tasks"]["t0"]["version"] == "1"
+    assert evidence["agent"] == {"name": "scripted"}
+    assert set(evidence["tool_versions"]) == {"bump", "look"}
+
+
+def test_each_error_mode_fails_the_trial(tmp_path: Path):
+    """Every simulated error mode leaves a state the verifier rejects."""
+    suite = write_suite(tmp_path / "suite", [2])
+    for mode in ("wrong_argument", "skipped_step", "extra_write", "false_success"):
+        result = run_trials(
+            suite,
+            agent="simulated",
+            agent_options={"error_rate": 1.0, "modes": [mode]},
+            trials=2,
+            logs=tmp_path / mode,
+        )
+        assert not any(r.passed for r in result.results), mode
+
+
+def test_simulated_pass_rate_tracks_the_null_model(tmp_path: Path):
+    """Observed pass^1 per step count stays within 3 standard errors of (1-p)^n.
+
+    With error rate p and n required writes, a trial passes only if no step errs, so its
+    success probability is (1-p)^n exactly. For each n we run N trials and accept the observed
+    rate r when |r - (1-p)^n| <= 3 * sqrt((1-p)^n (1 - (1-p)^n) / N), a two-sided test whose
+    false alarm rate is about 0.3% per group.
+    """
+    p = 0.15
+    steps = [1, 2, 4, 6, 8] * 4
+    suite = write_suite(tmp_path / "suite", steps)
+    result = run_trials(
+        suite,
+        agent="simulated",
+        agent_options={"error_rate": p},
+        trials=25,
+        seed=7,
+        logs=tmp_path / "logs",
+    )
+    by_n: dict[int, list[bool]] = defaultdict(list)
+    for r in result.results:
+        by_n[len(r.steps)].append(r.passed)
+    assert sorted(by_n) == [1, 2, 4, 6, 8]
+    for n, outcomes in by_n.items():
+        expected = (1 - p) ** n
+        observed = sum(outcomes) / len(outcomes)
+        se = math.sqrt(expected * (1 - expected) / len(outcomes))
+        assert abs(observed - expected) <= 3 * se, (n, observed, expected)
+
+
+def test_self_conditioning_makes_later_errors_likelier(tmp_path: Path):
+    """With self-conditioning, steps after an error fail more often than steps before any."""
+    suite = write_suite(tmp_path / "suite", [8] * 10)
+    result = run_trials(
+        suite,
+        agent="simulated",
+        agent_options={"error_rate": 0.1, "self_conditioning": 4.0, "modes": ["skipped_step"]},
+        trials=20,
+        seed=3,
+        logs=tmp_path / "logs",
+    )
+    clean = after = clean_err = after_err = 0
+    for r in result.results:
+        seen_error = False
+        for ok in r.steps:
+            if seen_error:
+                after += 1
+                after_err += not ok
+            else:
+                clean += 1
+                clean_err += not ok
+            seen_error = seen_error or not ok
+    assert after_err / after > 2 * (clean_err / clean)
+
+
+def test_tau2_tasks_run_on_the_builtin_environment(tmp_path: Path):
+    """A tau2 tasks.json runs on the built-in retail environment; scripted passes it."""
+    tasks = SHARED / "tau2-retail" / "tasks.json"
+    if not tasks.exists():
+        pytest.skip("the shared tau2 data is not beside the repository")
+    result = run_trials(
+        tasks, agent="scripted", trials=1, logs=tmp_path / "logs", tasks=["0", "1", "2", "20"]
+    )
+    assert [r.passed for r in result.results] == [True] * 4
+
+
+def test_parallel_workers_give_the_same_verdicts(tmp_path: Path):
+    """Two worker processes produce the same per-trial verdicts as one, seed for seed."""
+    suite = write_suite(tmp_path / "suite", [1, 3, 5])
+    opts = {"error_rate": 0.3}
+    one = run_trials(
+        suite, agent="simulated", agent_options=opts, trials=4, seed=11, logs=tmp_path / "a"
+    )
+    two = run_trials(
+        suite,
+        agent="simulated",
+        agent_options=opts,
+        trials=4,
+        seed=11,
+        workers=2,
+        logs=tmp_path / "b",
+    )
+    key = lambda r: (r.task_id, r.trial)  # noqa: E731
+    assert [(key(r), r.passed) for r in sorted(one.results, key=key)] == [
+        (key(r), r.passed) for r in sorted(two.results, key=key)
+    ]
+
+
+def test_cli_run_prints_the_table_and_run_folder(tmp_path: Path):
+    """`harness run` shows pass^k for every k, failures by class, and the run folder."""
+    suite = write_suite(tmp_path / "suite", [1, 2])
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(suite),
+            "--agent",
+            "simulated",
+            "--trials",
+            "3",
+            "--seed",
+            "0",
+            "--error-rate",
+            "0.2",
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    assert "pass^k" in out.output and "95% interval" in out.output and "method" in out.output
+    assert "run folder:" in out.output
+    folder = Path(out.output.split("run folder:")[1].split()[0])
+    assert (folder / "harness.db").exists() and (folder / "summary.json").exists()
+    for k in ("1", "2", "3"):
+        assert k in json.loads((folder / "summary.json").read_text())["pass_hat_k"]
+
+
+def test_cli_run_rejects_a_missing_suite(tmp_path: Path):
+    """An unknown suite is a clear usage error, and no run folder is made."""
+    out = CliRunner().invoke(main, ["run", "nope", "--logs", str(tmp_path / "logs")])
+    assert out.exit_code == 2 and "neither a suite folder" in out.output
+    assert not (tmp_path / "logs").exists()
+
+
+def test_run_rejects_bad_arguments(tmp_path: Path):
+    """Zero trials, an unknown agent or bad agent options fail before anything runs."""
+    suite = write_suite(tmp_path / "suite", [1])
+    with pytest.raises(hx.ConfigurationError, match="trials and workers"):
+        run_trials(suite, trials=0, logs=tmp_path / "logs")
+    with pytest.raises(hx.ConfigurationError, match="unknown agent 'nobody'"):
+        run_trials(suite, agent="nobody", logs=tmp_path / "logs")
+    with pytest.raises(hx.ConfigurationError, match="no task 'zz' in suite toy"):
+        run_trials(suite, tasks=["t0", "zz"], logs=tmp_path / "logs")
+    with pytest.raises(hx.ConfigurationError, match="error_rate=2"):
+        run_trials(
+            suite, agent="simulated", agent_options={"error_rate": 2}, logs=tmp_path / "logs"
+        )
+    assert not (tmp_path / "logs").exists()
