@@ -78,7 +78,7 @@ class Reference:
 
 
 def _plain(tool: Any) -> Callable[..., Any]:
-    return tool.fn if isinstance(tool, Action) else tool  # type: ignore[no-any-return]
+    return tool.fn if isinstance(tool, Action) else tool
 
 
 def reference_outcome(suite: Suite, task: Task) -> Reference:
