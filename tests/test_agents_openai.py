@@ -1,0 +1,424 @@
+"""The OpenAI-compatible agent against the shipped fake chat-completions server (loopback only)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness as hx
+from harness.agents.base import Toolbox
+from harness.agents.openai import (
+    DEFAULT_SYSTEM_PROMPT,
+    ModelRequestError,
+    ModelServerError,
+    OpenAIAgent,
+)
+from harness.suite import Task, load_suite
+from harness.testing import FakeClock
+from harness.testing_openai import (
+    Failure,
+    FakeChatServer,
+    ReplayPolicy,
+    text_reply,
+    tool_call,
+    tool_reply,
+)
+
+from .conftest import Shop
+
+TAU2_TASKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau2-retail" / "tasks.json"
+NO_TAU2 = f"reference data absent: {TAU2_TASKS.name} (the shared folder beside the repository)"
+
+TASK = Task(id="t1", instruction="Please cancel my order o1.", required_outputs=["cancelled"])
+
+
+def shop_tools(shop: Shop) -> dict[str, Any]:
+    """A cancel action (pending orders only, undoable) and a read tool over the shop."""
+
+    @hx.action(writes=["orders/{order_id}"], idempotency_key=lambda a: a.order_id)
+    def cancel_order(order_id: str) -> dict[str, Any]:
+        """Cancel a pending order.
+
+        Args:
+            order_id: the order to cancel.
+        """
+        return shop.set_status(order_id, "cancelled")
+
+    @cancel_order.precondition
+    def is_pending(ctx: hx.Context) -> bool:
+        order = ctx.state.get(f"orders/{ctx.args.order_id}")
+        return order is not None and order["status"] == "pending"
+
+    @cancel_order.postcondition
+    def is_cancelled(ctx: hx.Context) -> bool:
+        return bool(ctx.after[f"orders/{ctx.args.order_id}"]["status"] == "cancelled")
+
+    cancel_order.compensation(shop.restore)
+
+    def get_order(order_id: str) -> dict[str, Any]:
+        """Look up an order.
+
+        Args:
+            order_id: the order to look up.
+        """
+        return dict(shop.state[f"orders/{order_id}"])
+
+    return {"cancel_order": cancel_order, "get_order": get_order}
+
+
+@pytest.fixture
+def episode(shop: Shop, store: hx.Store, clock: FakeClock) -> Iterator[hx.Episode]:
+    """An open episode on the shop."""
+    with hx.Episode(state=shop.state, store=store, clock=clock) as ep:
+        yield ep
+
+
+@pytest.fixture
+def toolbox(shop: Shop, episode: hx.Episode) -> Toolbox:
+    """The shop's tools in the open episode."""
+    return Toolbox(shop_tools(shop), episode)
+
+
+def agent_for(server: FakeChatServer, clock: FakeClock, **options: Any) -> OpenAIAgent:
+    """An agent on the fake server whose backoff sleeps go to the fake clock."""
+    options.setdefault("model", "fake-model")
+    return OpenAIAgent(base_url=server.base_url, sleep=clock.sleep, **options)
+
+
+def test_sends_tool_specs_instruction_and_seed(toolbox: Toolbox, clock: FakeClock) -> None:
+    """The first request carries the system prompt, the instruction, the tool specs and the seed."""
+    with FakeChatServer([text_reply("Nothing to do.")], model="fake-model") as server:
+        output = agent_for(server, clock, temperature=0.3).run(TASK, toolbox, seed=7)
+    (request,) = server.requests
+    assert request["model"] == "fake-model"
+    assert request["messages"] == [
+        {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+        {"role": "user", "content": TASK.instruction},
+    ]
+    assert request["tools"] == toolbox.specs
+    assert {t["function"]["name"] for t in request["tools"]} == {"cancel_order", "get_order"}
+    assert request["tool_choice"] == "auto"
+    assert request["seed"] == 7 and request["temperature"] == 0.3
+    assert output.message == "Nothing to do." and output.claimed_success
+    assert output.meta["stop_reason"] == "answered" and output.meta["model_call_count"] == 1
+    assert output.meta["usage"] == server.responses[0]["usage"]
+    assert server.errors == []
+
+
+def test_tool_calls_run_as_transactions_and_results_go_back(
+    shop: Shop, toolbox: Toolbox, episode: hx.Episode, store: hx.Store, clock: FakeClock
+) -> None:
+    """Each tool call runs through the episode and its result returns as a `tool` message."""
+    script = [
+        tool_reply(("get_order", {"order_id": "o1"})),
+        tool_reply(("cancel_order", {"order_id": "o1"})),
+        text_reply("Your order o1 is cancelled."),
+    ]
+    with FakeChatServer(script) as server:
+        output = agent_for(server, clock).run(TASK, toolbox, seed=0)
+    assert shop.applied == [("o1", "cancelled")]
+    assert [(c.name, c.ok, c.write) for c in toolbox.calls] == [
+        ("get_order", True, False),
+        ("cancel_order", True, True),
+    ]
+    (txn,) = store.transactions(episode.id)
+    assert txn.action == "cancel_order" and txn.status == "committed"
+    first, second = server.tool_results(1), server.tool_results(2)
+    assert [json.loads(m["content"]) for m in first] == [{"status": "pending", "total": 10}]
+    assert (
+        first[0]["tool_call_id"]
+        == server.responses[0]["choices"][0]["message"]["tool_calls"][0]["id"]
+    )
+    assert json.loads(second[-1]["content"]) == {"order_id": "o1", "status": "cancelled"}
+    assert output.message == "Your order o1 is cancelled."
+    assert output.meta["tool_calls"] == 2 and output.meta["model_call_count"] == 3
+    digests = [c["request_digest"] for c in output.meta["model_calls"]]
+    assert len(set(digests)) == 3 and all(len(d) == 64 for d in digests)
+    assert server.errors == []
+
+
+def test_precondition_failure_is_a_tool_result_and_the_loop_continues(
+    shop: Shop, toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """A refused write comes back to the model as an error result; the model then answers."""
+    script = [
+        tool_reply(("cancel_order", {"order_id": "o3"})),
+        text_reply("Order o3 was delivered, so it cannot be cancelled."),
+    ]
+    with FakeChatServer(script) as server:
+        output = agent_for(server, clock).run(TASK, toolbox, seed=0)
+    (result,) = server.tool_results()
+    assert result["content"].startswith("Error: ")
+    assert "precondition 'is_pending' is false" in result["content"]
+    assert shop.applied == [] and shop.state["orders/o3"]["status"] == "delivered"
+    assert toolbox.calls[0].kind == "precondition"
+    assert output.meta["stop_reason"] == "answered" and "cannot be cancelled" in output.message
+
+
+def test_malformed_arguments_become_a_tool_result(
+    shop: Shop, toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """Arguments that are not a JSON object are reported to the model; no tool runs."""
+    script = [
+        tool_reply(("cancel_order", '{"order_id": "o1"'), ("get_order", '["o1"]')),
+        text_reply("Sorry."),
+    ]
+    with FakeChatServer(script) as server:
+        output = agent_for(server, clock).run(TASK, toolbox, seed=0)
+    broken, listed = server.tool_results()
+    assert broken["content"].startswith("Error: tool 'cancel_order' not called")
+    assert "not valid JSON" in broken["content"]
+    assert "must be a JSON object, got list" in listed["content"]
+    assert shop.applied == [] and toolbox.calls == []
+    assert output.meta["malformed_tool_calls"] == 2 and output.message == "Sorry."
+    assert server.errors == []  # the history sent back was still a valid conversation
+
+
+def test_arguments_sent_as_an_object_are_accepted(
+    shop: Shop, toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """A server that sends arguments as an object (Ollama) works; the history sends them as text."""
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "cancel_order", "arguments": {"order_id": "o2"}},
+    }
+    script = [{"role": "assistant", "content": None, "tool_calls": [call]}, text_reply("Done.")]
+    with FakeChatServer(script) as server:
+        agent_for(server, clock).run(TASK, toolbox, seed=0)
+    assert shop.applied == [("o2", "cancelled")]
+    echoed = server.requests[1]["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(echoed) == {"order_id": "o2"} and server.errors == []
+
+
+def test_unknown_tool_is_a_tool_result(toolbox: Toolbox, clock: FakeClock) -> None:
+    """A call to a tool that does not exist is answered with the list of tools."""
+    with FakeChatServer([tool_reply(("refund_all", {})), text_reply("ok")]) as server:
+        agent_for(server, clock).run(TASK, toolbox, seed=0)
+    (result,) = server.tool_results()
+    assert "unknown tool 'refund_all'" in result["content"] and "cancel_order" in result["content"]
+
+
+def test_500_and_429_are_retried_with_backoff(toolbox: Toolbox, clock: FakeClock) -> None:
+    """A 500 then a 429 are retried after 1 s and the server's Retry-After of 3 s, then succeed."""
+    failures = [Failure.http(500), Failure.rate_limited(retry_after=3)]
+    with FakeChatServer([text_reply("hello")], failures=failures) as server:
+        output = agent_for(server, clock).run(TASK, toolbox, seed=0)
+    assert output.message == "hello"
+    assert clock.sleeps == [1.0, 3.0]
+    assert len(server.requests) == 3 and len(server.responses) == 1
+    assert output.meta["model_calls"][0]["attempts"] == 3
+
+
+def test_dropped_connection_and_timeout_are_retried(toolbox: Toolbox, clock: FakeClock) -> None:
+    """A connection closed without an answer and an answer slower than the timeout are retried."""
+    failures = [Failure.disconnect(), Failure.delay(30)]
+    with FakeChatServer([text_reply("hello")], failures=failures) as server:
+        output = agent_for(server, clock, timeout=0.05).run(TASK, toolbox, seed=0)
+    assert output.message == "hello" and clock.sleeps == [1.0, 2.0]
+    assert len(server.requests) == 3
+
+
+def test_persistent_500_raises_model_server_error(toolbox: Toolbox, clock: FakeClock) -> None:
+    """A server failing every attempt raises ModelServerError carrying each attempt's error."""
+    failures = [Failure.http(503, "overloaded")] * 4
+    with FakeChatServer([text_reply("never")], failures=failures) as server:
+        with pytest.raises(ModelServerError) as info:
+            agent_for(server, clock, attempts=4, backoff=0.5).run(TASK, toolbox, seed=0)
+    error = info.value
+    assert isinstance(error, hx.HarnessError) and not isinstance(error, ModelRequestError)
+    assert error.status == 503 and error.attempts == 4 and len(error.errors) == 4
+    assert "failed 4 time(s)" in str(error) and "HTTP 503: overloaded" in str(error)
+    assert clock.sleeps == [0.5, 1.0, 2.0] and len(server.requests) == 4
+
+
+def test_connection_refused_raises_model_server_error(toolbox: Toolbox, clock: FakeClock) -> None:
+    """Nothing listening at base_url is an infrastructure error after the retries, not a crash."""
+    with FakeChatServer([]) as server:
+        url = server.base_url
+    agent = OpenAIAgent(base_url=url, model="m", attempts=2, sleep=clock.sleep)
+    with pytest.raises(ModelServerError, match="cannot reach the server") as info:
+        agent.run(TASK, toolbox, seed=0)
+    assert info.value.status is None and info.value.attempts == 2 and clock.sleeps == [1.0]
+
+
+def test_client_error_is_raised_at_once_with_the_server_message(
+    toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """A 4xx (here an unknown model) is not retried; the error names the status and message."""
+    with FakeChatServer([text_reply("hi")], model="served-model") as server:
+        with pytest.raises(ModelRequestError) as info:
+            agent_for(server, clock, model="other-model").run(TASK, toolbox, seed=0)
+    assert info.value.status == 404
+    assert "HTTP 404: The model `other-model` does not exist." in str(info.value)
+    assert info.value.server_message == "The model `other-model` does not exist."
+    assert clock.sleeps == [] and len(server.requests) == 1
+
+
+def test_api_key_is_sent_as_a_bearer_token_and_kept_out_of_config(
+    toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """The key authenticates the request (a wrong one is a 401) and never enters config()."""
+    with FakeChatServer([text_reply("hi")], api_key="sk-test") as server:
+        assert (
+            agent_for(server, clock, api_key="sk-test").run(TASK, toolbox, seed=0).message == "hi"
+        )
+        with pytest.raises(ModelRequestError, match="HTTP 401"):
+            agent_for(server, clock, api_key="wrong").run(TASK, toolbox, seed=0)
+        config = agent_for(server, clock, api_key="sk-test").config()
+    assert "sk-test" not in json.dumps(config) and config["api_key"] == "set"
+    assert config["agent"] == "openai" and config["model"] == "fake-model"
+
+
+def test_proxy_environment_variables_are_not_read(
+    toolbox: Toolbox, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Configuration is what is passed in: an http_proxy in the environment is ignored."""
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    with FakeChatServer([text_reply("direct")]) as server:
+        assert agent_for(server, clock).run(TASK, toolbox, seed=0).message == "direct"
+
+
+def test_max_turns_stops_a_model_that_never_stops(toolbox: Toolbox, clock: FakeClock) -> None:
+    """A model that calls a tool every turn is stopped after max_turns model calls."""
+
+    def forever(request: dict[str, Any]) -> dict[str, Any]:
+        return tool_reply(("get_order", {"order_id": "o1"}))
+
+    with FakeChatServer(forever) as server:
+        output = agent_for(server, clock, max_turns=3).run(TASK, toolbox, seed=0)
+    assert len(server.requests) == 3 and len(toolbox.calls) == 3
+    assert output.meta["stop_reason"] == "max_turns" and not output.claimed_success
+
+
+def test_bad_options_are_configuration_errors() -> None:
+    """A base URL that is not http(s), or max_turns below 1, is refused at construction."""
+    with pytest.raises(hx.ConfigurationError, match="http"):
+        OpenAIAgent(base_url="127.0.0.1:8000/v1", model="m")
+    with pytest.raises(hx.ConfigurationError, match="max_turns"):
+        OpenAIAgent(base_url="http://127.0.0.1:8000/v1", model="m", max_turns=0)
+
+
+def test_fake_server_refuses_a_malformed_conversation() -> None:
+    """The fake answers 400 to a tool message that answers no tool call, and records why."""
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "tool", "tool_call_id": "x", "content": "1"},
+        ],
+    }
+    with FakeChatServer([text_reply("hi")]) as server:
+        request = urllib.request.Request(
+            f"{server.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=5)
+    assert info.value.code == 400
+    assert "answers no tool call" in json.loads(info.value.read())["error"]["message"]
+    assert server.errors and "answers no tool call" in server.errors[0]
+
+
+def test_canned_replies_are_indexed_by_turn() -> None:
+    """Reply i answers turn i of any conversation, so retries and new conversations replay it."""
+    call = tool_call("get_order", {"order_id": "o1"}, id="c0")
+    policy_server = FakeChatServer([tool_reply(call), text_reply("end")])
+    first = {"model": "m", "messages": [{"role": "user", "content": "a"}]}
+    second = {
+        "model": "m",
+        "messages": [
+            *first["messages"],
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c0", "content": "{}"},
+        ],
+    }
+    assert policy_server.policy(first)["tool_calls"][0]["id"] == "c0"
+    assert policy_server.policy(first) == policy_server.policy(first)
+    assert policy_server.policy(second)["content"] == "end"
+
+
+# --- the retail domain (tau2 tasks) ---
+
+
+@pytest.fixture(scope="module")
+def retail_suite() -> Any:
+    """The tau2 retail suite, or a skip when the shared data is absent."""
+    if not TAU2_TASKS.exists():
+        pytest.skip(NO_TAU2)
+    return load_suite(TAU2_TASKS)
+
+
+def reference_export(task: Task) -> Any:
+    """The final database after replaying the task's reference actions on the plain tools."""
+    from harness.domains.retail.environment import RetailEnvironment
+    from harness.domains.retail.tools import RetailError
+
+    with RetailEnvironment() as env:
+        for call in task.reference_actions:
+            with contextlib.suppress(RetailError):  # a reference action that fails upstream too
+                getattr(env.backend, call.name)(**call.arguments)
+        return env.export()
+
+
+def replay_with_agent(
+    suite: Any, task: Task, server: FakeChatServer, store: hx.Store
+) -> tuple[Any, Any, Toolbox]:
+    """Run the openai agent on ``task`` in a fresh environment: output, final export, toolbox."""
+    env = suite.new_environment()
+    try:
+        with hx.Episode(state=env.state, store=store, task_id=task.id) as ep:
+            toolbox = Toolbox(env.tools, ep, env)
+            agent = OpenAIAgent(base_url=server.base_url, model="fake", sleep=FakeClock().sleep)
+            output = agent.run(task, toolbox, seed=0)
+        return output, env.export(), toolbox
+    finally:
+        env.close()
+
+
+def test_replay_policy_reproduces_the_reference_final_state(
+    retail_suite: Any, store: hx.Store
+) -> None:
+    """ReplayPolicy through the agent leaves the retail database as the reference actions do."""
+    task = next(
+        t
+        for t in retail_suite.tasks
+        if t.required_outputs
+        and any(
+            c.name.startswith(("exchange", "return", "cancel", "modify"))
+            for c in t.reference_actions
+        )
+    )
+    with FakeChatServer(ReplayPolicy(task)) as server:
+        output, final, toolbox = replay_with_agent(retail_suite, task, server, store)
+    assert final == reference_export(task)
+    assert any(c.write and c.ok for c in toolbox.calls)  # the state did change
+    assert [c.name for c in toolbox.calls] == [c.name for c in task.reference_actions]
+    assert output.meta["model_call_count"] == len(task.reference_actions) + 1
+    assert all(r.lower() in output.message.lower() for r in task.required_outputs)
+    assert server.errors == []
+
+
+@pytest.mark.slow
+def test_replay_policy_runs_the_whole_suite(
+    retail_suite: Any, store: hx.Store, request: pytest.FixtureRequest
+) -> None:
+    """One fake server replays every task of the suite; each final state matches the reference."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("slow (about 30 s): run with -m slow")
+    with FakeChatServer(ReplayPolicy(retail_suite.tasks)) as server:
+        for task in retail_suite.tasks:
+            _, final, _ = replay_with_agent(retail_suite, task, server, store)
+            assert final == reference_export(task), task.id
+    assert server.errors == []
