@@ -1,0 +1,118 @@
+"""``RetailEnvironment``: one isolated retail database with its tools, for one trial.
+
+It copies the template database (:func:`~harness.domains.retail.db.fresh_copy`) into a folder
+of its own (a new temporary one unless given), opens it as an :class:`hx.SQLState`, and builds
+the tools over that adapter's connection: actions for the seven write tools
+(:func:`~harness.domains.retail.actions.build_actions`), plain methods for the reads,
+``calculate`` and ``transfer_to_human_agents``.
+
+One connection, shared: the tools write through the adapter's own ``sqlite3`` connection
+(autocommit mode, ``isolation_level=None``). Each write tool runs in one ``BEGIN IMMEDIATE``
+transaction on it, and the adapter's change-capture triggers fire inside that same transaction,
+so a tool that fails rolls back its rows *and* their capture records together: the harness sees
+exactly the committed changes, with no window in which another connection's uncommitted or
+not-yet-visible writes could be missed or misattributed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import harness as hx
+from harness.domains.retail import db
+from harness.domains.retail.actions import build_actions
+from harness.domains.retail.db import Record
+from harness.domains.retail.tools import TOOL_TYPES, RetailTools
+
+__all__ = ["RetailEnvironment"]
+
+DB_FILE = "retail.sqlite"
+"""The database's file name inside the environment's folder."""
+
+
+class RetailEnvironment:
+    """A fresh copy of the retail database, its state adapter and its tools.
+
+    Args:
+        folder: Where the database file goes (created if missing; left in place on
+            :meth:`close`). Default: a new temporary folder, removed on :meth:`close`.
+        db_json_path: Upstream's ``db.json`` to build the template from (default: the
+            repository's ``tasks/retail/db.json``).
+
+    Attributes:
+        path: The database file.
+        state: The :class:`hx.SQLState` over it (resources ``orders/<id>``, ``users/<id>``,
+            ``products/<id>``).
+        backend: The plain :class:`RetailTools` the actions call, over ``state.connection``
+            (its methods are looked up at each call: patch one to inject a fault).
+        actions: ``{name: hx.Action}`` for the seven write tools.
+        tools: ``{name: callable}`` for all sixteen tools: the actions for writes, the plain
+            methods for the rest.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str] | None = None,
+        *,
+        db_json_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._temporary: Path | None = None
+        if folder is None:
+            self._temporary = Path(tempfile.mkdtemp(prefix="harness-retail-"))
+            root = self._temporary
+        else:
+            root = Path(folder)
+            root.mkdir(parents=True, exist_ok=True)
+        self._closed = False
+        try:
+            self.path = db.fresh_copy(root / DB_FILE, db_json_path=db_json_path)
+            self.state = hx.SQLState(self.path)
+        except BaseException:
+            self._remove_folder()
+            raise
+        self.backend = RetailTools(self.state.connection)
+        self.actions: dict[str, hx.Action[..., Record]] = build_actions(self.backend, self.state)
+        self.tools: dict[str, Callable[..., Any]] = {
+            name: self.actions[name] if name in self.actions else getattr(self.backend, name)
+            for name in TOOL_TYPES
+        }
+
+    def export(self) -> dict[str, dict[str, Record]]:
+        """The database as plain JSON in the shape of tau2's ``db.json``."""
+        return db.export(self.state.connection)
+
+    def close(self) -> None:
+        """Close the connection and remove the temporary folder, if this environment made it."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.state.close()
+        finally:
+            self._remove_folder()
+
+    def _remove_folder(self) -> None:
+        if self._temporary is not None:
+            shutil.rmtree(self._temporary, ignore_errors=True)
+            self._temporary = None
+
+    def __enter__(self) -> RetailEnvironment:
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        status = "closed" if self._closed else "open"
+        return f"<RetailEnvironment {self.path} {status}>"
