@@ -106,7 +106,28 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return " ".join(" ".join(summary).split()), args
 
 
+_MODELS: dict[tuple[Any, ...], tuple[type[BaseModel], list[str], str]] = {}
+
+
 def _build_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], list[str], str]:
+    """The arguments' pydantic model, names and the docstring summary (cached per function).
+
+    Environments build their actions afresh for every trial, often from bound methods or
+    closures of the same code; building a pydantic model costs a millisecond, so models are
+    shared between functions with the same code, defaults and docstring.
+    """
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:
+        return _make_model(name, fn)
+    defaults = getattr(getattr(fn, "__func__", fn), "__defaults__", None)
+    key = (name, code, repr(defaults), fn.__doc__, id(getattr(fn, "__globals__", None)))
+    cached = _MODELS.get(key)
+    if cached is None:
+        cached = _MODELS[key] = _make_model(name, fn)
+    return cached
+
+
+def _make_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], list[str], str]:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
