@@ -612,6 +612,7 @@ class EpisodeWriter:
     def batch(self) -> Iterator[None]:
         """One database transaction; nested batches join the outer one."""
         self._depth += 1
+        chain = (self.seq, self.head)
         if self._depth == 1 and self._sqlite:
             self._exec("BEGIN IMMEDIATE", {})
         try:
@@ -619,6 +620,8 @@ class EpisodeWriter:
         except BaseException:
             if self._depth == 1:
                 self.conn.rollback()
+                # The records of this batch are gone: so is their place in the chain.
+                self.seq, self.head = chain
             raise
         else:
             if self._depth == 1:

@@ -137,3 +137,22 @@ def test_synchronous_setting_is_checked(tmp_path: Path):
     with pytest.raises(hx.StoreError, match="synchronous"):
         hx.Store(tmp_path / "x.db", synchronous="SOMETIMES")
     assert not (tmp_path / "x.db").exists()
+
+
+def test_interrupted_batch_leaves_no_gap_in_the_chain(shop: Shop, store_url: str):
+    """A write interrupted inside its batch is rolled back, and the chain continues unbroken."""
+    store = hx.Store(store_url)
+    writer = store.writer("e1")
+    with writer.batch():
+        writer.insert_episode({"id": "e1", "created_at": 0.0, "updated_at": 0.0})
+        writer.append("start", None, {})
+        writer.update_head()
+    with pytest.raises(KeyboardInterrupt), writer.batch():
+        writer.append("lost", None, {})
+        raise KeyboardInterrupt
+    with writer.batch():
+        writer.append("after", None, {})
+        writer.update_head()
+    writer.close()
+    assert [r.kind for r in store.log("e1")] == ["start", "after"]
+    assert store.verify_chain().ok

@@ -201,3 +201,55 @@ def test_run_rejects_bad_arguments(tmp_path: Path):
             suite, agent="simulated", agent_options={"error_rate": 2}, logs=tmp_path / "logs"
         )
     assert not (tmp_path / "logs").exists()
+
+
+def test_ctrl_c_leaves_a_consistent_store(tmp_path: Path):
+    """SIGINT mid-run stops it with exit 130; every record written verifies and is complete."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    suite = write_suite(tmp_path / "suite", [3] * 20)
+    logs = tmp_path / "logs"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            str(suite),
+            "--trials",
+            "200",
+            "--agent",
+            "simulated",
+            "--logs",
+            str(logs),
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    db = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and db is None:
+        found = list(logs.glob("*/harness.db")) if logs.exists() else []
+        if found and hx.Store(found[0]).trials():
+            db = found[0]
+        time.sleep(0.05)
+    assert db is not None, "the run never recorded a trial"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in out and "store is consistent" in out
+    store = hx.Store(db)
+    (run,) = store.runs()
+    assert run.status == "interrupted"
+    finished = store.trials()
+    assert 0 < len(finished) < 4000
+    assert store.verify_chain().ok
+    for trial in finished:
+        assert store.episode(trial.episode_id).status == "committed"  # type: ignore[union-attr]
