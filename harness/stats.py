@@ -22,9 +22,11 @@ Interval methods (``Estimate.method``):
     for suites under ten tasks, the task-level variance cannot be estimated reliably; this
     branch does not need it and is conservative.
 ``...-clustered``
-    With task families (``clusters``), the standard error is cluster-robust, the degrees of
-    freedom are ``G - 1`` and the task count ``T`` is replaced by ``T^2 / sum(size_g^2)`` (the
-    number of independent units if tasks of a family were perfectly correlated).
+    With task families (``clusters``), the standard error is cluster-robust and the degrees of
+    freedom are ``G - 1``. The task count in the sparse test and in the floor of ``n_eff`` becomes
+    ``T`` over the estimated design effect (``se_cluster^2 / se_task^2``), kept between ``T`` and
+    ``T^2 / sum(size_g^2)``, the number of independent units if tasks of a family were perfectly
+    correlated; the Clopper-Pearson branch uses that worst case.
 ``mover-t-hull``
     Paired difference of two runs: the hull of Newcombe's MOVER interval (built from the two
     task-level intervals and the correlation of the per-task values) and the paired t interval
@@ -540,21 +542,23 @@ def _task_bounds(
     n_tasks = x.shape[-1]
     m = x.mean(axis=-1)
     resid = x - m[..., None]
+    # Sample variance of the task values over T: the squared standard error of their mean.
+    se2 = np.sum(resid**2, axis=-1) / max(n_tasks - 1, 1) / n_tasks
     if clusters is None:
-        units, df = float(n_tasks), n_tasks - 1
-        se2 = (
-            np.sum(resid**2, axis=-1) / (n_tasks - 1) / n_tasks if n_tasks > 1 else np.zeros_like(m)
-        )
+        worst, df = float(n_tasks), n_tasks - 1
+        units = np.full(m.shape, worst)
     else:
-        units, df = clusters.n_units, clusters.count - 1
+        worst, df, g = clusters.n_units, clusters.count - 1, clusters.count
         totals = np.add.reduceat(resid[..., clusters.order], clusters.starts, axis=-1)
-        g = clusters.count
-        se2 = g / (g - 1) * np.sum(totals**2, axis=-1) / n_tasks**2
-    unit_n = np.full(m.shape, units)
+        se2_tasks, se2 = se2, g / (g - 1) * np.sum(totals**2, axis=-1) / n_tasks**2
+        # Tasks' worth of independent information: T over the estimated design effect.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            units = n_tasks * se2_tasks / se2
+        units = np.clip(np.nan_to_num(units, nan=worst, posinf=worst), worst, n_tasks)
     cap = np.maximum(np.broadcast_to(cap, m.shape), units)
     with np.errstate(divide="ignore", invalid="ignore"):
         n_eff = np.where(se2 > 0, m * (1.0 - m) / se2, cap)
-    n_eff = np.clip(np.nan_to_num(n_eff, nan=units), units, cap)
+    n_eff = np.clip(np.nan_to_num(n_eff, nan=worst), units, cap)
     sparse = (units * m < _SPARSE_MASS) | (units * (1.0 - m) < _SPARSE_MASS)
     dense = ~sparse
     low, high = np.empty_like(m), np.empty_like(m)
@@ -562,8 +566,10 @@ def _task_bounds(
         z = _t_quantile(max(df, 1), 0.5 + confidence / 2.0)
         low[dense], high[dense] = _wilson_bounds(m[dense], n_eff[dense], z)
     if sparse.any():
-        low[sparse], high[sparse] = _cp_bounds(units * m[sparse], unit_n[sparse], confidence)
-        n_eff = np.where(sparse, units, n_eff)
+        # Each task (or, with clusters, each worst-case unit) as one Bernoulli draw.
+        n_units = np.full(int(sparse.sum()), worst)
+        low[sparse], high[sparse] = _cp_bounds(worst * m[sparse], n_units, confidence)
+        n_eff = np.where(sparse, worst, n_eff)
     # The clipped Wilson/CP bounds can sit a rounding error off the point estimate.
     low, high = np.minimum(low, m), np.maximum(high, m)
     return _Bounds(value=m, low=low, high=high, se=np.sqrt(se2), n_eff=n_eff, sparse=sparse)
