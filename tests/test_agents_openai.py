@@ -112,6 +112,21 @@ def test_sends_tool_specs_instruction_and_seed(toolbox: Toolbox, clock: FakeCloc
     assert server.errors == []
 
 
+def test_environment_policy_is_appended_to_the_system_prompt(
+    shop: Shop, episode: hx.Episode, clock: FakeClock
+) -> None:
+    """An environment with a ``policy`` text gets it after the system prompt."""
+
+    class WithPolicy:
+        policy = "Never cancel a delivered order."
+
+    toolbox = Toolbox(shop_tools(shop), episode, WithPolicy())
+    with FakeChatServer([text_reply("ok")]) as server:
+        agent_for(server, clock, system_prompt="Be brief.").run(TASK, toolbox, seed=0)
+    system = server.last_request["messages"][0]["content"]
+    assert system == "Be brief.\n\n# Policy\n\nNever cancel a delivered order."
+
+
 def test_tool_calls_run_as_transactions_and_results_go_back(
     shop: Shop, toolbox: Toolbox, episode: hx.Episode, store: hx.Store, clock: FakeClock
 ) -> None:
@@ -301,6 +316,15 @@ def test_max_turns_stops_a_model_that_never_stops(toolbox: Toolbox, clock: FakeC
     assert output.meta["stop_reason"] == "max_turns" and not output.claimed_success
 
 
+def test_registered_as_openai(clock: FakeClock) -> None:
+    """The agent registry builds it by name from plain options, as the command line does."""
+    from harness.agents.base import registry
+
+    agent = registry.create("openai", base_url="http://127.0.0.1:8000/v1/", model="m")
+    assert isinstance(agent, OpenAIAgent) and agent.name == "openai"
+    assert agent.url == "http://127.0.0.1:8000/v1/chat/completions"
+
+
 def test_bad_options_are_configuration_errors() -> None:
     """A base URL that is not http(s), or max_turns below 1, is refused at construction."""
     with pytest.raises(hx.ConfigurationError, match="http"):
@@ -422,3 +446,21 @@ def test_replay_policy_runs_the_whole_suite(
             _, final, _ = replay_with_agent(retail_suite, task, server, store)
             assert final == reference_export(task), task.id
     assert server.errors == []
+
+
+def test_a_run_passes_with_replay_and_counts_server_failures_as_infrastructure(
+    retail_suite: Any, tmp_path: Path
+) -> None:
+    """Through run_trials, replayed tasks pass, and a dead server is an infra error, not a fail."""
+    from harness.trials import run_trials
+
+    ids = [t.id for t in retail_suite.tasks[:2]]
+    with FakeChatServer(ReplayPolicy(retail_suite.tasks)) as server:
+        agent = OpenAIAgent(base_url=server.base_url, model="fake", sleep=FakeClock().sleep)
+        good = run_trials(retail_suite, agent=agent, tasks=ids, logs=tmp_path / "good")
+        server.fail_next(*[Failure.http(500)] * agent.attempts)
+        bad = run_trials(retail_suite, agent=agent, tasks=ids[:1], logs=tmp_path / "bad")
+    assert [(r.task_id, r.passed, r.infra_error) for r in good.results] == [
+        (i, True, False) for i in ids
+    ]
+    assert [(r.passed, r.infra_error) for r in bad.results] == [(False, True)]

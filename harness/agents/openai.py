@@ -30,7 +30,7 @@ import tenacity
 from .._json import digest
 from ..errors import ConfigurationError, HarnessError
 from ..suite import Task
-from .base import AgentOutput, Toolbox, ToolResult
+from .base import AgentOutput, Toolbox, ToolResult, registry
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "ModelRequestError", "ModelServerError", "OpenAIAgent"]
 
@@ -459,3 +459,6 @@ class OpenAIAgent:
         if not isinstance(value, dict):
             raise ValueError(f"not a JSON object: {raw[:200]!r}")
         return value
+
+
+registry.register("openai", OpenAIAgent)
