@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import urllib.error
 import urllib.request
@@ -219,6 +220,22 @@ def test_unknown_tool_is_a_tool_result(toolbox: Toolbox, clock: FakeClock) -> No
         agent_for(server, clock).run(TASK, toolbox, seed=0)
     (result,) = server.tool_results()
     assert "unknown tool 'refund_all'" in result["content"] and "cancel_order" in result["content"]
+
+
+def test_a_result_json_cannot_hold_is_sent_as_text(
+    shop: Shop, episode: hx.Episode, clock: FakeClock
+) -> None:
+    """A read tool returning a non-JSON value gives the model its text instead of crashing."""
+
+    def when(order_id: str) -> Any:
+        """When the order was placed."""
+        return {"order_id": order_id, "placed": datetime.date(2024, 5, 1)}
+
+    toolbox = Toolbox({"when": when}, episode)
+    with FakeChatServer([tool_reply(("when", {"order_id": "o1"})), text_reply("ok")]) as server:
+        agent_for(server, clock).run(TASK, toolbox, seed=0)
+    (result,) = server.tool_results()
+    assert json.loads(result["content"]) == {"order_id": "o1", "placed": "2024-05-01"}
 
 
 def test_500_and_429_are_retried_with_backoff(toolbox: Toolbox, clock: FakeClock) -> None:

@@ -140,6 +140,15 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
+def _as_text(result: ToolResult) -> str:
+    """The result as the model reads it, even when a read tool returned something JSON cannot
+    hold (its ``str``), rather than ending the trial on a serialization error."""
+    try:
+        return result.as_text()
+    except (TypeError, ValueError):
+        return json.dumps(result.content, default=str)
+
+
 def _normalized_calls(raw: Any, turn: int) -> list[dict[str, Any]]:
     """The tool calls of a reply as the protocol shapes them, to send back in the history.
 
@@ -308,7 +317,7 @@ class OpenAIAgent:
             for call in tool_calls:
                 result = self._call_tool(call, toolbox, meta)
                 messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": result.as_text()}
+                    {"role": "tool", "tool_call_id": call["id"], "content": _as_text(result)}
                 )
         meta["stop_reason"] = "max_turns"
         return AgentOutput(message=content, claimed_success=False, meta=meta)
