@@ -27,6 +27,8 @@ from .errors import (
 from .policy import Decision, FailureClass, Policy, Retry, TransientError
 from .state import DictState, FileState, SQLState, StateAdapter
 from .store import ChainReport, Store
+from .suite import Suite, SuiteError, Task, load_suite
+from .trials import RunResult, run_trials
 
 __version__ = "0.1.0"
 
@@ -54,15 +56,21 @@ __all__ = [
     "PreconditionFailed",
     "Rejected",
     "Retry",
+    "RunResult",
     "SQLState",
     "ScopeViolation",
     "StateAdapter",
     "Store",
     "StoreError",
+    "Suite",
+    "SuiteError",
     "SystemClock",
+    "Task",
     "TransientError",
     "__version__",
     "action",
     "current_context",
     "current_episode",
+    "load_suite",
+    "run_trials",
 ]

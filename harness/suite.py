@@ -34,6 +34,9 @@ __all__ = [
 ]
 
 TASK_FORMAT_VERSION = 1
+MANIFEST_FIELDS = frozenset(
+    {"name", "version", "description", "environment", "environment_options", "tasks"}
+)
 BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvironment"}
 
 
@@ -212,6 +215,9 @@ def _validate_task_file(path: Path, data: Any) -> list[Task]:
             )
             task = f"task {tid or '#' + str(loc[1])!r}: "
             loc = loc[2:]
+        if err.validator == "required" and isinstance(err.instance, dict):
+            missing = [f for f in err.validator_value if f not in err.instance]
+            loc = [*loc, missing[0]] if missing else loc
         field = ".".join(str(p) for p in loc) or "(top level)"
         raise SuiteError(f"{path}: {task}field {field}: {err.message}")
     tasks = [Task.model_validate(t) for t in data["tasks"]]
@@ -270,10 +276,24 @@ def load_suite(path: str | Path) -> Suite:
         for field in ("name", "environment", "tasks"):
             if field not in manifest:
                 raise SuiteError(f"{manifest_path}: field {field}: missing")
+        unknown = sorted(set(manifest) - MANIFEST_FIELDS)
+        if unknown:
+            raise SuiteError(
+                f"{manifest_path}: field {unknown[0]}: not a manifest field "
+                f"(fields: {', '.join(sorted(MANIFEST_FIELDS))})"
+            )
         tasks: list[Task] = []
+        first_file: dict[str, Path] = {}
         for rel in manifest["tasks"]:
             file = p / rel
-            tasks.extend(_validate_task_file(file, _read_json(file)))
+            for task in _validate_task_file(file, _read_json(file)):
+                if task.id in first_file:
+                    raise SuiteError(
+                        f"{file}: task {task.id!r}: field id: already defined in "
+                        f"{first_file[task.id]}"
+                    )
+                first_file[task.id] = file
+                tasks.append(task)
         return Suite(
             name=manifest["name"],
             version=str(manifest.get("version", "1")),
