@@ -18,6 +18,7 @@ from harness.domains.configs.formats import load_json
 from harness.domains.configs.tools import READ_TOOLS, WRITE_TOOLS, write_text
 from harness.suite import Environment, SuiteError, Task, load_suite
 from harness.testing import FakeClock
+from harness.trials import run_trials
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "tasks" / "configs"
@@ -242,6 +243,20 @@ def test_refusal_tasks_ask_for_what_a_rule_forbids(
     assert refused.value.check == check
     assert ep.steps == 0
     assert tree(env.root) == original
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: FileState.changes(outer) after an inner mark() (each action opens one) "
+    "reports a file changed before the inner mark with its current text as the before value, "
+    "so observed_changes drops it and the trial's state differs from the reference "
+    "(harness/state/files.py mark() refreshes the shared cache that changes() reads)",
+)
+def test_scripted_agent_passes_every_task(tmp_path: Path) -> None:
+    """Under run_trials, the scripted agent (the reference actions) passes every task."""
+    result = run_trials(SUITE, agent="scripted", trials=1, logs=tmp_path)
+    assert len(result.results) == len(TASKS)
+    assert [r.task_id for r in result.results if not r.passed] == []
 
 
 # -- preconditions ---------------------------------------------------------------------------
