@@ -322,8 +322,11 @@ def test_given_folder_is_kept(tmp_path: Path, pristine: Export) -> None:
 
 def test_calling_an_action_outside_an_episode_is_refused(env: RetailEnvironment) -> None:
     """A write action called with no episode raises NotInEpisode and changes nothing."""
+    before = _rows(env)
+    user_id = next(iter(before["users"]))
     with pytest.raises(hx.NotInEpisode):
-        env.tools["modify_user_address"]("nobody_0", "1 Elm St", "", "Oslo", "NA", "NO", "0150")
+        env.tools["modify_user_address"](user_id, "1 Elm St", "", "Oslo", "NA", "NO", "0150")
+    assert _rows(env) == before
 
 
 # -- preconditions ------------------------------------------------------------------------------

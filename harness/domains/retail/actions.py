@@ -43,7 +43,7 @@ import harness as hx
 from harness.domains.retail.db import PRIMARY_KEYS, TABLES, Record, column_names, encode
 from harness.domains.retail.tools import WRITE_TOOLS, RetailTools
 
-__all__ = ["build_actions", "restore_before"]
+__all__ = ["POSTCONDITIONS", "PRECONDITIONS", "build_actions", "restore_before"]
 
 Check = Callable[[hx.Context], bool]
 
@@ -122,6 +122,12 @@ def _address(args: Any) -> Record:
 # -- scopes ----------------------------------------------------------------------------------
 
 
+_MONEY_TOOLS: Final = frozenset(
+    {"cancel_pending_order", "modify_pending_order_items", "modify_pending_order_payment"}
+)
+"""Write tools that may move gift card balances (the others only change their one row)."""
+
+
 def _gift_cards_moved(state: Any, name: str, args: Any) -> bool:
     """Whether the call, if it succeeds, changes a gift card balance of the order's user."""
     order = state.get(f"orders/{args.order_id}")
@@ -152,12 +158,6 @@ def _scope(state: Any, name: str) -> Callable[[Any], list[str]]:
 
     writes.__name__ = f"{name}_writes"
     return writes
-
-
-_MONEY_TOOLS: Final = frozenset(
-    {"cancel_pending_order", "modify_pending_order_items", "modify_pending_order_payment"}
-)
-"""Write tools that may move gift card balances (the others only change their one row)."""
 
 
 # -- preconditions (the policy's rules, as upstream enforces them) ---------------------------
