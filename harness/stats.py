@@ -291,7 +291,9 @@ def _comb_ratio(top: IntArray, n: IntArray, k: IntArray) -> FloatArray:
     ok = top >= k
     safe_top = np.where(ok, top, k)
     log_ratio = lf[safe_top] - lf[safe_top - k] - lf[n] + lf[n - k]
-    return np.where(ok, np.exp(log_ratio), 0.0)
+    # Rounding in the log-factorials must not push a ratio past 1 (top = n is exactly 1).
+    ratio = np.where(top == n, 1.0, np.minimum(np.exp(log_ratio), 1.0))
+    return np.where(ok, ratio, 0.0)
 
 
 @overload
