@@ -44,7 +44,9 @@ __all__ = [
     "ConfigTools",
     "archive_key",
     "config_key",
+    "remove_file",
     "routes_key",
+    "write_text",
 ]
 
 Record = dict[str, Any]
