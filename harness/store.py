@@ -270,6 +270,21 @@ class Store:
         cur.close()
 
     def _open_schema(self) -> None:
+        for attempt in range(5):
+            try:
+                self._create_schema()
+                return
+            except OperationalError as exc:
+                # Two processes opening a new store at once: one creates a table between the
+                # other's check and its CREATE. The second look sees it.
+                if "already exists" not in str(exc) or attempt == 4:
+                    raise StoreError(
+                        f"store {self.url!r} does not open as a database ({exc.orig}); "
+                        "point it at a new file or a healthy database"
+                    ) from exc
+                time.sleep(0.05 * (attempt + 1))
+
+    def _create_schema(self) -> None:
         try:
             with self.engine.begin() as conn:
                 existing = set(inspect(conn).get_table_names())
@@ -293,7 +308,14 @@ class Store:
                     )
         except StoreError:
             raise
-        except (OperationalError, DatabaseError) as exc:
+        except OperationalError as exc:
+            if "already exists" in str(exc):
+                raise
+            raise StoreError(
+                f"store {self.url!r} does not open as a database ({exc.orig}); "
+                "point it at a new file or a healthy database"
+            ) from exc
+        except DatabaseError as exc:
             raise StoreError(
                 f"store {self.url!r} does not open as a database ({exc.orig}); "
                 "point it at a new file or a healthy database"

@@ -49,7 +49,7 @@ __all__ = [
 
 
 def _import_agents() -> None:
-    from .agents import scripted, simulated  # noqa: F401  (registers them)
+    from .agents import openai, scripted, simulated  # noqa: F401  (registers them)
 
 
 @dataclass
@@ -170,7 +170,12 @@ class _Worker:
             except Escalated:
                 pass
             except HarnessError as exc:
-                infra = type(exc).__name__ == "ModelServerError"
+                from .agents.openai import ModelRequestError, ModelServerError
+
+                # A server that is down or rate-limiting is infrastructure; a request it
+                # refuses (wrong model, bad key) is a configuration the run must not count
+                # as the agent's success or failure either.
+                infra = isinstance(exc, ModelServerError | ModelRequestError)
                 meta = {"error": f"{type(exc).__name__}: {exc}"}
             outcome = ep.outcome
             actual = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}

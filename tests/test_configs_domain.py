@@ -245,13 +245,6 @@ def test_refusal_tasks_ask_for_what_a_rule_forbids(
     assert tree(env.root) == original
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: FileState.changes(outer) after an inner mark() (each action opens one) "
-    "reports a file changed before the inner mark with its current text as the before value, "
-    "so observed_changes drops it and the trial's state differs from the reference "
-    "(harness/state/files.py mark() refreshes the shared cache that changes() reads)",
-)
 def test_scripted_agent_passes_every_task(tmp_path: Path) -> None:
     """Under run_trials, the scripted agent (the reference actions) passes every task."""
     result = run_trials(SUITE, agent="scripted", trials=1, logs=tmp_path)

@@ -189,3 +189,17 @@ def test_sql_state_nested_windows_keep_the_outer_changes(tmp_path: Path):
     state.connection.execute("UPDATE orders SET status = 'x' WHERE id = 'o1'")
     state.release(inner)
     assert list(state.changes(outer)) == ["orders/o1"]
+
+
+def test_file_state_nested_windows_keep_their_own_before_values(tmp_path: Path):
+    """An inner window does not move the outer window's before values."""
+    (tmp_path / "a").write_text("1")
+    (tmp_path / "b").write_text("1")
+    state = hx.FileState(tmp_path)
+    outer = state.mark()
+    (tmp_path / "a").write_text("2")
+    inner = state.mark()
+    (tmp_path / "b").write_text("2")
+    assert state.changes(inner) == {"b": "1"}
+    state.release(inner)
+    assert state.changes(outer) == {"a": "1", "b": "1"}

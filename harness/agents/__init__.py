@@ -1,5 +1,21 @@
 """Agents: the protocol, the toolbox, and the built-in agents (scripted, simulated, openai)."""
 
-from .base import Agent, AgentOutput, AgentRegistry, Toolbox, ToolResult, registry
+from .base import Agent, AgentOutput, AgentRegistry, CallRecord, Toolbox, ToolResult, registry
+from .openai import ModelRequestError, ModelServerError, OpenAIAgent
+from .scripted import ScriptedAgent
+from .simulated import SimulatedAgent
 
-__all__ = ["Agent", "AgentOutput", "AgentRegistry", "ToolResult", "Toolbox", "registry"]
+__all__ = [
+    "Agent",
+    "AgentOutput",
+    "AgentRegistry",
+    "CallRecord",
+    "ModelRequestError",
+    "ModelServerError",
+    "OpenAIAgent",
+    "ScriptedAgent",
+    "SimulatedAgent",
+    "ToolResult",
+    "Toolbox",
+    "registry",
+]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .._json import dumps
 from ..action import Action, _build_model
 from ..episode import Episode
 from ..errors import (
@@ -25,7 +26,15 @@ from ..errors import (
 )
 from ..suite import Task
 
-__all__ = ["Agent", "AgentOutput", "AgentRegistry", "ToolResult", "Toolbox", "registry"]
+__all__ = [
+    "Agent",
+    "AgentOutput",
+    "AgentRegistry",
+    "CallRecord",
+    "ToolResult",
+    "Toolbox",
+    "registry",
+]
 
 
 @dataclass
@@ -40,9 +49,12 @@ class ToolResult:
     def as_text(self) -> str:
         """The result as a model reads it."""
         if self.ok:
-            import json
-
-            return self.content if isinstance(self.content, str) else json.dumps(self.content)
+            if isinstance(self.content, str):
+                return self.content
+            try:
+                return dumps(self.content)
+            except (TypeError, ValueError):
+                return repr(self.content)
         return f"Error: {self.error}"
 
 
@@ -115,6 +127,12 @@ class Toolbox:
                     )
             self._specs = specs
         return self._specs
+
+    def refuse(self, name: str, error: str, kind: str = "invalid") -> ToolResult:
+        """Record a call that never reached a tool (e.g. arguments that are not JSON)."""
+        result = ToolResult(False, error=error, kind=kind)
+        self.calls.append(CallRecord(name, {}, False, kind, self.is_write(name)))
+        return result
 
     def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """Call a tool; refusals and failures come back as results, escalations propagate."""

@@ -38,7 +38,7 @@ class FileState:
             )
         self.ignore = frozenset(ignore)
         self._cache: dict[str, tuple[_Sig, Any]] = {}
-        self._windows: dict[int, tuple[int, dict[str, _Sig]]] = {}
+        self._windows: dict[int, tuple[int, dict[str, _Sig], dict[str, Any]]] = {}
         self._next = 0
 
     def _path(self, key: str) -> Path:
@@ -90,11 +90,14 @@ class FileState:
         sigs = self._scan()
         self._refresh_cache(sigs)
         self._next += 1
-        self._windows[self._next] = (time.time_ns(), sigs)
+        # Each window keeps the values it started from: the shared cache moves on with later
+        # (nested) windows, but this window's "before" must not.
+        values = {k: self._cache[k][1] for k in sigs}
+        self._windows[self._next] = (time.time_ns(), sigs, values)
         return self._next
 
     def changes(self, mark: int) -> dict[str, Any]:
-        started, then = self._windows.get(mark, (0, {}))
+        started, then, values = self._windows.get(mark, (0, {}, {}))
         now = self._scan()
         out: dict[str, Any] = {}
         # Like git's "racily clean" entries: a file whose mtime is not clearly older than the
@@ -102,16 +105,15 @@ class FileState:
         racy = started - _TICK_NS
         for key in then.keys() | now.keys():
             old, new = then.get(key), now.get(key)
-            cached = self._cache.get(key)
             if old != new:
-                out[key] = cached[1] if cached is not None and old is not None else None
+                out[key] = values.get(key)
             elif (
                 new is not None
                 and new[0] >= racy
-                and cached is not None
-                and self._read(self.root / key) != cached[1]
+                and key in values
+                and self._read(self.root / key) != values[key]
             ):
-                out[key] = cached[1]
+                out[key] = values[key]
         return out
 
     def release(self, mark: int) -> None:
