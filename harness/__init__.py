@@ -6,6 +6,7 @@ compensation), recorded in a hash-chained log, inside an :class:`Episode`.
 """
 
 from .action import Action, Context, action, current_context
+from .agents import ModelServerError
 from .clock import Clock, SystemClock
 from .episode import Episode, current_episode
 from .errors import (
@@ -50,6 +51,7 @@ __all__ = [
     "FileState",
     "HarnessError",
     "InvalidArguments",
+    "ModelServerError",
     "NotInEpisode",
     "NotSerializable",
     "Policy",

@@ -21,14 +21,11 @@ from ._json import dumps, loads
 from .action import Action, Context
 from .clock import Clock, SystemClock
 from .errors import (
-    ActionFailed,
     CompensationFailed,
     ConfigurationError,
     EpisodeClosed,
     Escalated,
-    HarnessError,
     InvalidArguments,
-    PreconditionFailed,
     Rejected,
     StoreError,
 )
@@ -450,10 +447,6 @@ class Episode:
             )
             self._update_episode()
 
-    def precondition_failed(self, action: Action[Any, Any], check: str) -> PreconditionFailed:
-        """The error for a false precondition."""
-        return PreconditionFailed(action.name, check)
-
     def record_intent(self, txn: Transaction) -> None:
         """Write-ahead: the intent is durable before the tool runs."""
         ctx = txn.ctx
@@ -804,12 +797,3 @@ def _missing_action(name: str) -> Action[Any, Any]:
         """An action whose implementation is not known to this episode."""
 
     return Action(missing, name=name, writes=["*"])
-
-
-# Errors an agent loop may want to treat as tool results rather than crashes.
-TOOL_ERRORS: tuple[type[HarnessError], ...] = (
-    InvalidArguments,
-    PreconditionFailed,
-    ActionFailed,
-    Rejected,
-)

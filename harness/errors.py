@@ -14,6 +14,9 @@ The tree::
     │   ├── CompensationFailed  the undo raised, or the state was not back afterwards
     │   └── NotSerializable     its result cannot be stored as JSON
     ├── Escalated               the policy paused the episode for a person to decide
+    ├── SuiteError              a suite, manifest or task file is malformed (harness.suite)
+    ├── ModelServerError        a model server stayed down or rate-limited (harness.agents)
+    │   └── ModelRequestError   the server refused the request (wrong model, bad key)
     ├── Rejected                a person rejected this action when resolving an escalation
     └── EpisodeClosed           the episode is finished (rolled back, escalated or closed)
 

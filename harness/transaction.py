@@ -26,6 +26,7 @@ from .errors import (
     CompensationFailed,
     ConfigurationError,
     NotSerializable,
+    PreconditionFailed,
     ScopeViolation,
 )
 from .policy import Decision, FailureClass
@@ -211,8 +212,9 @@ class Transaction:
                 ep.record_refusal(self, "check_error", str(exc))
                 raise
             if not ok:
-                ep.record_refusal(self, "precondition", name)
-                raise ep.precondition_failed(act, name)
+                reason = (inspect.getdoc(check) or "").split("\n", 1)[0]
+                ep.record_refusal(self, "precondition", name if not reason else f"{name}: {reason}")
+                raise PreconditionFailed(act.name, name, reason)
         scope = act.scope(ctx.args)
         matcher = ScopeMatcher(scope)
         concrete = list(matcher.literal)

@@ -512,3 +512,24 @@ def test_sync_action_with_async_check_is_a_configuration_error(
     with pytest.raises(hx.ConfigurationError, match="'remote' is async but the action"):
         cancel.precondition(remote)
     assert [name for name, _ in cancel.preconditions] == ["is_pending"]
+
+
+def test_refusal_carries_the_checks_docstring(shop: Shop, store: hx.Store, clock: FakeClock):
+    """A false precondition's first docstring line is the reason the agent reads."""
+    cancel = cancel_action(shop)
+
+    @cancel.precondition
+    def not_vip(ctx: hx.Context) -> bool:
+        """VIP orders are cancelled by a person, not an agent.
+
+        More detail that the agent does not need.
+        """
+        return False
+
+    with episode(shop, store, clock) as ep:
+        with pytest.raises(hx.PreconditionFailed) as info:
+            cancel("o1")
+    assert info.value.reason == "VIP orders are cancelled by a person, not an agent."
+    assert "not_vip' is false: VIP orders" in str(info.value)
+    (txn,) = store.transactions(ep.id)
+    assert txn.reason == "not_vip: VIP orders are cancelled by a person, not an agent."
