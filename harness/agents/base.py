@@ -8,6 +8,7 @@ adapts to, not a crash. Only an escalation ends the agent's turn.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -54,7 +55,7 @@ class ToolResult:
             try:
                 return dumps(self.content)
             except (TypeError, ValueError):
-                return repr(self.content)
+                return json.dumps(self.content, default=str)
         return f"Error: {self.error}"
 
 
