@@ -636,6 +636,7 @@ def test_each_precondition_refuses_what_upstream_refuses(
     """Each precondition refuses its case before the tool runs, nothing is written, and the plain
     upstream tool refuses the same call too."""
     name, arguments, patches = _cases(Shop(pristine))[(tool, check)]
+    checks = {c.__name__: c for c in PRECONDITIONS[tool]}
     for key, change in patches:
         _put(env, key, change)
     before = _rows(env)
@@ -646,6 +647,7 @@ def test_each_precondition_refuses_what_upstream_refuses(
             env.tools[name](**arguments)
         assert refused.value.check == check
         assert refused.value.decision == "continue"
+        assert refused.value.reason == inspect.getdoc(checks[check]).split("\n")[0]  # type: ignore[union-attr]
     assert ep.outcome == "committed"
     assert calls == []
     assert _rows(env) == before

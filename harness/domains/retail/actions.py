@@ -175,8 +175,10 @@ def order_is_pending(ctx: hx.Context) -> bool:
 
 
 def order_status_contains_pending(ctx: hx.Context) -> bool:
-    """The status contains 'pending', as upstream checks for address and payment changes (so a
-    'pending (item modified)' order still qualifies)."""
+    """The order's status contains 'pending' (address and payment changes).
+
+    Upstream's loose check, so a 'pending (item modified)' order still qualifies.
+    """
     order = _order(ctx)
     return order is not None and "pending" in order["status"]
 
@@ -193,8 +195,7 @@ def reason_is_valid(ctx: hx.Context) -> bool:
 
 
 def paid_with_known_methods(ctx: hx.Context) -> bool:
-    """Every payment of the order was made with a method the user still has (it gets the
-    refund)."""
+    """Every method that paid the order still exists to receive its refund."""
     order = _order(ctx)
     if order is None:
         return False
@@ -247,8 +248,10 @@ def payment_method_exists(ctx: hx.Context) -> bool:
 
 
 def gift_card_covers_difference(ctx: hx.Context) -> bool:
-    """A gift card that pays the price difference has the balance for it (exchanges compare the
-    difference rounded to cents, item changes the exact sum, as upstream)."""
+    """A gift card paying the price difference has enough balance for it.
+
+    Exchanges compare the difference rounded to cents, item changes the exact sum, as upstream.
+    """
     order = _order(ctx)
     if order is None:
         return False
@@ -415,8 +418,10 @@ def _expected_balances(ctx: hx.Context, order: Record) -> dict[str, float]:
 
 
 def gift_card_balances_moved(ctx: hx.Context) -> bool:
-    """Each gift card involved moved by exactly its amount and nothing else of the user changed
-    (when no gift card is involved the user is outside the scope, so untouched)."""
+    """Each gift card involved moved by its exact amount, and nothing else of the user changed.
+
+    When no gift card is involved the user is outside the scope, so the scope check covers it.
+    """
     order = ctx.before.get(_order_key(ctx))
     if order is None:
         return False
@@ -524,8 +529,10 @@ def user_address_set(ctx: hx.Context) -> bool:
 
 
 def exchange_requested(ctx: hx.Context) -> bool:
-    """The order is 'exchange requested' with the sorted items, the method and the price
-    difference rounded to cents."""
+    """The order is 'exchange requested', with its items, method and price difference recorded.
+
+    Items sorted and the difference rounded to cents, as upstream records them.
+    """
     rows = _rows(ctx, _order_key(ctx))
     if rows is None:
         return False
