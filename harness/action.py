@@ -202,6 +202,7 @@ class Action(Generic[P, R]):
         self.preconditions: list[tuple[str, Check]] = []
         self.postconditions: list[tuple[str, Check]] = []
         self.compensate: Check | None = None
+        self.recovered_result: Check | None = None
         self._static_scope: list[str] | None = None
         if writes is not None and not callable(writes):
             fields = [f for w in writes for _, f, _, _ in string.Formatter().parse(w) if f]
@@ -236,6 +237,17 @@ class Action(Generic[P, R]):
     def postcondition(self, fn: Check) -> Check:
         """Register a check run against observed state after execution (False: ``silent``)."""
         self.postconditions.append((self._registrable(fn, "postcondition"), fn))
+        return fn
+
+    def recover(self, fn: Check) -> Check:
+        """Register how to rebuild the result from the observed state.
+
+        Used when the effect is verified present but the tool's answer was lost (the call
+        raised after acting, or the process died before the outcome was recorded), so the agent
+        still gets a result. Without it, such a call returns None.
+        """
+        self._registrable(fn, "recover")
+        self.recovered_result = fn
         return fn
 
     def compensation(self, fn: Check) -> Check:
@@ -340,7 +352,19 @@ class Action(Generic[P, R]):
 
 
 @overload
-def action(fn: Callable[P, R], /) -> Action[P, R]: ...
+def action(
+    fn: Callable[P, R],
+    /,
+    *,
+    writes: Writes | None = None,
+    idempotency_key: Callable[[Any], Any] | None = None,
+    idempotent: bool = False,
+    retry: Retry | None = None,
+    timeout: float | None = None,
+    pivot: bool = False,
+    name: str | None = None,
+    description: str | None = None,
+) -> Action[P, R]: ...
 
 
 @overload

@@ -364,8 +364,8 @@ class Episode:
                 for k in ctx.before
                 if ctx.before[k] != ctx.after[k]
             }
-            entry = self._commit_entry(probe, None, diff, recovered=True, intent_written=True)
-            return entry
+            result = yield from probe.recovered_result()
+            return self._commit_entry(probe, result, diff, recovered=True, intent_written=True)
         if action.safe_to_repeat:
             with self._writer.batch():
                 self._writer.update_txn(row.id, {"status": "abandoned", "ended_at": time.time()})

@@ -228,9 +228,9 @@ class Transaction:
             except _Failed as failed:
                 return (yield from self._fail(failed))
             except _Recovered as rec:
-                ctx.result = None
-                ep.record_commit(self, None, rec.diff, recovered=True)
-                return None
+                result = yield from self.recovered_result()
+                ep.record_commit(self, result, rec.diff, recovered=True)
+                return result
             ep.record_commit(self, result, diff, recovered=False)
             return result
         finally:
@@ -333,6 +333,21 @@ class Transaction:
             after[key] = new
             ctx.before.setdefault(key, old)
         ctx.after = after
+
+    def recovered_result(self) -> Generator[Call | Sleep, Any, Any]:
+        """The result of an effect found present without its answer (None if not rebuildable)."""
+        self.ctx.result = None
+        hook = self.action.recovered_result
+        if hook is None:
+            return None
+        try:
+            result = yield Call(hook, (self.ctx,))
+            dumps(result)
+        except Exception as exc:  # the effect stands; only the courtesy result is missing
+            self.errors.append(exc)
+            return None
+        self.ctx.result = result
+        return result
 
     def _postconditions_hold(self, *, quiet: bool) -> Generator[Call | Sleep, Any, bool]:
         act = self.action

@@ -533,3 +533,23 @@ def test_refusal_carries_the_checks_docstring(shop: Shop, store: hx.Store, clock
     assert "not_vip' is false: VIP orders" in str(info.value)
     (txn,) = store.transactions(ep.id)
     assert txn.reason == "not_vip: VIP orders are cancelled by a person, not an agent."
+
+
+def test_recover_hook_rebuilds_a_lost_result(shop: Shop, store: hx.Store, clock: FakeClock):
+    """When the answer was lost but the effect is there, the recover hook gives the result."""
+
+    def lost_ack(order_id: str) -> dict[str, Any]:
+        shop.set_status(order_id, "cancelled")
+        raise hx.TransientError("connection reset")
+
+    cancel = cancel_action(shop, tool=lost_ack)
+
+    @cancel.recover
+    def from_state(ctx: hx.Context) -> dict[str, Any]:
+        return {"order_id": ctx.args.order_id, **ctx.after[f"orders/{ctx.args.order_id}"]}
+
+    with episode(shop, store, clock) as ep:
+        assert cancel("o1") == {"order_id": "o1", "status": "cancelled", "total": 10}
+    (txn,) = store.transactions(ep.id)
+    assert txn.status == "recovered" and json.loads(txn.result or "null")["status"] == "cancelled"
+    assert shop.applied == [("o1", "cancelled")]
