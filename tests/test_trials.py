@@ -253,3 +253,20 @@ def test_ctrl_c_leaves_a_consistent_store(tmp_path: Path):
     assert store.verify_chain().ok
     for trial in finished:
         assert store.episode(trial.episode_id).status == "committed"  # type: ignore[union-attr]
+
+
+def test_retail_error_modes_fail_the_trial(tmp_path: Path):
+    """On the retail suite every error mode fails the trial; scripted passes the same tasks."""
+    suite = Path(__file__).resolve().parents[1] / "tasks" / "retail"
+    tasks = ["retail-001", "retail-010", "retail-020"]
+    ok = run_trials(suite, agent="scripted", tasks=tasks, logs=tmp_path / "ok")
+    assert all(r.passed for r in ok.results)
+    for mode in ("wrong_argument", "skipped_step", "extra_write", "false_success"):
+        bad = run_trials(
+            suite,
+            agent="simulated",
+            agent_options={"error_rate": 1.0, "modes": [mode]},
+            tasks=tasks,
+            logs=tmp_path / mode,
+        )
+        assert not any(r.passed for r in bad.results if r.steps), mode

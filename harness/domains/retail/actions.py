@@ -775,5 +775,18 @@ def build_actions(tools: RetailTools, state: Any) -> dict[str, hx.Action[..., Re
         for check in POSTCONDITIONS[name]:
             act.postcondition(check)
         act.compensation(compensate)
+        act.recover(_recovered_record(tools, name))
         actions[name] = act
     return actions
+
+
+def _recovered_record(tools: RetailTools, name: str) -> Callable[[hx.Context], Record]:
+    """The record a write returns, read back when its answer was lost (as upstream returns it)."""
+
+    def recovered(ctx: hx.Context) -> Record:
+        if name == "modify_user_address":
+            return tools.get_user_details(ctx.args.user_id)
+        return tools.get_order_details(ctx.args.order_id)
+
+    recovered.__name__ = f"{name}_from_state"
+    return recovered

@@ -17,6 +17,7 @@ not-yet-visible writes could be missed or misattributed.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -56,6 +57,9 @@ class RetailEnvironment:
             methods for the rest.
     """
 
+    TOOL_NAMES = frozenset(TOOL_TYPES)
+    """Every tool name, so a suite loader can reject task files naming others."""
+
     def __init__(
         self,
         folder: str | os.PathLike[str] | None = None,
@@ -81,6 +85,29 @@ class RetailEnvironment:
         self.tools: dict[str, Callable[..., Any]] = {
             name: self.actions[name] if name in self.actions else getattr(self.backend, name)
             for name in TOOL_TYPES
+        }
+
+    def extra_write(self, task: Any, rng: random.Random) -> tuple[str, dict[str, Any]] | None:
+        """A plausible write nobody asked for (the simulated agent's ``extra_write`` mistake):
+        moving the task's customer to another address."""
+        user_id = None
+        for call in task.reference_actions:
+            args = call.arguments
+            if "user_id" in args:
+                user_id = args["user_id"]
+            elif "order_id" in args and user_id is None:
+                order = self.state.get(f"orders/{args['order_id']}")
+                user_id = order["user_id"] if order else None
+        if user_id is None:
+            return None
+        return "modify_user_address", {
+            "user_id": user_id,
+            "address1": f"{rng.randint(1, 999)} Elsewhere Road",
+            "address2": "",
+            "city": "Springfield",
+            "state": "IL",
+            "country": "USA",
+            "zip": "62701",
         }
 
     def export(self) -> dict[str, dict[str, Record]]:
