@@ -17,6 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .errors import HarnessError
+from .export import export_command
+from .report import compare_command, report_command
 from .trials import RunResult, TrialResult, run_trials
 
 __all__ = ["main"]
@@ -177,6 +179,12 @@ def run(
     click.echo(f"run folder: {result.folder}")
     if result.interrupted:
         sys.exit(130)
+
+
+# Reading runs back: defined beside what they read, registered here.
+main.add_command(report_command)
+main.add_command(compare_command)
+main.add_command(export_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,484 @@
+"""Exports: a run in the shapes the peers' own scorers read.
+
+``taubench``
+    tau-bench's results file: a JSON list of ``EnvRunResult`` records (``task_id`` an integer,
+    ``reward`` 1.0 or 0.0, ``trial``, ``info``, ``traj``), which its ``display_metrics`` turns
+    into pass^k. Task ids that are not integers are numbered in run order; the harness id is
+    kept in ``info["harness_task_id"]``. Infrastructure errors are written as reward 0
+    (``infra="fail"``, tau-bench's convention) or left out (``infra="exclude"``).
+``tau2``
+    tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``): each simulation carries
+    ``task_id``, ``trial``, ``reward_info.reward``, ``termination_reason`` (an infrastructure
+    error is ``infrastructure_error``, which tau2's metrics leave out), times and messages, and
+    each task its reference actions, so ``tau2.metrics.agent_metrics.compute_metrics`` runs on it.
+``jsonl``
+    One JSON object per trial with everything the store holds about it, transactions included.
+
+Trajectories are rebuilt from the transaction log: each write the agent attempted as a tool
+call and its result (or the harness's refusal), then the agent's final message. Reads are not
+transactions, so they do not appear.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+
+import harness
+
+from .errors import HarnessError
+from .report import RunData, open_run
+from .stats import InfraPolicy
+from .store import TransactionRow, TrialRow
+from .suite import Task, load_suite
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "ExportFormat",
+    "export_command",
+    "export_run",
+    "jsonl_records",
+    "tau2_results",
+    "taubench_records",
+]
+
+ExportFormat = Literal["taubench", "tau2", "jsonl"]
+EXPORT_FORMATS: tuple[ExportFormat, ...] = ("taubench", "tau2", "jsonl")
+
+
+def _loads(text: str | None, default: Any) -> Any:
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return default
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat()
+
+
+def _task_order(data: RunData) -> list[str]:
+    seen = {t.task_id for t in data.trials}
+    listed = [t for t in data.config.get("tasks", []) if t in seen]
+    return listed + sorted(seen - set(listed))
+
+
+def _ordered_trials(data: RunData) -> list[TrialRow]:
+    position = {t: i for i, t in enumerate(_task_order(data))}
+    return sorted(data.trials, key=lambda r: (r.trial, position[r.task_id]))
+
+
+def _suite_tasks(data: RunData) -> dict[str, Task]:
+    """The run's tasks from its suite, if the suite still loads from where it ran."""
+    path = data.config.get("suite_path")
+    if not path:
+        return {}
+    try:
+        return {t.id: t for t in load_suite(path).tasks}
+    except (HarnessError, OSError):
+        return {}
+
+
+def _result_text(txn: TransactionRow) -> str:
+    if txn.status in ("committed", "recovered"):
+        return txn.result if txn.result is not None else "null"
+    return f"Error: {txn.reason or txn.failure_class or txn.status}"
+
+
+def _openai_traj(task: Task | None, txns: list[TransactionRow], message: str) -> list[Any]:
+    """An OpenAI-style message list (tau-bench's ``traj``)."""
+    traj: list[dict[str, Any]] = []
+    if task is not None and task.instruction:
+        traj.append({"role": "user", "content": task.instruction})
+    for txn in txns:
+        call_id = f"call_{txn.id}"
+        traj.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": txn.action, "arguments": txn.args},
+                    }
+                ],
+            }
+        )
+        traj.append(
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": txn.action,
+                "content": _result_text(txn),
+            }
+        )
+    if message:
+        traj.append({"role": "assistant", "content": message})
+    return traj
+
+
+def _expected_digest(row: TrialRow) -> str:
+    verdict = _loads(row.verdict, {})
+    for check in verdict.get("checks", []):
+        if check.get("name") == "state_equality":
+            return str(check.get("compared", {}).get("expected_digest", ""))
+    return ""
+
+
+def _harness_info(row: TrialRow) -> dict[str, Any]:
+    return {
+        "harness_task_id": row.task_id,
+        "task_version": row.task_version,
+        "episode_id": row.episode_id,
+        "seed": row.seed,
+        "passed": row.passed,
+        "partial": row.partial,
+        "outcome": row.outcome,
+        "infra_error": row.infra_error,
+        "failures": _loads(row.failures, {}),
+        "steps": _loads(row.steps, []),
+        "verdict": _loads(row.verdict, {}),
+        "agent_meta": _loads(row.agent_meta, {}),
+    }
+
+
+def _integer_ids(ids: list[str]) -> dict[str, int]:
+    if all(re.fullmatch(r"\d+", t) for t in ids) and len({int(t) for t in ids}) == len(ids):
+        return {t: int(t) for t in ids}
+    return {t: i for i, t in enumerate(ids)}
+
+
+def taubench_records(data: RunData, *, infra: InfraPolicy = "fail") -> list[dict[str, Any]]:
+    """The run as tau-bench's results file (a list of ``EnvRunResult`` records).
+
+    Args:
+        data: from ``open_run``.
+        infra: ``fail`` writes infrastructure errors as reward 0; ``exclude`` leaves them out.
+    """
+    if infra not in ("fail", "exclude"):
+        raise ValueError(f"infra must be 'fail' or 'exclude', got {infra!r}")
+    ids = _integer_ids(_task_order(data))
+    tasks = _suite_tasks(data)
+    out = []
+    for row in _ordered_trials(data):
+        if row.infra_error and infra == "exclude":
+            continue
+        reward = 1.0 if row.passed and not row.infra_error else 0.0
+        task = tasks.get(row.task_id)
+        info: dict[str, Any] = {
+            "reward_info": {
+                "reward": reward,
+                "info": {"r_actions": reward, "gt_data_hash": _expected_digest(row)},
+                "actions": [
+                    {"name": c.name, "kwargs": dict(c.arguments)}
+                    for c in (task.reference_actions if task else [])
+                ],
+            },
+            "source": "harness",
+            **_harness_info(row),
+        }
+        if task is not None:
+            info["task"] = {
+                "user_id": str(task.user.get("user_id", "")),
+                "actions": info["reward_info"]["actions"],
+                "instruction": task.instruction,
+                "outputs": list(task.required_outputs),
+            }
+        if row.infra_error:
+            info["error"] = _harness_info(row)["agent_meta"].get("error", "infrastructure error")
+        out.append(
+            {
+                "task_id": ids[row.task_id],
+                "reward": reward,
+                "info": info,
+                "traj": _openai_traj(task, data.store.transactions(row.episode_id), row.message),
+                "trial": row.trial,
+            }
+        )
+    return out
+
+
+def _termination(row: TrialRow) -> str:
+    if row.infra_error:
+        return "infrastructure_error"
+    if "error" in _loads(row.agent_meta, {}):
+        return "agent_error"
+    return "agent_stop"
+
+
+def _tau2_messages(
+    txns: list[TransactionRow], message: str, start: float, end: float
+) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for txn in txns:
+        call_id = f"call_{txn.id}"
+        stamp = _iso(txn.started_at)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "name": txn.action,
+                        "arguments": _loads(txn.args, {}),
+                        "requestor": "assistant",
+                    }
+                ],
+                "turn_idx": len(messages),
+                "timestamp": stamp,
+            }
+        )
+        messages.append(
+            {
+                "id": call_id,
+                "role": "tool",
+                "content": _result_text(txn),
+                "requestor": "assistant",
+                "error": txn.status not in ("committed", "recovered"),
+                "turn_idx": len(messages),
+                "timestamp": _iso(txn.ended_at or txn.started_at),
+            }
+        )
+    if message:
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message,
+                "turn_idx": len(messages),
+                "timestamp": _iso(end),
+            }
+        )
+    return messages
+
+
+def _tau2_task(task_id: str, task: Task | None) -> dict[str, Any]:
+    if task is None:
+        return {
+            "id": task_id,
+            "user_scenario": {"instructions": ""},
+            "evaluation_criteria": {"actions": [], "reward_basis": ["DB"]},
+        }
+    user = task.user
+    structured = all(k in user for k in ("domain", "reason_for_call", "task_instructions"))
+    basis = ["DB", "COMMUNICATE"] if task.required_outputs else ["DB"]
+    return {
+        "id": task.id,
+        "user_scenario": {"instructions": dict(user) if structured else task.instruction},
+        "evaluation_criteria": {
+            "actions": [
+                {
+                    "action_id": f"{task.id}_{i}",
+                    "requestor": "assistant",
+                    "name": c.name,
+                    "arguments": dict(c.arguments),
+                }
+                for i, c in enumerate(task.reference_actions)
+            ],
+            "communicate_info": list(task.required_outputs) or None,
+            "reward_basis": basis,
+        },
+    }
+
+
+def _agent_info(evidence: dict[str, Any]) -> dict[str, Any]:
+    agent = dict(evidence.get("agent") or {})
+    name = str(agent.get("name") or agent.get("agent") or "unknown")
+    return {"implementation": f"harness:{name}", "llm": agent.get("model"), "llm_args": agent}
+
+
+def tau2_results(data: RunData) -> dict[str, Any]:
+    """The run as tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``)."""
+    order = _task_order(data)
+    tasks = _suite_tasks(data)
+    ev = data.evidence
+    per_task: dict[str, int] = {}
+    for row in data.trials:
+        per_task[row.task_id] = per_task.get(row.task_id, 0) + 1
+    simulations = []
+    for row in _ordered_trials(data):
+        start = row.created_at - row.duration
+        reward = 1.0 if row.passed and not row.infra_error else 0.0
+        verdict = _loads(row.verdict, {})
+        db_match = next(
+            (
+                c.get("passed")
+                for c in verdict.get("checks", [])
+                if c.get("name") == "state_equality"
+            ),
+            None,
+        )
+        reward_info: dict[str, Any] = {
+            "reward": reward,
+            "reward_basis": ["DB"],
+            "info": _harness_info(row),
+        }
+        if db_match is not None:
+            reward_info["db_check"] = {
+                "db_match": bool(db_match),
+                "db_reward": float(bool(db_match)),
+            }
+        simulations.append(
+            {
+                "id": row.episode_id,
+                "task_id": row.task_id,
+                "timestamp": _iso(row.created_at),
+                "start_time": _iso(start),
+                "end_time": _iso(row.created_at),
+                "duration": row.duration,
+                "termination_reason": _termination(row),
+                "agent_cost": None,
+                "user_cost": None,
+                "reward_info": reward_info,
+                "messages": _tau2_messages(
+                    data.store.transactions(row.episode_id), row.message, start, row.created_at
+                ),
+                "trial": row.trial,
+                "seed": row.seed,
+            }
+        )
+    return {
+        "timestamp": _iso(data.run.created_at),
+        "info": {
+            "git_commit": f"harness {ev.get('harness_version', harness.__version__)}",
+            "num_trials": int(data.config.get("trials") or max(per_task.values())),
+            # The harness caps neither steps nor errors; 0 stands for "no cap".
+            "max_steps": 0,
+            "max_errors": 0,
+            "user_info": {"implementation": "none (harness task instruction)"},
+            "agent_info": _agent_info(ev),
+            "environment_info": {
+                "domain_name": data.run.suite,
+                "policy": json.dumps(ev.get("policy") or {}, sort_keys=True),
+            },
+            "seed": ev.get("seed", data.config.get("seed")),
+        },
+        "tasks": [_tau2_task(t, tasks.get(t)) for t in order],
+        "simulations": simulations,
+    }
+
+
+def jsonl_records(data: RunData) -> Iterable[dict[str, Any]]:
+    """One dict per trial: the trial row, decoded, with its transactions."""
+    for row in _ordered_trials(data):
+        record: dict[str, Any] = {
+            "run_id": data.run.id,
+            "suite": data.run.suite,
+            "task_id": row.task_id,
+        }
+        record.update(
+            {
+                "trial": row.trial,
+                "message": row.message,
+                "duration": row.duration,
+                "created_at": row.created_at,
+                **_harness_info(row),
+            }
+        )
+        record["transactions"] = [
+            {
+                "id": t.id,
+                "seq": t.seq,
+                "action": t.action,
+                "args": _loads(t.args, t.args),
+                "status": t.status,
+                "mutating": t.mutating,
+                "failure_class": t.failure_class,
+                "decision": t.decision,
+                "reason": t.reason,
+                "result": _loads(t.result, t.result),
+                "diff": _loads(t.diff, t.diff),
+                "attempts": t.attempts,
+                "errors": _loads(t.errors, []),
+                "started_at": t.started_at,
+                "ended_at": t.ended_at,
+                "duration": t.duration,
+            }
+            for t in data.store.transactions(row.episode_id)
+        ]
+        yield record
+
+
+def export_run(
+    run: str | Path,
+    fmt: ExportFormat,
+    out: str | Path | None = None,
+    *,
+    infra: InfraPolicy = "fail",
+) -> Path:
+    """Write run ``run`` (``logs/<run>``) in format ``fmt``; returns the file written.
+
+    Args:
+        run: the run folder.
+        fmt: ``taubench``, ``tau2`` or ``jsonl``.
+        out: the file to write (default: ``export-<fmt>.json`` or ``export.jsonl`` in the
+            run folder).
+        infra: for ``taubench``: how infrastructure errors are written (see the module).
+
+    Raises:
+        RunNotFound: ``run`` is not a run folder.
+        ValueError: an unknown format.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+    with open_run(run) as data:
+        target = (
+            Path(out)
+            if out is not None
+            else data.folder / ("export.jsonl" if fmt == "jsonl" else f"export-{fmt}.json")
+        )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            if fmt == "jsonl":
+                for record in jsonl_records(data):
+                    fh.write(json.dumps(record, default=str, allow_nan=False) + "\n")
+            elif fmt == "taubench":
+                json.dump(taubench_records(data, infra=infra), fh, indent=1, default=str)
+            else:
+                json.dump(tau2_results(data), fh, indent=1, default=str)
+        tmp.replace(target)
+    return target
+
+
+@click.command("export")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(EXPORT_FORMATS),
+    required=True,
+    help="taubench (tau-bench results list), tau2 (tau2-bench Results) or jsonl.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File to write [default: export-<format>.json or export.jsonl in the run folder].",
+)
+@click.option(
+    "--infra",
+    type=click.Choice(["fail", "exclude"]),
+    default="fail",
+    show_default=True,
+    help="taubench: write infrastructure errors as reward 0 (fail) or leave them out. "
+    "tau2 always marks them infrastructure_error, which tau2's metrics exclude.",
+)
+def export_command(run: Path, fmt: ExportFormat, out: Path | None, infra: InfraPolicy) -> None:
+    """Export RUN (logs/<run>) as files tau-bench's or tau2-bench's scorers read, or JSON lines."""
+    try:
+        target = export_run(run, fmt, out, infra=infra)
+    except HarnessError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"wrote {target}")

@@ -1,0 +1,867 @@
+"""Reports: a run's reliability read back from its folder, for people and for machines.
+
+``load_report(logs/<run>)`` reads the run's store (``harness.db``) and evidence record into a
+:class:`Report`: per-task successes over trials, pass^k and pass@k for k = 1..n with intervals
+and the method that made each one, the infrastructure-error policy in force, failures by class,
+outcomes, partial credit (reported beside pass/fail, never mixed into it), the ``p^n`` null model
+fitted from the per-trial step lists, its horizon at s = 0.5, and the self-conditioning measure.
+
+The same model renders as rich tables (``render``), as JSON (``Report.to_dict``) and as one
+self-contained HTML file (``harness.report_html.render_html``). ``compare_reports`` pairs two
+runs on the tasks they share. The ``report`` and ``compare`` commands at the bottom are what
+``harness`` registers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .errors import HarnessError
+from .stats import (
+    INTERVAL_METHODS,
+    Estimate,
+    InfraPolicy,
+    NullModel,
+    SelfConditioning,
+    SuiteCurve,
+    apply_infra_policy,
+    fit_step_success,
+    null_model,
+    paired_difference,
+    self_conditioning,
+    suite_curve,
+    suite_pass_hat_k,
+)
+from .store import RunRow, Store, TrialRow
+
+__all__ = [
+    "INFRA_DESCRIPTIONS",
+    "REPORT_FORMAT",
+    "REPORT_VERSION",
+    "Comparison",
+    "Report",
+    "RunData",
+    "RunNotFound",
+    "TaskResult",
+    "build_report",
+    "compare_command",
+    "compare_reports",
+    "load_report",
+    "open_run",
+    "render",
+    "render_comparison",
+    "report_command",
+]
+
+REPORT_FORMAT = "harness.report"
+REPORT_VERSION = 1
+COMPARISON_FORMAT = "harness.comparison"
+
+INFRA_DESCRIPTIONS: Mapping[str, str] = {
+    "fail": "infrastructure errors count as failed trials (tau-bench's convention)",
+    "exclude": "infrastructure errors are left out of the trial counts (tau2-bench's convention)",
+}
+
+
+class RunNotFound(HarnessError):
+    """A path given as a run folder is not one: missing, or without its ``harness.db``.
+
+    Attributes:
+        path: the path as given.
+    """
+
+    def __init__(self, path: Path, message: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a run folder.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunData:
+    """The raw records of one run: its row, its trials, its evidence, and its open store."""
+
+    folder: Path
+    run: RunRow
+    trials: list[TrialRow]
+    evidence: dict[str, Any]
+    config: dict[str, Any]
+    store: Store
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        self.store.close()
+
+
+def _runs_hint(folder: Path) -> str:
+    parent = folder.parent if str(folder.parent) not in ("", ".") else Path(".")
+    try:
+        runs = sorted(p.name for p in parent.iterdir() if (p / "harness.db").is_file())
+    except OSError:
+        runs = []
+    if not runs:
+        return ""
+    shown = ", ".join(runs[-5:])
+    return f" (run folders in {parent}: {shown})"
+
+
+def _loads(text: str | None, default: Any) -> Any:
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return default
+
+
+@contextmanager
+def open_run(path: str | Path) -> Iterator[RunData]:
+    """Open the run in ``path`` (``logs/<run>``, or its ``harness.db``) for reading.
+
+    Nothing is created when the path is not a run folder.
+
+    Raises:
+        RunNotFound: the folder does not exist, is not a folder, has no ``harness.db``, or its
+            store holds no run or no finished trial.
+        StoreError: the ``harness.db`` does not open as a harness store.
+    """
+    folder = Path(path)
+    if folder.is_file() and folder.suffix == ".db":
+        folder = folder.parent
+    if not folder.exists():
+        raise RunNotFound(
+            folder,
+            f"no run folder {folder}: give the folder `harness run` printed "
+            f"(logs/<run>){_runs_hint(folder)}",
+        )
+    if not folder.is_dir():
+        raise RunNotFound(
+            folder, f"{folder} is a file, not a run folder: give logs/<run>{_runs_hint(folder)}"
+        )
+    db = folder / "harness.db"
+    if not db.is_file():
+        raise RunNotFound(
+            folder,
+            f"{folder} has no harness.db, so it is not a run folder: give the folder "
+            f"`harness run` printed (logs/<run>){_runs_hint(folder / 'x')}",
+        )
+    store = Store(db)
+    try:
+        runs = store.runs()
+        if not runs:
+            raise RunNotFound(folder, f"{db} holds no run record: was it written by `harness run`?")
+        by_id = {r.id: r for r in runs}
+        if folder.name in by_id:
+            run = by_id[folder.name]
+        elif len(runs) == 1:
+            run = runs[0]
+        else:
+            raise RunNotFound(
+                folder,
+                f"{db} holds {len(runs)} runs ({', '.join(sorted(by_id))}) and none is named "
+                f"after the folder {folder.name!r}: give each run its own folder",
+            )
+        trials = store.trials(run.id)
+        if not trials:
+            raise RunNotFound(
+                folder,
+                f"run {run.id} in {folder} has no finished trials yet (status {run.status}): "
+                "let it finish, or `harness resume` it",
+            )
+        evidence = _loads(run.evidence, {})
+        if not evidence and (folder / "evidence.json").is_file():
+            evidence = _loads((folder / "evidence.json").read_text(encoding="utf-8"), {})
+        data = RunData(folder, run, trials, evidence, _loads(run.config, {}), store)
+    except BaseException:
+        store.close()
+        raise
+    try:
+        yield data
+    finally:
+        data.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The report model.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One task's trials as the report counts them.
+
+    Attributes:
+        task_id: the task.
+        version: its version in the run.
+        successes: passed trials (an infrastructure error never passes).
+        trials: trials counted under the infrastructure-error policy.
+        run_trials: trials run, infrastructure errors included.
+        infra_errors: trials that ended in an infrastructure error.
+        steps: required steps (reference writes) the null model uses.
+        partial: mean partial credit over counted trials that have one, else None.
+        cells: per trial index, ``pass``, ``fail``, ``infra`` or ``missing`` (the heat map).
+    """
+
+    task_id: str
+    version: str
+    successes: int
+    trials: int
+    run_trials: int
+    infra_errors: int
+    steps: int
+    partial: float | None
+    cells: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "task_id": self.task_id,
+            "version": self.version,
+            "successes": self.successes,
+            "trials": self.trials,
+            "run_trials": self.run_trials,
+            "infra_errors": self.infra_errors,
+            "steps": self.steps,
+            "partial": self.partial,
+            "cells": list(self.cells),
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``harness report`` shows about one run.
+
+    Attributes:
+        run_id, suite, status, folder: which run.
+        infra_policy: how infrastructure errors were counted (``fail`` or ``exclude``).
+        confidence: nominal coverage of every interval.
+        tasks: per-task counts for the tasks estimated from, in run order.
+        dropped_tasks: tasks left with no trials under ``exclude``.
+        curve: pass^k and pass@k for k = 1..n with intervals.
+        failures: failed tool calls by class, over all trials.
+        outcomes: episodes by outcome, over all trials.
+        infra_errors: trials that ended in an infrastructure error.
+        partial_mean: mean partial credit over counted trials that have one.
+        partial_trials: how many trials that mean is over.
+        null: the ``p^n`` null model (None if no task has required steps).
+        self_conditioning: error rates after an error versus with a clean history.
+        evidence: the run's evidence record.
+        config: how the run was started.
+    """
+
+    run_id: str
+    suite: str
+    status: str
+    folder: str
+    infra_policy: InfraPolicy
+    confidence: float
+    tasks: tuple[TaskResult, ...]
+    dropped_tasks: tuple[str, ...]
+    curve: SuiteCurve
+    failures: dict[str, int]
+    outcomes: dict[str, int]
+    infra_errors: int
+    partial_mean: float | None
+    partial_trials: int
+    null: NullModel | None
+    self_conditioning: SelfConditioning | None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_tasks(self) -> int:
+        """T: tasks estimated from."""
+        return len(self.tasks)
+
+    @property
+    def n(self) -> int:
+        """n: the smallest trial count of a task (pass^k is reported for k = 1..n)."""
+        return min(t.trials for t in self.tasks)
+
+    @property
+    def n_max(self) -> int:
+        """The largest trial count of a task (differs from ``n`` after an interruption)."""
+        return max(t.trials for t in self.tasks)
+
+    @property
+    def n_trials(self) -> int:
+        """Trials counted, over all tasks."""
+        return sum(t.trials for t in self.tasks)
+
+    def pass_hat(self, k: int) -> Estimate:
+        """Suite pass^k at ``k``, with its interval."""
+        return self.curve.pass_hat(k)
+
+    def pass_at(self, k: int) -> Estimate:
+        """Suite pass@k at ``k``, with its interval."""
+        return self.curve.pass_at(k)
+
+    def horizon(self, s: float = 0.5) -> tuple[float, float, float] | None:
+        """Steps until an error-free run has chance ``s`` under ``p^n``: value, low, high."""
+        return None if self.null is None else self.null.horizon(s)
+
+    def methods(self) -> dict[str, str]:
+        """The interval methods this report uses, with what each one is."""
+        used = sorted({*self.curve.hat_methods, *self.curve.at_methods})
+        if self.null is not None:
+            used.append(self.null.p.method)
+        return {m: INTERVAL_METHODS.get(m, m) for m in dict.fromkeys(used)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data, with its format name and version."""
+        horizon = self.horizon()
+        sc = self.self_conditioning
+        data: dict[str, Any] = _finite(
+            {
+                "format": REPORT_FORMAT,
+                "version": REPORT_VERSION,
+                "run": {
+                    "id": self.run_id,
+                    "suite": self.suite,
+                    "status": self.status,
+                    "folder": self.folder,
+                },
+                "infra_policy": {
+                    "policy": self.infra_policy,
+                    "description": INFRA_DESCRIPTIONS[self.infra_policy],
+                    "infra_errors": self.infra_errors,
+                    "dropped_tasks": list(self.dropped_tasks),
+                },
+                "confidence": self.confidence,
+                "T": self.n_tasks,
+                "n": self.n,
+                "n_max": self.n_max,
+                "trials": self.n_trials,
+                "pass_hat_k": [self.pass_hat(int(k)).to_dict() for k in self.curve.ks.tolist()],
+                "pass_at_k": [self.pass_at(int(k)).to_dict() for k in self.curve.ks.tolist()],
+                "methods": self.methods(),
+                "failures_by_class": dict(sorted(self.failures.items())),
+                "outcomes": dict(sorted(self.outcomes.items())),
+                "partial_credit": {
+                    "mean": self.partial_mean,
+                    "trials": self.partial_trials,
+                    "note": "reported separately; pass/fail does not use it",
+                },
+                "null_model": None if self.null is None else self.null.to_dict(),
+                "horizon": None
+                if horizon is None
+                else {"s": 0.5, "value": horizon[0], "low": horizon[1], "high": horizon[2]},
+                "self_conditioning": None if sc is None else sc.to_dict(),
+                "tasks": [t.to_dict() for t in self.tasks],
+                "evidence": self.evidence,
+                "config": self.config,
+            }
+        )
+        return data
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with infinities and NaNs as None, so it is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _task_order(data: RunData) -> list[str]:
+    seen = {t.task_id for t in data.trials}
+    listed = [t for t in data.config.get("tasks", []) if t in seen]
+    return listed + sorted(seen - set(listed))
+
+
+def build_report(data: RunData, *, infra: InfraPolicy = "fail", confidence: float = 0.95) -> Report:
+    """The report of an opened run.
+
+    Args:
+        data: from ``open_run``.
+        infra: ``fail`` counts infrastructure errors as failed trials (tau-bench); ``exclude``
+            leaves them out (tau2-bench), dropping tasks left with no trials.
+        confidence: nominal coverage of every interval.
+
+    Raises:
+        RunNotFound: under ``exclude``, every trial was an infrastructure error.
+        ValueError: an unknown policy or a confidence outside (0, 1).
+    """
+    if infra not in INFRA_DESCRIPTIONS:
+        raise ValueError(f"infra must be 'fail' or 'exclude', got {infra!r}")
+    by_task: dict[str, list[TrialRow]] = {}
+    for row in data.trials:
+        by_task.setdefault(row.task_id, []).append(row)
+    order = _task_order(data)
+    ids = list(order)
+    rows = [sorted(by_task[t], key=lambda r: r.trial) for t in ids]
+    run_n = [len(r) for r in rows]
+    succ = [sum(1 for x in r if x.passed and not x.infra_error) for r in rows]
+    infra_n = [sum(1 for x in r if x.infra_error) for r in rows]
+    s, n = apply_infra_policy(succ, run_n, infra_n, infra)
+    counted = [
+        [x for x in r if infra == "fail" or not x.infra_error] for r in rows
+    ]  # the trials behind the counts
+    keep = [i for i in range(len(ids)) if int(n[i]) > 0]
+    dropped = tuple(ids[i] for i in range(len(ids)) if int(n[i]) == 0)
+    if not keep:
+        raise RunNotFound(
+            data.folder,
+            f"run {data.run.id}: every trial ended in an infrastructure error, so nothing is "
+            "left to estimate under --infra exclude; use --infra fail to count them as failures",
+        )
+    width = max(x.trial for x in data.trials) + 1
+    tasks = []
+    step_lists: list[list[bool]] = []
+    partials: list[float] = []
+    for i in keep:
+        steps_here = [[bool(b) for b in _loads(x.steps, [])] for x in counted[i]]
+        step_lists.extend(steps_here)
+        part = [x.partial for x in counted[i] if x.partial is not None]
+        partials.extend(part)
+        cells = ["missing"] * width
+        for x in rows[i]:
+            cells[x.trial] = "infra" if x.infra_error else ("pass" if x.passed else "fail")
+        tasks.append(
+            TaskResult(
+                task_id=ids[i],
+                version=rows[i][0].task_version,
+                successes=int(s[i]),
+                trials=int(n[i]),
+                run_trials=run_n[i],
+                infra_errors=infra_n[i],
+                steps=max((len(st) for st in steps_here), default=0),
+                partial=sum(part) / len(part) if part else None,
+                cells=tuple(cells),
+            )
+        )
+    curve = suite_curve([t.successes for t in tasks], [t.trials for t in tasks], None, confidence)
+    null: NullModel | None = None
+    if any(step_lists):
+        p = fit_step_success(step_lists, confidence=confidence)
+        null = null_model(
+            p,
+            [t.steps for t in tasks],
+            [t.successes / t.trials for t in tasks],
+            trials=[t.trials for t in tasks],
+            confidence=confidence,
+        )
+    # Episodes with no required steps carry no step history; they are left out (and
+    # ``stats.self_conditioning`` miscounts histories when an empty episode comes first).
+    histories = [st for st in step_lists if st]
+    sc = self_conditioning(histories, confidence) if histories else None
+    failures: Counter[str] = Counter()
+    for row in data.trials:
+        failures.update({str(k): int(v) for k, v in _loads(row.failures, {}).items()})
+    return Report(
+        run_id=data.run.id,
+        suite=data.run.suite,
+        status=data.run.status,
+        folder=str(data.folder),
+        infra_policy=infra,
+        confidence=curve.confidence,
+        tasks=tuple(tasks),
+        dropped_tasks=dropped,
+        curve=curve,
+        failures=dict(failures),
+        outcomes=dict(Counter(row.outcome for row in data.trials)),
+        infra_errors=sum(infra_n),
+        partial_mean=sum(partials) / len(partials) if partials else None,
+        partial_trials=len(partials),
+        null=null,
+        self_conditioning=sc,
+        evidence=data.evidence,
+        config=data.config,
+    )
+
+
+def load_report(
+    path: str | Path, *, infra: InfraPolicy = "fail", confidence: float = 0.95
+) -> Report:
+    """Open the run folder ``path`` and build its report (see ``build_report``)."""
+    with open_run(path) as data:
+        return build_report(data, infra=infra, confidence=confidence)
+
+
+# --------------------------------------------------------------------------------------------
+# Paired comparison of two runs.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Run A against run B on the tasks both ran: pass^k of each and the paired difference.
+
+    Attributes:
+        a, b: the two reports.
+        tasks: shared task ids, in A's order.
+        only_a, only_b: tasks one run has and the other does not (not compared).
+        changed: shared tasks whose version or content digest differs between the runs.
+        rows: per k, ``(pass^k of A, pass^k of B, A - B)`` on the shared tasks.
+    """
+
+    a: Report
+    b: Report
+    tasks: tuple[str, ...]
+    only_a: tuple[str, ...]
+    only_b: tuple[str, ...]
+    changed: tuple[str, ...]
+    rows: tuple[tuple[Estimate, Estimate, Estimate], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data, with its format name and version."""
+        data: dict[str, Any] = _finite(
+            {
+                "format": COMPARISON_FORMAT,
+                "version": REPORT_VERSION,
+                "a": {"run": self.a.run_id, "folder": self.a.folder, "suite": self.a.suite},
+                "b": {"run": self.b.run_id, "folder": self.b.folder, "suite": self.b.suite},
+                "infra_policy": {
+                    "policy": self.a.infra_policy,
+                    "description": INFRA_DESCRIPTIONS[self.a.infra_policy],
+                    "infra_errors": {"a": self.a.infra_errors, "b": self.b.infra_errors},
+                },
+                "confidence": self.a.confidence,
+                "T": len(self.tasks),
+                "tasks": list(self.tasks),
+                "only_a": list(self.only_a),
+                "only_b": list(self.only_b),
+                "changed": list(self.changed),
+                "rows": [
+                    {
+                        "k": d.k,
+                        "a": ea.to_dict(),
+                        "b": eb.to_dict(),
+                        "difference": d.to_dict(),
+                    }
+                    for ea, eb, d in self.rows
+                ],
+                "methods": {
+                    m: INTERVAL_METHODS.get(m, m)
+                    for m in dict.fromkeys(e.method for row in self.rows for e in row)
+                },
+            }
+        )
+        return data
+
+
+def _task_digests(report: Report) -> dict[str, Any]:
+    suite = report.evidence.get("suite") or {}
+    tasks = suite.get("tasks") if isinstance(suite, dict) else None
+    return dict(tasks) if isinstance(tasks, dict) else {}
+
+
+def compare_reports(a: Report, b: Report) -> Comparison:
+    """Pair run ``a`` with run ``b`` on their shared tasks (``stats.paired_difference``).
+
+    Raises:
+        HarnessError: the runs share no task, or used different confidence levels or
+            infrastructure-error policies.
+    """
+    if a.infra_policy != b.infra_policy or a.confidence != b.confidence:
+        raise HarnessError(
+            "compare: both reports must use the same --infra policy and confidence "
+            f"({a.infra_policy}/{a.confidence} vs {b.infra_policy}/{b.confidence})"
+        )
+    ta = {t.task_id: t for t in a.tasks}
+    tb = {t.task_id: t for t in b.tasks}
+    shared = tuple(t for t in ta if t in tb)
+    if not shared:
+        raise HarnessError(
+            f"compare: runs {a.run_id} and {b.run_id} share no task; a paired comparison needs "
+            "the same tasks in both runs"
+        )
+    da, db = _task_digests(a), _task_digests(b)
+    changed = tuple(
+        t
+        for t in shared
+        if ta[t].version != tb[t].version
+        or (t in da and t in db and da[t].get("digest") != db[t].get("digest"))
+    )
+    sa = [ta[t].successes for t in shared]
+    na = [ta[t].trials for t in shared]
+    sb = [tb[t].successes for t in shared]
+    nb = [tb[t].trials for t in shared]
+    kmax = min(min(na), min(nb))
+    rows = tuple(
+        (
+            suite_pass_hat_k(sa, na, k, a.confidence),
+            suite_pass_hat_k(sb, nb, k, a.confidence),
+            paired_difference(sa, na, sb, nb, k, a.confidence),
+        )
+        for k in range(1, kmax + 1)
+    )
+    return Comparison(
+        a=a,
+        b=b,
+        tasks=shared,
+        only_a=tuple(t for t in ta if t not in tb),
+        only_b=tuple(t for t in tb if t not in ta),
+        changed=changed,
+        rows=rows,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Terminal output.
+# --------------------------------------------------------------------------------------------
+
+
+def _iv(e: Estimate | tuple[float, float], digits: int = 3) -> str:
+    low, high = (e.low, e.high) if isinstance(e, Estimate) else e
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _steps(h: float) -> str:
+    return "inf" if math.isinf(h) else f"{h:.1f}"
+
+
+def _pct(confidence: float) -> str:
+    return f"{confidence:.0%}"
+
+
+def render(report: Report, console: Console, *, per_task: bool = False) -> None:
+    """Print ``report`` as rich tables."""
+    conf = _pct(report.confidence)
+    console.print(
+        f"[bold]run {report.run_id}[/bold]  suite [bold]{report.suite}[/bold]  "
+        f"status {report.status}\n"
+        f"T = {report.n_tasks} tasks, n = {report.n} trials per task"
+        + (f" (up to {report.n_max})" if report.n_max != report.n else "")
+        + f", {report.n_trials} trials counted; {conf} intervals at the task level\n"
+        f"infrastructure errors: {report.infra_errors}; policy [bold]{report.infra_policy}"
+        f"[/bold]: {INFRA_DESCRIPTIONS[report.infra_policy]}"
+    )
+    if report.dropped_tasks:
+        console.print(
+            f"[yellow]dropped[/yellow] (no trials left under exclude): "
+            f"{', '.join(report.dropped_tasks)}"
+        )
+    table = Table(title=f"{report.suite}: pass^k and pass@k over {report.n_tasks} tasks")
+    for col in ("k", "pass^k", f"{conf} interval", "method", "pass@k", f"{conf} interval "):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for k in report.curve.ks.tolist():
+        hat, at = report.pass_hat(int(k)), report.pass_at(int(k))
+        table.add_row(str(k), f"{hat.value:.3f}", _iv(hat), hat.method, f"{at.value:.3f}", _iv(at))
+    console.print(table)
+    for name, text in report.methods().items():
+        console.print(f"  [dim]{name}: {text}[/dim]")
+
+    counts = Table(title="failures by class and outcomes")
+    counts.add_column("what")
+    counts.add_column("count", justify="right")
+    for name, count in sorted(report.failures.items()):
+        counts.add_row(f"failed call: {name}", str(count))
+    for name, count in sorted(report.outcomes.items()):
+        counts.add_row(f"episode {name}", str(count))
+    counts.add_row("infrastructure errors", str(report.infra_errors))
+    console.print(counts)
+    if report.partial_mean is None:
+        console.print("partial credit: none of the counted trials has a partial-credit rule")
+    else:
+        console.print(
+            f"partial credit (reported separately, not part of pass/fail): mean "
+            f"{report.partial_mean:.3f} over {report.partial_trials} trials"
+        )
+
+    if report.null is None:
+        console.print("p^n null model: no task has required steps")
+    else:
+        p = report.null.p
+        nt = Table(title="p^n null model: observed task success against p^n by required steps")
+        for col in ("steps", "tasks", "p^n", f"{conf} interval", "observed", "interval ", "fits"):
+            nt.add_column(col, justify="right")
+        for row in report.null.rows:
+            nt.add_row(
+                str(row.steps),
+                str(row.n_tasks),
+                f"{row.predicted:.3f}",
+                _iv((row.predicted_low, row.predicted_high)),
+                f"{row.observed:.3f}",
+                _iv((row.observed_low, row.observed_high)),
+                "yes" if row.consistent else "[red]no[/red]",
+            )
+        console.print(nt)
+        h = report.null.horizon(0.5)
+        console.print(
+            f"per-step success p = {p.value:.4f} {_iv(p, 4)} ({p.method}, {p.n_tasks} steps); "
+            f"horizon at s = 0.5: H = {_steps(h[0])} steps [{_steps(h[1])}, {_steps(h[2])}]"
+        )
+    sc = report.self_conditioning
+    if sc is not None:
+        parts = []
+        for label, est in (("after an earlier error", sc.after_error), ("clean", sc.clean)):
+            parts.append(
+                f"{label}: no steps"
+                if est is None
+                else f"{label}: {est.value:.3f} {_iv(est)} ({est.n_tasks} steps)"
+            )
+        diff = sc.difference
+        console.print(
+            "self-conditioning, step error rate "
+            + "; ".join(parts)
+            + ("" if diff is None else f"; difference {diff:+.3f}")
+        )
+    ev = report.evidence
+    if ev:
+        agent = ev.get("agent", {})
+        machine = ev.get("machine", {})
+        retry = (ev.get("policy") or {}).get("retry", {})
+        console.print(
+            f"[dim]evidence: harness {ev.get('harness_version', '?')}, agent "
+            f"{json.dumps(agent, sort_keys=True)}, seed {ev.get('seed', '?')}, retry "
+            f"{json.dumps(retry, sort_keys=True)}, python {machine.get('python', '?')} on "
+            f"{machine.get('platform', '?')}[/dim]"
+        )
+    if per_task:
+        tt = Table(title="per task")
+        for col in ("task", "version", "passed", "trials", "infra", "steps", "partial"):
+            tt.add_column(col, justify="left" if col == "task" else "right")
+        for t in report.tasks:
+            tt.add_row(
+                t.task_id,
+                t.version,
+                str(t.successes),
+                str(t.trials),
+                str(t.infra_errors),
+                str(t.steps),
+                "-" if t.partial is None else f"{t.partial:.2f}",
+            )
+        console.print(tt)
+
+
+def render_comparison(cmp: Comparison, console: Console) -> None:
+    """Print a comparison as a rich table."""
+    conf = _pct(cmp.a.confidence)
+    console.print(
+        f"A = run {cmp.a.run_id} ({cmp.a.suite}), B = run {cmp.b.run_id} ({cmp.b.suite})\n"
+        f"paired on the {len(cmp.tasks)} tasks both ran; infrastructure errors: "
+        f"{cmp.a.infra_errors} in A, {cmp.b.infra_errors} in B, policy "
+        f"[bold]{cmp.a.infra_policy}[/bold]: {INFRA_DESCRIPTIONS[cmp.a.infra_policy]}"
+    )
+    for label, ids in (("only in A", cmp.only_a), ("only in B", cmp.only_b)):
+        if ids:
+            console.print(f"[yellow]{label}[/yellow] (not compared): {', '.join(ids)}")
+    if cmp.changed:
+        console.print(
+            f"[yellow]changed between the runs[/yellow] (version or content): "
+            f"{', '.join(cmp.changed)}"
+        )
+    table = Table(title="pass^k: A, B and the paired difference A - B")
+    for col in ("k", "A", "B", "A - B", f"{conf} interval", "method"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for ea, eb, d in cmp.rows:
+        table.add_row(
+            str(d.k),
+            f"{ea.value:.3f} {_iv(ea)}",
+            f"{eb.value:.3f} {_iv(eb)}",
+            f"{d.value:+.3f}",
+            f"[{d.low:+.3f}, {d.high:+.3f}]",
+            d.method,
+        )
+    console.print(table)
+    console.print(f"  [dim]mover-t-hull: {INTERVAL_METHODS['mover-t-hull']}[/dim]")
+
+
+# --------------------------------------------------------------------------------------------
+# Commands.
+# --------------------------------------------------------------------------------------------
+
+INFRA_OPTION = click.option(
+    "--infra",
+    type=click.Choice(["fail", "exclude"]),
+    default="fail",
+    show_default=True,
+    help="Infrastructure errors: count as failures (tau-bench) or exclude (tau2-bench).",
+)
+CONFIDENCE_OPTION = click.option(
+    "--confidence",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.95,
+    show_default=True,
+    help="Nominal coverage of every interval.",
+)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(2)
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, allow_nan=False, default=str)
+
+
+@click.command("report")
+@click.argument("run", type=click.Path(path_type=Path))
+@INFRA_OPTION
+@CONFIDENCE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write one self-contained HTML file (plots, tables, evidence).",
+)
+@click.option("--tasks", "per_task", is_flag=True, help="Also print the per-task table.")
+def report_command(
+    run: Path,
+    infra: InfraPolicy,
+    confidence: float,
+    as_json: bool,
+    html_file: Path | None,
+    per_task: bool,
+) -> None:
+    """Report RUN (logs/<run>): pass^k and pass@k with intervals, p^n, failures, evidence."""
+    try:
+        report = load_report(run, infra=infra, confidence=confidence)
+    except HarnessError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        click.echo(_dump(report.to_dict()))
+    else:
+        render(report, Console(), per_task=per_task)
+    if html_file is not None:
+        from .report_html import render_html
+
+        html_file.parent.mkdir(parents=True, exist_ok=True)
+        html_file.write_text(render_html(report), encoding="utf-8")
+        click.echo(f"wrote {html_file}", err=as_json)
+
+
+@click.command("compare")
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+@INFRA_OPTION
+@CONFIDENCE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare_command(
+    run_a: Path, run_b: Path, infra: InfraPolicy, confidence: float, as_json: bool
+) -> None:
+    """Compare RUN_A with RUN_B: paired pass^k difference on the tasks both ran."""
+    try:
+        a = load_report(run_a, infra=infra, confidence=confidence)
+        b = load_report(run_b, infra=infra, confidence=confidence)
+        cmp = compare_reports(a, b)
+    except HarnessError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        click.echo(_dump(cmp.to_dict()))
+    else:
+        render_comparison(cmp, Console())
