@@ -514,7 +514,7 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
     p.patch(EpisodeWriter, "update_episode", "writer.update_episode (2x)")
     p.patch(EpisodeWriter, "append", "writer.append: log record (2x)")
     p.patch(EpisodeWriter, "insert_txn", "writer.insert_txn")
-    p.patch(EpisodeWriter, "update_txn", "writer.update_txn (builds its SQL per call)")
+    p.patch(EpisodeWriter, "update_txn", "writer.update_txn")
     p.patch(EpisodeWriter, "checkpoint", "writer.checkpoint")
     p.patch(EpisodeWriter, "_exec", _sql_label)
     p.patch(hx_store, "record_hash", "sha256: hash chain (record_hash, 2x)")
