@@ -650,12 +650,17 @@ def render(report: Report, console: Console, *, per_task: bool = False) -> None:
             f"[yellow]dropped[/yellow] (no trials left under exclude): "
             f"{', '.join(report.dropped_tasks)}"
         )
-    table = Table(title=f"{report.suite}: pass^k and pass@k over {report.n_tasks} tasks")
-    for col in ("k", "pass^k", f"{conf} interval", "method", "pass@k", f"{conf} interval "):
-        table.add_column(col, justify="left" if col == "method" else "right")
+    table = Table(
+        title=f"{report.suite}: pass^k and pass@k over {report.n_tasks} tasks",
+        show_edge=False,
+        pad_edge=False,
+    )
+    for col in ("k", "pass^k", f"{conf} interval", "pass@k", f"{conf} interval "):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("pass^k method", overflow="fold")
     for k in report.curve.ks.tolist():
         hat, at = report.pass_hat(int(k)), report.pass_at(int(k))
-        table.add_row(str(k), f"{hat.value:.3f}", _iv(hat), hat.method, f"{at.value:.3f}", _iv(at))
+        table.add_row(str(k), f"{hat.value:.3f}", _iv(hat), f"{at.value:.3f}", _iv(at), hat.method)
     console.print(table)
     for name, text in report.methods().items():
         console.print(f"  [dim]{name}: {text}[/dim]")
@@ -760,20 +765,25 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
             f"[yellow]changed between the runs[/yellow] (version or content): "
             f"{', '.join(cmp.changed)}"
         )
-    table = Table(title="pass^k: A, B and the paired difference A - B")
-    for col in ("k", "A", "B", "A - B", f"{conf} interval", "method"):
-        table.add_column(col, justify="left" if col == "method" else "right")
+    table = Table(
+        title="pass^k: A, B and the paired difference A - B", show_edge=False, pad_edge=False
+    )
+    for col in ("k", "A", f"{conf} interval", "B", f"{conf} interval ", "A - B", "interval"):
+        table.add_column(col, justify="right", no_wrap=True)
     for ea, eb, d in cmp.rows:
         table.add_row(
             str(d.k),
-            f"{ea.value:.3f} {_iv(ea)}",
-            f"{eb.value:.3f} {_iv(eb)}",
+            f"{ea.value:.3f}",
+            _iv(ea),
+            f"{eb.value:.3f}",
+            _iv(eb),
             f"{d.value:+.3f}",
             f"[{d.low:+.3f}, {d.high:+.3f}]",
-            d.method,
         )
     console.print(table)
-    console.print(f"  [dim]mover-t-hull: {INTERVAL_METHODS['mover-t-hull']}[/dim]")
+    methods = dict.fromkeys(e.method for row in cmp.rows for e in row)
+    for name in methods:
+        console.print(f"  [dim]{name}: {INTERVAL_METHODS.get(name, name)}[/dim]")
 
 
 # --------------------------------------------------------------------------------------------
