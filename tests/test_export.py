@@ -1,0 +1,395 @@
+"""Exports: files tau-bench's and tau2-bench's own scorers accept, and JSON lines."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from math import comb
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from click.testing import CliRunner
+from pydantic import BaseModel, ConfigDict
+
+from harness.cli import main
+from harness.export import export_run
+from harness.report import RunNotFound, load_report
+from harness.trials import run_trials
+
+from .test_report import make_run
+from .toy_env import write_suite
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run of the toy suite with transactions: 4 tasks, 3 trials, 30% step errors."""
+    base = tmp_path_factory.mktemp("toy")
+    suite = write_suite(base / "suite", [0, 1, 2, 3])
+    result = run_trials(
+        suite,
+        agent="simulated",
+        agent_options={"error_rate": 0.3},
+        trials=3,
+        seed=5,
+        logs=base / "logs",
+        run_id="toy",
+    )
+    return result.folder
+
+
+# --- tau-bench: its result record and its display_metrics, as upstream defines them ---
+
+
+class EnvRunResult(BaseModel):
+    """tau_bench.types.EnvRunResult."""
+
+    task_id: int
+    reward: float
+    info: dict[str, Any]
+    traj: list[dict[str, Any]]
+    trial: int
+
+
+def taubench_display_metrics(results: list[EnvRunResult]) -> dict[int, float]:
+    """tau_bench.run.display_metrics, returning pass^k instead of printing it."""
+
+    def is_successful(reward: float) -> bool:
+        return (1 - 1e-6) <= reward <= 1 + 1e-6
+
+    num_trials = len({r.trial for r in results})
+    c_per_task_id: dict[int, int] = {}
+    for result in results:
+        if result.task_id not in c_per_task_id:
+            c_per_task_id[result.task_id] = 1 if is_successful(result.reward) else 0
+        else:
+            c_per_task_id[result.task_id] += 1 if is_successful(result.reward) else 0
+    pass_hat_ks: dict[int, float] = {}
+    for k in range(1, num_trials + 1):
+        sum_task_pass_hat_k = 0.0
+        for c in c_per_task_id.values():
+            sum_task_pass_hat_k += comb(c, k) / comb(num_trials, k)
+        pass_hat_ks[k] = sum_task_pass_hat_k / len(c_per_task_id)
+    return pass_hat_ks
+
+
+def _load_taubench(path: Path) -> list[EnvRunResult]:
+    return [EnvRunResult.model_validate(r) for r in json.loads(path.read_text())]
+
+
+def test_taubench_display_metrics_reproduces_the_report(toy_run: Path, tmp_path: Path):
+    """tau-bench's own pass^k formula on the exported file gives the report's pass^k."""
+    out = export_run(toy_run, "taubench", tmp_path / "tb.json")
+    results = _load_taubench(out)
+    report = load_report(toy_run)
+    assert len(results) == report.n_trials == 12
+    assert {r.task_id for r in results} == {0, 1, 2, 3}  # harness ids numbered in run order
+    assert {r.info["harness_task_id"] for r in results} == {"t0", "t1", "t2", "t3"}
+    theirs = taubench_display_metrics(results)
+    assert sorted(theirs) == [1, 2, 3]
+    for k, value in theirs.items():
+        assert value == pytest.approx(report.pass_hat(k).value, abs=1e-12)
+
+
+def test_taubench_records_carry_verdict_and_a_tool_call_trajectory(toy_run: Path, tmp_path: Path):
+    """Each record's info holds the verdict and reward info; traj lists the attempted writes."""
+    results = _load_taubench(export_run(toy_run, "taubench", tmp_path / "tb.json"))
+    record = next(r for r in results if r.info["harness_task_id"] == "t3")
+    assert record.reward in (0.0, 1.0) and record.info["passed"] == (record.reward == 1.0)
+    assert set(record.info["reward_info"]) == {"reward", "info", "actions"}
+    assert [a["name"] for a in record.info["reward_info"]["actions"]] == ["look"] + ["bump"] * 3
+    assert record.info["task"]["instruction"] == "bump 3 counters"
+    calls = [m for m in record.traj if m["role"] == "assistant" and m.get("tool_calls")]
+    tools = [m for m in record.traj if m["role"] == "tool"]
+    assert calls and len(calls) == len(tools)
+    assert calls[0]["tool_calls"][0]["function"]["name"] == "bump"
+    assert tools[0]["tool_call_id"] == calls[0]["tool_calls"][0]["id"]
+
+
+def test_taubench_infra_errors_are_failures_or_left_out(tmp_path: Path):
+    """Under fail an infra error is a reward-0 record matching the report; under exclude, gone."""
+    folder = make_run(tmp_path, "r", {"a": "PPIP", "b": "PFFP", "c": "IPPP"})
+    results = _load_taubench(export_run(folder, "taubench", tmp_path / "fail.json"))
+    assert len(results) == 12
+    infra = [r for r in results if r.info["infra_error"]]
+    assert len(infra) == 2 and all(r.reward == 0.0 and "error" in r.info for r in infra)
+    report = load_report(folder)
+    for k, value in taubench_display_metrics(results).items():
+        assert value == pytest.approx(report.pass_hat(k).value, abs=1e-12)
+    kept = _load_taubench(export_run(folder, "taubench", tmp_path / "ex.json", infra="exclude"))
+    assert len(kept) == 10 and not any(r.info["infra_error"] for r in kept)
+
+
+# --- tau2-bench: its Results models (the fields its metrics read) and its pass^k ---
+
+
+class _Strict(BaseModel):
+    # Upstream ignores unknown fields; forbidding them here catches a misspelt field name.
+    model_config = ConfigDict(extra="forbid")
+
+
+class TerminationReason(StrEnum):
+    """tau2.data_model.simulation.TerminationReason."""
+
+    USER_STOP = "user_stop"
+    AGENT_STOP = "agent_stop"
+    MAX_STEPS = "max_steps"
+    TIMEOUT = "timeout"
+    TOO_MANY_ERRORS = "too_many_errors"
+    AGENT_ERROR = "agent_error"
+    USER_ERROR = "user_error"
+    INFRASTRUCTURE_ERROR = "infrastructure_error"
+    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
+    UNEXPECTED_ERROR = "unexpected_error"
+
+
+class RewardType(StrEnum):
+    """tau2.data_model.tasks.RewardType."""
+
+    DB = "DB"
+    ENV_ASSERTION = "ENV_ASSERTION"
+    NL_ASSERTION = "NL_ASSERTION"
+    ACTION = "ACTION"
+    COMMUNICATE = "COMMUNICATE"
+
+
+class ToolCall(_Strict):
+    id: str = ""
+    name: str
+    arguments: dict[str, Any]
+    requestor: Literal["user", "assistant"] = "assistant"
+
+
+class AssistantMessage(_Strict):
+    role: Literal["assistant"]
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    turn_idx: int | None = None
+    timestamp: str | None = None
+
+
+class ToolMessage(_Strict):
+    id: str
+    role: Literal["tool"]
+    content: str | None = None
+    requestor: Literal["user", "assistant"] = "assistant"
+    error: bool = False
+    turn_idx: int | None = None
+    timestamp: str | None = None
+
+
+class DBCheck(_Strict):
+    db_match: bool
+    db_reward: float
+
+
+class RewardInfo(_Strict):
+    reward: float
+    db_check: DBCheck | None = None
+    reward_basis: list[RewardType] | None = None
+    info: dict[str, Any] | None = None
+
+
+class SimulationRun(_Strict):
+    id: str
+    task_id: str
+    timestamp: str
+    start_time: str
+    end_time: str
+    duration: float
+    termination_reason: TerminationReason
+    agent_cost: float | None = None
+    user_cost: float | None = None
+    reward_info: RewardInfo | None = None
+    messages: list[AssistantMessage | ToolMessage]
+    trial: int | None = None
+    seed: int | None = None
+
+
+class Action(_Strict):
+    action_id: str
+    requestor: Literal["user", "assistant"] = "assistant"
+    name: str
+    arguments: dict[str, Any]
+
+
+class EvaluationCriteria(_Strict):
+    actions: list[Action] | None = None
+    communicate_info: list[str] | None = None
+    reward_basis: list[RewardType]
+
+    def info(self) -> dict[str, int]:
+        agent = [a for a in self.actions or [] if a.requestor == "assistant"]
+        user = [a for a in self.actions or [] if a.requestor == "user"]
+        return {"num_agent_actions": len(agent), "num_user_actions": len(user)}
+
+
+class StructuredUserInstructions(_Strict):
+    domain: str
+    reason_for_call: str
+    known_info: str | None = None
+    unknown_info: str | None = None
+    task_instructions: str
+
+
+class UserScenario(_Strict):
+    instructions: StructuredUserInstructions | str
+
+
+class Task(_Strict):
+    id: str
+    user_scenario: UserScenario
+    evaluation_criteria: EvaluationCriteria | None = None
+
+
+class AgentInfo(_Strict):
+    implementation: str
+    llm: str | None = None
+    llm_args: dict[str, Any] | None = None
+
+
+class UserInfo(_Strict):
+    implementation: str
+    llm: str | None = None
+
+
+class EnvironmentInfo(_Strict):
+    domain_name: str
+    policy: str
+
+
+class Info(_Strict):
+    git_commit: str
+    num_trials: int
+    max_steps: int
+    max_errors: int
+    user_info: UserInfo
+    agent_info: AgentInfo
+    environment_info: EnvironmentInfo
+    seed: int | None = None
+
+
+class Results(_Strict):
+    """tau2.data_model.simulation.Results (the fields a text run writes)."""
+
+    timestamp: str | None = None
+    info: Info
+    tasks: list[Task]
+    simulations: list[SimulationRun]
+
+
+def tau2_pass_hat_ks(results: Results) -> dict[int, float]:
+    """tau2.metrics.agent_metrics: get_metrics_df and get_tasks_pass_hat_k, without pandas."""
+    sims = [
+        s for s in results.simulations if s.termination_reason != "infrastructure_error"
+    ]  # their metrics exclude infrastructure errors
+    by_task: dict[str, list[bool]] = {}
+    for sim in sims:
+        assert sim.reward_info is not None
+        reward = sim.reward_info.reward
+        by_task.setdefault(sim.task_id, []).append((1 - 1e-6) <= reward <= (1 + 1e-6))
+    max_k = min(results.info.num_trials, min(len(v) for v in by_task.values()))
+    for task in results.tasks:  # to_df looks up every simulation's task and its action counts
+        assert task.evaluation_criteria is not None
+        task.evaluation_criteria.info()
+    return {
+        k: sum(comb(sum(v), k) / comb(len(v), k) for v in by_task.values()) / len(by_task)
+        for k in range(1, max_k + 1)
+    }
+
+
+def test_tau2_results_validate_and_its_pass_k_reproduces_the_report(toy_run: Path, tmp_path: Path):
+    """The tau2 export validates as Results and tau2's pass^k equals the report's."""
+    results = Results.model_validate_json(
+        export_run(toy_run, "tau2", tmp_path / "t2.json").read_text()
+    )
+    report = load_report(toy_run, infra="exclude")
+    assert len(results.simulations) == 12 and {t.id for t in results.tasks} == {
+        "t0",
+        "t1",
+        "t2",
+        "t3",
+    }
+    assert results.info.num_trials == 3
+    for k, value in tau2_pass_hat_ks(results).items():
+        assert value == pytest.approx(report.pass_hat(k).value, abs=1e-12)
+    sim = next(s for s in results.simulations if s.task_id == "t3")
+    assert sim.reward_info is not None and sim.reward_info.db_check is not None
+    assert sim.reward_info.db_check.db_match == (sim.reward_info.reward == 1.0)
+    assert isinstance(sim.messages[0], AssistantMessage) and sim.messages[0].tool_calls
+    assert isinstance(sim.messages[1], ToolMessage)
+    assert sim.messages[1].id == sim.messages[0].tool_calls[0].id
+    task = next(t for t in results.tasks if t.id == "t3")
+    assert task.evaluation_criteria is not None
+    assert task.evaluation_criteria.info()["num_agent_actions"] == 4
+
+
+def test_tau2_marks_infra_errors_so_its_metrics_exclude_them(tmp_path: Path):
+    """Infrastructure errors become termination_reason infrastructure_error (tau2 excludes)."""
+    folder = make_run(tmp_path, "r", {"a": "PPIP", "b": "PFFP", "c": "IPPP"})
+    results = Results.model_validate_json(
+        export_run(folder, "tau2", tmp_path / "t2.json").read_text()
+    )
+    reasons = [s.termination_reason.value for s in results.simulations]
+    assert reasons.count("infrastructure_error") == 2 and reasons.count("agent_stop") == 10
+    report = load_report(folder, infra="exclude")
+    theirs = tau2_pass_hat_ks(results)
+    assert sorted(theirs) == [1, 2, 3] == report.curve.ks.tolist()
+    for k, value in theirs.items():
+        assert value == pytest.approx(report.pass_hat(k).value, abs=1e-12)
+
+
+def test_tau2_tasks_keep_their_structured_user_instructions(tmp_path: Path):
+    """A run of tau2's own tasks.json exports its tasks with tau2's structured instructions."""
+    tasks = SHARED / "tau2-retail" / "tasks.json"
+    if not tasks.exists():
+        pytest.skip("the shared tau2 data is not beside the repository")
+    result = run_trials(tasks, agent="scripted", trials=1, logs=tmp_path / "logs", tasks=["0", "1"])
+    results = Results.model_validate_json(
+        export_run(result.folder, "tau2", tmp_path / "t2.json").read_text()
+    )
+    assert [s.reward_info.reward for s in results.simulations if s.reward_info] == [1.0, 1.0]
+    scenario = results.tasks[0].user_scenario.instructions
+    assert isinstance(scenario, StructuredUserInstructions) and scenario.domain == "retail"
+    taub = _load_taubench(export_run(result.folder, "taubench", tmp_path / "tb.json"))
+    assert sorted(r.task_id for r in taub) == [0, 1]  # tau2's integer ids are kept
+
+
+# --- jsonl and the command ---
+
+
+def test_jsonl_has_one_object_per_trial_with_its_transactions(toy_run: Path, tmp_path: Path):
+    """Each line is one trial: ids, verdict, steps and the transactions it ran."""
+    lines = export_run(toy_run, "jsonl", tmp_path / "x.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert len(records) == 12
+    assert {(r["task_id"], r["trial"]) for r in records} == {
+        (f"t{i}", j) for i in range(4) for j in range(3)
+    }
+    t3 = [r for r in records if r["task_id"] == "t3"]
+    assert all(r["transactions"] and r["transactions"][0]["action"] == "bump" for r in t3)
+    assert all(len(r["steps"]) == 3 and "verdict" in r and "seed" in r for r in t3)
+
+
+def test_cli_export_writes_into_the_run_folder_by_default(tmp_path: Path):
+    """`harness export RUN --format F` writes export-F.json in the run folder and says where."""
+    folder = make_run(tmp_path, "r", {"a": "PF"})
+    for fmt, name in (("taubench", "export-taubench.json"), ("tau2", "export-tau2.json")):
+        out = CliRunner().invoke(main, ["export", str(folder), "--format", fmt])
+        assert out.exit_code == 0, out.output
+        assert name in out.output and json.loads((folder / name).read_text())
+    out = CliRunner().invoke(
+        main, ["export", str(folder), "--format", "jsonl", "--out", str(tmp_path / "o.jsonl")]
+    )
+    assert out.exit_code == 0 and len((tmp_path / "o.jsonl").read_text().splitlines()) == 2
+
+
+def test_export_of_a_missing_run_fails_cleanly(tmp_path: Path):
+    """Exporting a folder that is not a run exits 2 naming it, and writes no file."""
+    out = CliRunner().invoke(main, ["export", str(tmp_path / "nope"), "--format", "jsonl"])
+    assert out.exit_code == 2 and "no run folder" in out.output
+    assert not (tmp_path / "nope").exists()
+    with pytest.raises(RunNotFound):
+        export_run(tmp_path / "nope", "tau2")
