@@ -30,7 +30,7 @@ from .errors import (
     StoreError,
 )
 from .policy import Decision, FailureClass, Policy
-from .store import GENESIS, EscalationRow, Store, TransactionRow
+from .store import GENESIS, EscalationRow, Store
 from .transaction import Steps, Transaction, adrive, compensate, drive
 
 __all__ = ["Committed", "Episode", "current_episode"]
@@ -43,6 +43,34 @@ _current: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
 def current_episode() -> Episode | None:
     """The episode active in this context, if any."""
     return _current.get()
+
+
+@dataclass
+class InDoubt:
+    """An intent with no outcome, read back from the log on resume."""
+
+    id: str
+    action: str
+    key: str
+    args: dict[str, Any]
+    before: dict[str, Any]
+    ts: float
+
+    @property
+    def seq(self) -> int:
+        return int(self.id.rsplit(":", 1)[1])
+
+    @classmethod
+    def from_log(cls, txn_id: str, payload: str, ts: float) -> InDoubt:
+        data = loads(payload)
+        return cls(
+            txn_id,
+            data["action"],
+            data["key"],
+            data.get("args") or {},
+            data.get("before") or {},
+            ts,
+        )
 
 
 @dataclass
@@ -121,7 +149,7 @@ class Episode:
         self.digest = GENESIS
         self._actions = {a.name: a for a in actions}
         self._done: dict[str, Committed] = {}
-        self._in_doubt: dict[str, TransactionRow] = {}
+        self._in_doubt: dict[str, InDoubt] = {}
         self._resolutions: dict[str, EscalationRow] = {}
         self._seq = 0
         self._token: contextvars.Token[Episode | None] | None = None
@@ -206,7 +234,13 @@ class Episode:
         """Rebuild the episode's memory from its records."""
         self.steps, self.digest = steps, digest
         rows = self.store.transactions(self.id)
-        self._seq = max((r.seq for r in rows), default=0)
+        finished = {r.id for r in rows}
+        intents = [
+            InDoubt.from_log(rec.txn_id, rec.payload, rec.ts)
+            for rec in self.store.log(self.id)
+            if rec.kind == "intent" and rec.txn_id and rec.txn_id not in finished
+        ]
+        self._seq = max([r.seq for r in rows] + [i.seq for i in intents], default=0)
         for r in rows:
             if r.status in ("committed", "recovered", "compensated"):
                 diff = {k: (v[0], v[1]) for k, v in loads(r.diff or "{}").items()}
@@ -226,16 +260,15 @@ class Episode:
                 self.committed.append(entry)
                 if r.mutating and not entry.compensated:
                     self._done[r.idem_key] = entry
-                    self._in_doubt.pop(r.idem_key, None)
-            elif r.status == "intent":
-                self._in_doubt[r.idem_key] = r
-            elif r.idem_key in self._in_doubt and r.status != "intent":
-                self._in_doubt.pop(r.idem_key, None)
+        for intent in intents:
+            if intent.key not in self._done:
+                self._in_doubt[intent.key] = intent
         latest: dict[str, EscalationRow] = {}
         for esc in self.store.escalations(episode_id=self.id):
             latest[esc.idem_key] = esc
+        starts = [(r.idem_key, r.started_at) for r in rows] + [(i.key, i.ts) for i in intents]
         for key, esc in latest.items():
-            later = any(r.idem_key == key and r.started_at > esc.created_at for r in rows)
+            later = any(k == key and t > esc.created_at for k, t in starts)
             if not later:
                 self._resolutions[key] = esc
         for entry in self.committed:
@@ -349,12 +382,12 @@ class Episode:
         yield  # pragma: no cover - makes this a generator
 
     def _resolve_in_doubt(
-        self, action: Action[Any, Any], model: Any, key: str, row: TransactionRow
+        self, action: Action[Any, Any], model: Any, key: str, row: InDoubt
     ) -> Steps:
         """An intent with no outcome: probe the state before deciding to run again."""
         ctx = Context(action.name, model, self.state, self.id)
         ctx.idempotency_key, ctx.txn_id = key, row.id
-        ctx.before = loads(row.before or "{}")
+        ctx.before = dict(row.before)
         ctx.after = self.state.snapshot(ctx.before)
         probe = Transaction(self, action, ctx)
         present = yield from probe._postconditions_hold(quiet=True)
@@ -365,12 +398,20 @@ class Episode:
                 if ctx.before[k] != ctx.after[k]
             }
             result = yield from probe.recovered_result()
-            return self._commit_entry(probe, result, diff, recovered=True, intent_written=True)
+            return self._commit_entry(probe, result, diff, recovered=True)
         if action.safe_to_repeat:
-            with self._writer.batch():
-                self._writer.update_txn(row.id, {"status": "abandoned", "ended_at": time.time()})
-                self._writer.append("in_doubt_rerun", row.id, {"reason": "effect absent"})
-                self._update_episode()
+            probe.args_json = dumps(row.args)
+            probe.before_json = dumps(row.before)
+            probe.seq = row.seq
+            probe.started = row.ts
+            self.record_failure(
+                probe,
+                FailureClass.FAIL_STOP,
+                Decision.RETRY,
+                "in doubt after a crash: the effect is absent, so the keyed action runs again",
+                {},
+                status="abandoned",
+            )
             return None
         reason = (
             "an earlier attempt may or may not have applied its effect (intent recorded, no "
@@ -448,35 +489,21 @@ class Episode:
             self._update_episode()
 
     def record_intent(self, txn: Transaction) -> None:
-        """Write-ahead: the intent is durable before the tool runs."""
+        """Write-ahead: the intent is durable before the tool runs.
+
+        The intent is one log record (action, key, arguments, the scoped before snapshot); the
+        transaction's row is written with its outcome. The episode row's chain witness moves
+        with the outcome too. One B-tree write here keeps the hot path cheap.
+        """
         ctx = txn.ctx
-        args = dumps(txn.action.call_values(ctx.args))
+        args = txn.args_json = dumps(txn.values)
+        txn.before_json = dumps(ctx.before) if ctx.before else "{}"
+        text = (
+            f'{{"action":{dumps(ctx.action)},"key":{dumps(ctx.idempotency_key)},'
+            f'"args":{args},"before":{txn.before_json}}}'
+        )
         with self._writer.batch():
-            self._writer.insert_txn(
-                {
-                    "id": ctx.txn_id,
-                    "episode_id": self.id,
-                    "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
-                    "action": ctx.action,
-                    "idem_key": ctx.idempotency_key,
-                    "args": args,
-                    "status": "intent",
-                    "mutating": True,
-                    "before": dumps(ctx.before),
-                    "errors": "[]",
-                    "started_at": txn.started,
-                }
-            )
-            self._writer.append(
-                "intent",
-                ctx.txn_id,
-                {
-                    "action": ctx.action,
-                    "key": ctx.idempotency_key,
-                    "args_sha": hashlib.sha256(args.encode()).hexdigest(),
-                },
-            )
-            self._update_episode()
+            self._writer.append_text("intent", ctx.txn_id, text)
 
     def record_retry(self, txn: Transaction, delay: float) -> None:
         """A retry decision, logged with the error that caused it."""
@@ -505,9 +532,7 @@ class Episode:
         self, txn: Transaction, result: Any, diff: dict[str, tuple[Any, Any]], *, recovered: bool
     ) -> None:
         """Commit: the outcome, the diff and a compact checkpoint, in one database transaction."""
-        self._commit_entry(
-            txn, result, diff, recovered=recovered, intent_written=txn.action.mutating
-        )
+        self._commit_entry(txn, result, diff, recovered=recovered)
 
     def _commit_entry(
         self,
@@ -516,47 +541,41 @@ class Episode:
         diff: dict[str, tuple[Any, Any]],
         *,
         recovered: bool,
-        intent_written: bool,
     ) -> Committed:
         ctx, act = txn.ctx, txn.action
         now = time.time()
         duration = self.clock.now() - txn.t0
-        result_json = dumps(result)
-        diff_json = dumps({k: [b, a] for k, (b, a) in diff.items()})
+        result_json = txn.result_json
+        diff_json = dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else "{}"
         status = "recovered" if recovered else "committed"
-        errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors])
+        errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]) if txn.errors else "[]"
         step: int | None = None
         with self._writer.batch():
             if act.mutating:
                 self.steps += 1
                 step = self.steps
                 self.digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
-            fields = {
-                "status": status,
-                "result": result_json,
-                "diff": diff_json,
-                "attempts": ctx.attempt,
-                "errors": errors,
-                "ended_at": now,
-                "duration": duration,
-                "step": step,
-            }
-            if intent_written:
-                self._writer.update_txn(ctx.txn_id, fields)
-            else:
-                self._writer.insert_txn(
-                    {
-                        "id": ctx.txn_id,
-                        "episode_id": self.id,
-                        "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
-                        "action": ctx.action,
-                        "idem_key": ctx.idempotency_key,
-                        "args": dumps(act.call_values(ctx.args)),
-                        "mutating": act.mutating,
-                        "started_at": txn.started,
-                        **fields,
-                    }
-                )
+            self._writer.insert_txn(
+                {
+                    "id": ctx.txn_id,
+                    "episode_id": self.id,
+                    "seq": txn.seq,
+                    "action": ctx.action,
+                    "idem_key": ctx.idempotency_key,
+                    "args": txn.args_json or dumps(txn.values),
+                    "before": txn.before_json,
+                    "mutating": act.mutating,
+                    "started_at": txn.started,
+                    "status": status,
+                    "result": result_json,
+                    "diff": diff_json,
+                    "attempts": ctx.attempt,
+                    "errors": errors,
+                    "ended_at": now,
+                    "duration": duration,
+                    "step": step,
+                }
+            )
             if step is not None:
                 self._writer.checkpoint(step, ctx.txn_id, self.digest)
             self._writer.append(
@@ -577,8 +596,8 @@ class Episode:
             ctx.action,
             ctx.idempotency_key,
             result,
-            act.call_values(ctx.args),
-            dict(ctx.before),
+            txn.values,
+            ctx.before,
             diff,
             step,
             act.mutating,
@@ -606,12 +625,15 @@ class Episode:
         decision: Decision,
         reason: str,
         diff: dict[str, tuple[Any, Any]],
+        *,
+        existing: bool = False,
+        status: str = "failed",
     ) -> None:
-        """The transaction did not commit: its class, the decision and why."""
+        """The transaction did not commit (or its undo failed): its class, the decision, why."""
         ctx, act = txn.ctx, txn.action
         now = time.time()
         fields = {
-            "status": "failed",
+            "status": status,
             "failure_class": str(failure_class),
             "decision": str(decision),
             "reason": reason,
@@ -622,18 +644,19 @@ class Episode:
             "duration": self.clock.now() - txn.t0,
         }
         with self._writer.batch():
-            if act.mutating:
+            if existing:
                 self._writer.update_txn(ctx.txn_id, fields)
             else:
                 self._writer.insert_txn(
                     {
                         "id": ctx.txn_id,
                         "episode_id": self.id,
-                        "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
+                        "seq": txn.seq,
                         "action": ctx.action,
                         "idem_key": ctx.idempotency_key,
-                        "args": dumps(act.call_values(ctx.args)),
-                        "mutating": False,
+                        "args": txn.args_json or dumps(txn.values),
+                        "before": txn.before_json,
+                        "mutating": act.mutating,
                         "started_at": txn.started,
                         **fields,
                     }
@@ -749,7 +772,12 @@ class Episode:
             except CompensationFailed as exc:
                 txn.errors.append(exc)
                 self.record_failure(
-                    txn, FailureClass.COMPENSATION, Decision.ESCALATE, exc.reason, entry.diff
+                    txn,
+                    FailureClass.COMPENSATION,
+                    Decision.ESCALATE,
+                    exc.reason,
+                    entry.diff,
+                    existing=True,
                 )
                 raise self.escalate(txn, FailureClass.COMPENSATION, exc.reason, entry.diff) from exc
             entry.compensated = True

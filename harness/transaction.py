@@ -200,6 +200,11 @@ class Transaction:
         self.errors: list[BaseException] = []
         self.started = time.time()
         self.t0 = episode.clock.now()
+        self.values = action.call_values(ctx.args)
+        self.seq = int(ctx.txn_id.rsplit(":", 1)[1])
+        self.args_json = ""
+        self.before_json = "{}"
+        self.result_json = "null"
 
     def run(self) -> Steps:
         """Preconditions, intent, attempts, then commit or the policy's decision."""
@@ -239,6 +244,15 @@ class Transaction:
     def _attempts(
         self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
     ) -> Generator[Call | Sleep, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
+        # The first attempt runs without tenacity: most calls succeed at once, and building a
+        # Retrying costs more than the rest of the engine's control flow. A failure worth
+        # retrying hands over to tenacity, which replays it as attempt 1 and drives the rest.
+        try:
+            return (yield from self._attempt(mark, matcher, concrete))
+        except _Failed as failed:
+            if not failed.retryable or self.retry.attempts == 1:
+                raise
+            first: _Failed | None = failed
         waits: list[float] = []
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.retry.attempts),
@@ -250,6 +264,9 @@ class Transaction:
         outcome: tuple[Any, dict[str, tuple[Any, Any]]] = (None, {})
         for attempt in retrying:
             with attempt:
+                if first is not None:
+                    replay, first = first, None
+                    raise replay
                 if waits:
                     delay = waits.pop()
                     self.ep.record_retry(self, delay)
@@ -269,7 +286,7 @@ class Transaction:
         result: Any = None
         self.ep.active_context = ctx
         try:
-            result = yield Call(act.fn, (), act.call_values(ctx.args), self.timeout)
+            result = yield Call(act.fn, (), self.values, self.timeout)
         except ActionTimeout as exc:
             error, failure = exc, FailureClass.FAIL_SLOW
         except Exception as exc:
@@ -316,7 +333,7 @@ class Transaction:
                 retry = self.ep.policy.decide(FailureClass.SILENT) is Decision.RETRY
                 raise (yield from self._undo(FailureClass.SILENT, reason, diff, retryable=retry))
         try:
-            dumps(result)
+            self.result_json = dumps(result)
         except (TypeError, ValueError) as exc:
             bad = NotSerializable(act.name, exc, txn_id=ctx.txn_id)
             raise (
@@ -342,7 +359,7 @@ class Transaction:
             return None
         try:
             result = yield Call(hook, (self.ctx,))
-            dumps(result)
+            self.result_json = dumps(result)
         except Exception as exc:  # the effect stands; only the courtesy result is missing
             self.errors.append(exc)
             return None

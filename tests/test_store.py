@@ -90,7 +90,10 @@ def test_rehashed_edit_is_still_caught(recorded: str):
     payload = row.payload + " "
     h = record_hash(row.prev_hash, row.episode_id, row.seq, row.kind, row.txn_id, payload, row.ts)
     with sqlite3.connect(db_path(recorded)) as conn:
-        conn.execute("UPDATE hx_log SET payload = ?, hash = ? WHERE id = ?", (payload, h, row.id))
+        conn.execute(
+            "UPDATE hx_log SET payload = ?, hash = ? WHERE episode_id = ? AND seq = ?",
+            (payload, h, row.episode_id, row.seq),
+        )
     report = store.verify_chain()
     assert not report.ok and report.seq == row.seq + 1
 
@@ -156,3 +159,20 @@ def test_interrupted_batch_leaves_no_gap_in_the_chain(shop: Shop, store_url: str
     writer.close()
     assert [r.kind for r in store.log("e1")] == ["start", "after"]
     assert store.verify_chain().ok
+
+
+def test_appended_record_is_named(recorded: str):
+    """A record appended after a finished episode's head is reported."""
+    store = hx.Store(recorded)
+    last = store.log("e1")[-1]
+    from harness.store import record_hash
+
+    h = record_hash(last.hash, "e1", last.seq + 1, "commit", None, "{}", 1.0)
+    with sqlite3.connect(db_path(recorded)) as conn:
+        conn.execute(
+            "INSERT INTO hx_log(episode_id, seq, txn_id, kind, payload, ts, prev_hash, hash) "
+            "VALUES ('e1', ?, NULL, 'commit', '{}', 1.0, ?, ?)",
+            (last.seq + 1, last.hash, h),
+        )
+    report = store.verify_chain()
+    assert not report.ok and "appended outside the harness" in report.reason
