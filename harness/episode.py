@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _quote
 from types import TracebackType
 from typing import Any
 
@@ -499,7 +500,7 @@ class Episode:
         args = txn.args_json = dumps(txn.values)
         txn.before_json = dumps(ctx.before) if ctx.before else "{}"
         text = (
-            f'{{"action":{dumps(ctx.action)},"key":{dumps(ctx.idempotency_key)},'
+            f'{{"action":{_quote(ctx.action)},"key":{_quote(ctx.idempotency_key)},'
             f'"args":{args},"before":{txn.before_json}}}'
         )
         with self._writer.batch():
@@ -550,11 +551,18 @@ class Episode:
         status = "recovered" if recovered else "committed"
         errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]) if txn.errors else "[]"
         step: int | None = None
+        digest = self.digest
+        if act.mutating:
+            step = self.steps + 1
+            digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
+        # The payload is assembled as text: it is on the hot path, and every part is JSON.
+        payload = (
+            f'{{"action":{_quote(ctx.action)},"step":{"null" if step is None else step},'
+            f'"digest":{"null" if step is None else _quote(digest)},"attempts":{ctx.attempt},'
+            f'"result_sha":"{hashlib.sha256(result_json.encode()).hexdigest()}",'
+            f'"diff_sha":"{hashlib.sha256(diff_json.encode()).hexdigest()}"}}'
+        )
         with self._writer.batch():
-            if act.mutating:
-                self.steps += 1
-                step = self.steps
-                self.digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
             self._writer.insert_txn(
                 {
                     "id": ctx.txn_id,
@@ -577,20 +585,13 @@ class Episode:
                 }
             )
             if step is not None:
-                self._writer.checkpoint(step, ctx.txn_id, self.digest)
-            self._writer.append(
-                status,
-                ctx.txn_id,
-                {
-                    "action": ctx.action,
-                    "step": step,
-                    "digest": self.digest if step else None,
-                    "attempts": ctx.attempt,
-                    "result_sha": hashlib.sha256(result_json.encode()).hexdigest(),
-                    "diff_sha": hashlib.sha256(diff_json.encode()).hexdigest(),
-                },
+                self._writer.checkpoint(step, ctx.txn_id, digest)
+            self._writer.append_text(status, ctx.txn_id, payload)
+            self._writer.update_episode(
+                status=self.outcome, steps=step or self.steps, digest=digest
             )
-            self._update_episode()
+        if step is not None:
+            self.steps, self.digest = step, digest
         entry = Committed(
             ctx.txn_id,
             ctx.action,
