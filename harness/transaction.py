@@ -61,6 +61,9 @@ class Sleep:
 
 Steps = Generator[Call | Sleep, Any, Any]
 
+# What checks and tools usually return: never awaitable, so no need to ask.
+_PLAIN = frozenset({bool, int, float, str, dict, list, tuple, type(None)})
+
 
 def drive(steps: Steps, clock: Any) -> Any:
     """Run the steps synchronously; user functions must not be coroutines."""
@@ -73,7 +76,7 @@ def drive(steps: Steps, clock: Any) -> Any:
                     value: Any = None
                 else:
                     value = request.fn(*request.args, **request.kwargs)
-                    if inspect.isawaitable(value):
+                    if value.__class__ not in _PLAIN and inspect.isawaitable(value):
                         if hasattr(value, "close"):
                             value.close()
                         raise ConfigurationError(
