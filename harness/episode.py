@@ -302,6 +302,7 @@ class Episode:
                     status=self.outcome, steps=self.steps, digest=self.digest
                 )
             self.log.info("episode_end", outcome=self.outcome, steps=self.steps)
+            self.store.flush_log()
         finally:
             self._writer.close()
             self._writer = None
