@@ -276,20 +276,27 @@ def evidence_table(evidence: Mapping[str, Any], report: Report) -> str:
         head = {k: v for k, v in suite.items() if k != "tasks"}
         rows.append(("suite", _json_cell(head)))
         if isinstance(tasks, dict):
+            versions: dict[str, int] = {}
+            for info in tasks.values():
+                version = str(info.get("version", "?"))
+                versions[version] = versions.get(version, 0) + 1
+            counted = ", ".join(f"version {v}: {n}" for v, n in sorted(versions.items()))
+            listing = _table(
+                ("task", "version", "content digest"),
+                (
+                    (
+                        _e(tid),
+                        _e(info.get("version", "?")),
+                        f"<code>{_e(str(info.get('digest', ''))[:16])}</code>",
+                    )
+                    for tid, info in tasks.items()
+                ),
+            )
             rows.append(
                 (
                     "task versions",
-                    _table(
-                        ("task", "version", "content digest"),
-                        (
-                            (
-                                _e(tid),
-                                _e(info.get("version", "?")),
-                                f"<code>{_e(str(info.get('digest', ''))[:16])}</code>",
-                            )
-                            for tid, info in tasks.items()
-                        ),
-                    ),
+                    f"{len(tasks)} tasks ({_e(counted)})<details><summary>per task, with the "
+                    f"digest of its content</summary>{listing}</details>",
                 )
             )
     take(

@@ -314,6 +314,20 @@ def test_html_escapes_task_ids_and_evidence(tmp_path: Path):
     assert "<img onerror=x>" not in page and "&lt;img onerror=x&gt;" in page
 
 
+def test_html_and_terminal_cope_with_one_trial_no_steps_and_a_dropped_task(tmp_path: Path):
+    """One trial per task, no required steps, no partial credit, a dropped task: still renders."""
+    no_steps = {"a": 0, "b": 0, "c": 0}
+    bare = make_run(tmp_path, "bare", {"a": "P", "b": "F", "c": "I"}, steps=no_steps, partial=None)
+    report = load_report(bare, infra="exclude")
+    assert report.null is None and report.self_conditioning is None and report.n == 1
+    assert report.partial_mean is None
+    page = render_html(report)
+    assert 'id="plot-passk"' in page and "No task has required steps" in page
+    assert "Dropped (no trials left under exclude): c" in page
+    out = CliRunner().invoke(main, ["report", str(bare), "--infra", "exclude"])
+    assert out.exit_code == 0 and "no task has required steps" in out.output
+
+
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
 )
