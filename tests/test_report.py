@@ -21,8 +21,8 @@ from harness.report import (
     RunNotFound,
     compare_reports,
     load_report,
+    render_html,
 )
-from harness.report_html import render_html
 from harness.store import RunRow, TrialRow
 from harness.trials import run_trials
 

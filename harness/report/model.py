@@ -1,22 +1,14 @@
-"""Reports: a run's reliability read back from its folder, for people and for machines.
+"""The report model: a run folder read into counts, estimates, the null model and evidence.
 
-``load_report(logs/<run>)`` reads the run's store (``harness.db``) and evidence record into a
-:class:`Report`: per-task successes over trials, pass^k and pass@k for k = 1..n with intervals
-and the method that made each one, the infrastructure-error policy in force, failures by class,
-outcomes, partial credit (reported beside pass/fail, never mixed into it), the ``p^n`` null model
-fitted from the per-trial step lists, its horizon at s = 0.5, and the self-conditioning measure.
-
-The same model renders as rich tables (``render``), as JSON (``Report.to_dict``) and as one
-self-contained HTML file (``harness.report_html.render_html``). ``compare_reports`` pairs two
-runs on the tasks they share. The ``report`` and ``compare`` commands at the bottom are what
-``harness`` registers.
+``open_run`` opens ``logs/<run>`` for reading (and refuses, writing nothing, a path that is not
+a run folder); ``build_report`` turns its trials into a :class:`Report` under a stated
+infrastructure-error policy; ``compare_reports`` pairs two reports on their shared tasks.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -24,12 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-from rich.console import Console
-from rich.table import Table
-
-from .errors import HarnessError
-from .stats import (
+from ..errors import HarnessError
+from ..stats import (
     INTERVAL_METHODS,
     Estimate,
     InfraPolicy,
@@ -44,9 +32,10 @@ from .stats import (
     suite_curve,
     suite_pass_hat_k,
 )
-from .store import RunRow, Store, TrialRow
+from ..store import RunRow, Store, TrialRow
 
 __all__ = [
+    "COMPARISON_FORMAT",
     "INFRA_DESCRIPTIONS",
     "REPORT_FORMAT",
     "REPORT_VERSION",
@@ -56,13 +45,9 @@ __all__ = [
     "RunNotFound",
     "TaskResult",
     "build_report",
-    "compare_command",
     "compare_reports",
     "load_report",
     "open_run",
-    "render",
-    "render_comparison",
-    "report_command",
 ]
 
 REPORT_FORMAT = "harness.report"
@@ -613,265 +598,3 @@ def compare_reports(a: Report, b: Report) -> Comparison:
         changed=changed,
         rows=rows,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Terminal output.
-# --------------------------------------------------------------------------------------------
-
-
-def _iv(e: Estimate | tuple[float, float], digits: int = 3) -> str:
-    low, high = (e.low, e.high) if isinstance(e, Estimate) else e
-    return f"[{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def _steps(h: float) -> str:
-    return "inf" if math.isinf(h) else f"{h:.1f}"
-
-
-def _pct(confidence: float) -> str:
-    return f"{confidence:.0%}"
-
-
-def render(report: Report, console: Console, *, per_task: bool = False) -> None:
-    """Print ``report`` as rich tables."""
-    conf = _pct(report.confidence)
-    console.print(
-        f"[bold]run {report.run_id}[/bold]  suite [bold]{report.suite}[/bold]  "
-        f"status {report.status}\n"
-        f"T = {report.n_tasks} tasks, n = {report.n} trials per task"
-        + (f" (up to {report.n_max})" if report.n_max != report.n else "")
-        + f", {report.n_trials} trials counted; {conf} intervals at the task level\n"
-        f"infrastructure errors: {report.infra_errors}; policy [bold]{report.infra_policy}"
-        f"[/bold]: {INFRA_DESCRIPTIONS[report.infra_policy]}"
-    )
-    if report.dropped_tasks:
-        console.print(
-            f"[yellow]dropped[/yellow] (no trials left under exclude): "
-            f"{', '.join(report.dropped_tasks)}"
-        )
-    table = Table(
-        title=f"{report.suite}: pass^k and pass@k over {report.n_tasks} tasks",
-        show_edge=False,
-        pad_edge=False,
-    )
-    for col in ("k", "pass^k", f"{conf} interval", "pass@k", f"{conf} interval "):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("pass^k method", overflow="fold")
-    for k in report.curve.ks.tolist():
-        hat, at = report.pass_hat(int(k)), report.pass_at(int(k))
-        table.add_row(str(k), f"{hat.value:.3f}", _iv(hat), f"{at.value:.3f}", _iv(at), hat.method)
-    console.print(table)
-    for name, text in report.methods().items():
-        console.print(f"  [dim]{name}: {text}[/dim]")
-
-    counts = Table(title="failures by class and outcomes")
-    counts.add_column("what")
-    counts.add_column("count", justify="right")
-    for name, count in sorted(report.failures.items()):
-        counts.add_row(f"failed call: {name}", str(count))
-    for name, count in sorted(report.outcomes.items()):
-        counts.add_row(f"episode {name}", str(count))
-    counts.add_row("infrastructure errors", str(report.infra_errors))
-    console.print(counts)
-    if report.partial_mean is None:
-        console.print("partial credit: none of the counted trials has a partial-credit rule")
-    else:
-        console.print(
-            f"partial credit (reported separately, not part of pass/fail): mean "
-            f"{report.partial_mean:.3f} over {report.partial_trials} trials"
-        )
-
-    if report.null is None:
-        console.print("p^n null model: no task has required steps")
-    else:
-        p = report.null.p
-        nt = Table(title="p^n null model: observed task success against p^n by required steps")
-        for col in ("steps", "tasks", "p^n", f"{conf} interval", "observed", "interval ", "fits"):
-            nt.add_column(col, justify="right")
-        for row in report.null.rows:
-            nt.add_row(
-                str(row.steps),
-                str(row.n_tasks),
-                f"{row.predicted:.3f}",
-                _iv((row.predicted_low, row.predicted_high)),
-                f"{row.observed:.3f}",
-                _iv((row.observed_low, row.observed_high)),
-                "yes" if row.consistent else "[red]no[/red]",
-            )
-        console.print(nt)
-        h = report.null.horizon(0.5)
-        console.print(
-            f"per-step success p = {p.value:.4f} {_iv(p, 4)} ({p.method}, {p.n_tasks} steps); "
-            f"horizon at s = 0.5: H = {_steps(h[0])} steps [{_steps(h[1])}, {_steps(h[2])}]"
-        )
-    sc = report.self_conditioning
-    if sc is not None:
-        parts = []
-        for label, est in (("after an earlier error", sc.after_error), ("clean", sc.clean)):
-            parts.append(
-                f"{label}: no steps"
-                if est is None
-                else f"{label}: {est.value:.3f} {_iv(est)} ({est.n_tasks} steps)"
-            )
-        diff = sc.difference
-        console.print(
-            "self-conditioning, step error rate "
-            + "; ".join(parts)
-            + ("" if diff is None else f"; difference {diff:+.3f}")
-        )
-    ev = report.evidence
-    if ev:
-        agent = ev.get("agent", {})
-        machine = ev.get("machine", {})
-        retry = (ev.get("policy") or {}).get("retry", {})
-        console.print(
-            f"[dim]evidence: harness {ev.get('harness_version', '?')}, agent "
-            f"{json.dumps(agent, sort_keys=True)}, seed {ev.get('seed', '?')}, retry "
-            f"{json.dumps(retry, sort_keys=True)}, python {machine.get('python', '?')} on "
-            f"{machine.get('platform', '?')}[/dim]"
-        )
-    if per_task:
-        tt = Table(title="per task")
-        for col in ("task", "version", "passed", "trials", "infra", "steps", "partial"):
-            tt.add_column(col, justify="left" if col == "task" else "right")
-        for t in report.tasks:
-            tt.add_row(
-                t.task_id,
-                t.version,
-                str(t.successes),
-                str(t.trials),
-                str(t.infra_errors),
-                str(t.steps),
-                "-" if t.partial is None else f"{t.partial:.2f}",
-            )
-        console.print(tt)
-
-
-def render_comparison(cmp: Comparison, console: Console) -> None:
-    """Print a comparison as a rich table."""
-    conf = _pct(cmp.a.confidence)
-    console.print(
-        f"A = run {cmp.a.run_id} ({cmp.a.suite}), B = run {cmp.b.run_id} ({cmp.b.suite})\n"
-        f"paired on the {len(cmp.tasks)} tasks both ran; infrastructure errors: "
-        f"{cmp.a.infra_errors} in A, {cmp.b.infra_errors} in B, policy "
-        f"[bold]{cmp.a.infra_policy}[/bold]: {INFRA_DESCRIPTIONS[cmp.a.infra_policy]}"
-    )
-    for label, ids in (("only in A", cmp.only_a), ("only in B", cmp.only_b)):
-        if ids:
-            console.print(f"[yellow]{label}[/yellow] (not compared): {', '.join(ids)}")
-    if cmp.changed:
-        console.print(
-            f"[yellow]changed between the runs[/yellow] (version or content): "
-            f"{', '.join(cmp.changed)}"
-        )
-    table = Table(
-        title="pass^k: A, B and the paired difference A - B", show_edge=False, pad_edge=False
-    )
-    for col in ("k", "A", f"{conf} interval", "B", f"{conf} interval ", "A - B", "interval"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for ea, eb, d in cmp.rows:
-        table.add_row(
-            str(d.k),
-            f"{ea.value:.3f}",
-            _iv(ea),
-            f"{eb.value:.3f}",
-            _iv(eb),
-            f"{d.value:+.3f}",
-            f"[{d.low:+.3f}, {d.high:+.3f}]",
-        )
-    console.print(table)
-    methods = dict.fromkeys(e.method for row in cmp.rows for e in row)
-    for name in methods:
-        console.print(f"  [dim]{name}: {INTERVAL_METHODS.get(name, name)}[/dim]")
-
-
-# --------------------------------------------------------------------------------------------
-# Commands.
-# --------------------------------------------------------------------------------------------
-
-INFRA_OPTION = click.option(
-    "--infra",
-    type=click.Choice(["fail", "exclude"]),
-    default="fail",
-    show_default=True,
-    help="Infrastructure errors: count as failures (tau-bench) or exclude (tau2-bench).",
-)
-CONFIDENCE_OPTION = click.option(
-    "--confidence",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.95,
-    show_default=True,
-    help="Nominal coverage of every interval.",
-)
-
-
-def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(2)
-
-
-def _dump(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=False, allow_nan=False, default=str)
-
-
-@click.command("report")
-@click.argument("run", type=click.Path(path_type=Path))
-@INFRA_OPTION
-@CONFIDENCE_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option(
-    "--html",
-    "html_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write one self-contained HTML file (plots, tables, evidence).",
-)
-@click.option("--tasks", "per_task", is_flag=True, help="Also print the per-task table.")
-def report_command(
-    run: Path,
-    infra: InfraPolicy,
-    confidence: float,
-    as_json: bool,
-    html_file: Path | None,
-    per_task: bool,
-) -> None:
-    """Report RUN (logs/<run>): pass^k and pass@k with intervals, p^n, failures, evidence."""
-    try:
-        report = load_report(run, infra=infra, confidence=confidence)
-    except HarnessError as exc:
-        _fail(exc)
-        return
-    if as_json:
-        click.echo(_dump(report.to_dict()))
-    else:
-        render(report, Console(), per_task=per_task)
-    if html_file is not None:
-        from .report_html import render_html
-
-        html_file.parent.mkdir(parents=True, exist_ok=True)
-        html_file.write_text(render_html(report), encoding="utf-8")
-        click.echo(f"wrote {html_file}", err=as_json)
-
-
-@click.command("compare")
-@click.argument("run_a", type=click.Path(path_type=Path))
-@click.argument("run_b", type=click.Path(path_type=Path))
-@INFRA_OPTION
-@CONFIDENCE_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare_command(
-    run_a: Path, run_b: Path, infra: InfraPolicy, confidence: float, as_json: bool
-) -> None:
-    """Compare RUN_A with RUN_B: paired pass^k difference on the tasks both ran."""
-    try:
-        a = load_report(run_a, infra=infra, confidence=confidence)
-        b = load_report(run_b, infra=infra, confidence=confidence)
-        cmp = compare_reports(a, b)
-    except HarnessError as exc:
-        _fail(exc)
-        return
-    if as_json:
-        click.echo(_dump(cmp.to_dict()))
-    else:
-        render_comparison(cmp, Console())

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .report import INFRA_DESCRIPTIONS, Report
+from .model import INFRA_DESCRIPTIONS, Report
 
 __all__ = ["render_html"]
 
