@@ -15,6 +15,7 @@ The tree::
     │   └── NotSerializable     its result cannot be stored as JSON
     ├── Escalated               the policy paused the episode for a person to decide
     ├── SuiteError              a suite, manifest or task file is malformed (harness.suite)
+    ├── RunNotFound             a run folder does not exist or holds no run (harness.report)
     ├── ModelServerError        a model server stayed down or rate-limited (harness.agents)
     │   └── ModelRequestError   the server refused the request (wrong model, bad key)
     ├── Rejected                a person rejected this action when resolving an escalation

@@ -1414,7 +1414,13 @@ def self_conditioning(
     errors = ~np.concatenate(arrays) if arrays else np.zeros(0, dtype=bool)
     running = np.cumsum(errors)
     ends = np.cumsum(lengths)
-    before = np.concatenate([[0], running[ends[:-1] - 1]]) if len(lengths) else np.zeros(0)
+    starts = ends - lengths
+    # Errors before each episode's first step (an empty episode has none of its own).
+    before = (
+        np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0)
+        if running.size
+        else np.zeros(len(lengths), dtype=np.int64)
+    )
     # Errors earlier in the same episode: the running count minus the count at episode start.
     earlier = running - np.repeat(before, lengths) - errors
     after = earlier > 0

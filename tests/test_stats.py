@@ -731,3 +731,12 @@ def test_public_names_exist() -> None:
     assert all(hasattr(stats, name) for name in stats.__all__)
     assert len(set(stats.__all__)) == len(stats.__all__)
     assert isinstance(suite_pass_hat_k([1], [1], 1), Estimate)
+
+
+def test_self_conditioning_with_an_empty_first_episode():
+    """An episode without steps before others does not shift the others' histories."""
+    from harness.stats import self_conditioning
+
+    result = self_conditioning([[], [True, False, False]])
+    assert result.after_error is not None and result.after_error.value == 1.0
+    assert result.clean is not None and result.clean.value == 0.5
