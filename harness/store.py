@@ -37,6 +37,8 @@ __all__ = [
     "EpisodeRow",
     "EpisodeWriter",
     "EscalationRow",
+    "FaultEventRow",
+    "FaultTrialRow",
     "LogRow",
     "RunRow",
     "Store",
@@ -191,6 +193,54 @@ class LogRow(_Base, table=True):
     ts: float
     prev_hash: str
     hash: str
+
+
+class FaultEventRow(_Base, table=True):
+    """One injected fault (``harness.faults``) and what the harness made of it."""
+
+    __tablename__ = "hx_fault_event"
+    id: str = Field(primary_key=True)
+    run_id: str | None = Field(default=None, index=True)
+    episode_id: str = Field(index=True)
+    task_id: str | None = None
+    trial: int | None = None
+    fault: str
+    kind: str
+    tool: str
+    instance: str
+    txn_id: str | None = None
+    attempt: int | None = None
+    call: int = 0
+    at: float = 0.0
+    wall: float = 0.0
+    detail: str = "{}"
+    detected: bool = False
+    detected_as: str | None = None
+    decision: str | None = None
+    detect_latency: float | None = None
+    recovered: bool = False
+    recover_time: float | None = None
+    re_executed: int = 0
+
+
+class FaultTrialRow(_Base, table=True):
+    """A trial run under a fault plan: its events and its effects against the committed log."""
+
+    __tablename__ = "hx_fault_trial"
+    id: str = Field(primary_key=True)
+    run_id: str | None = Field(default=None, index=True)
+    task_id: str | None = None
+    trial: int | None = None
+    events: int = 0
+    crashes: int = 0
+    planned: bool = False
+    executions: int = 0
+    duplicated: int = 0
+    lost: int = 0
+    diverged: int = 0
+    unaccounted: int = 0
+    held: int = 0
+    detail: str = "{}"
 
 
 def record_hash(
