@@ -488,7 +488,7 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
     p.patch(hx.Action, "key_for", "idempotency key (Action.key_for)")
     p.patch(hx.Action, "scope", "scope (Action.scope + ScopeMatcher)")
     p.patch(hx_transaction, "ScopeMatcher", "scope (Action.scope + ScopeMatcher)")
-    p.patch(hx.Action, "call_values", "Action.call_values (args -> dict, 3x)")
+    p.patch(hx.Action, "call_values", "Action.call_values (args -> dict)")
     for attr in ("get", "snapshot", "mark", "changes", "release"):
         p.patch(DictState, attr, "DictState get/snapshot/mark/changes (deepcopy)")
     p.patch(hx_transaction, "observed_changes", "observe (observed_changes + _observe)")
@@ -510,14 +510,16 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
         p.patch(module.BaseRetrying, "iter", tenacity_label)
     p.patch(hx_episode.Episode, "record_intent", "intent record: building the rows")
     p.patch(hx_episode.Episode, "_commit_entry", "commit record: building the rows")
-    p.patch(hx_episode.Episode, "_update_episode", "writer.update_episode (2x)")
-    p.patch(EpisodeWriter, "update_episode", "writer.update_episode (2x)")
-    p.patch(EpisodeWriter, "append", "writer.append: log record (2x)")
+    p.patch(hx_episode.Episode, "_update_episode", "writer.update_episode")
+    p.patch(EpisodeWriter, "update_episode", "writer.update_episode")
+    p.patch(EpisodeWriter, "append", "writer.append/append_text: log record")
+    if hasattr(EpisodeWriter, "append_text"):
+        p.patch(EpisodeWriter, "append_text", "writer.append/append_text: log record")
     p.patch(EpisodeWriter, "insert_txn", "writer.insert_txn")
     p.patch(EpisodeWriter, "update_txn", "writer.update_txn")
     p.patch(EpisodeWriter, "checkpoint", "writer.checkpoint")
     p.patch(EpisodeWriter, "_exec", _sql_label)
-    p.patch(hx_store, "record_hash", "sha256: hash chain (record_hash, 2x)")
+    p.patch(hx_store, "record_hash", "sha256: hash chain (record_hash)")
     if getattr(hx_episode, "hashlib", None) is hashlib:
         label = "sha256: args/result/diff/state digests"
         p.swap(hx_episode, "hashlib", types.SimpleNamespace(sha256=p.wrap(label, hashlib.sha256)))
