@@ -32,6 +32,7 @@ from .action import Action
 from .agents import Agent, Toolbox, registry
 from .episode import Episode
 from .errors import ConfigurationError, Escalated, HarnessError
+from .faults import FaultPlan, RunFaults, WorkerCrash, load_faults
 from .policy import Policy
 from .stats import Estimate, pass_at_k, suite_pass_hat_k
 from .store import RunRow, Store, TrialRow
@@ -128,6 +129,7 @@ class _Worker:
         store_url: str,
         run_id: str,
         policy: Policy,
+        faults: RunFaults | None = None,
     ) -> None:
         _import_agents()
         self.suite = load_suite(suite_path)
@@ -135,6 +137,7 @@ class _Worker:
         self.store = Store(store_url)
         self.run_id = run_id
         self.policy = policy
+        self.faults = faults
         self.references: dict[str, Reference] = {}
 
     def reference(self, task: Task) -> Reference:
@@ -148,35 +151,57 @@ class _Worker:
         started = time.perf_counter()
         episode_id = f"{self.run_id}-{task_id}-{trial}"
         env = self.suite.new_environment()
+        injector = (
+            None if self.faults is None else self.faults.injector(env, task_id, trial, episode_id)
+        )
         outcome, message, infra, meta = "failed", "", False, {}
         try:
             mark = env.state.mark()
-            ep = Episode(
-                state=env.state,
-                store=self.store,
-                policy=self.policy,
-                episode_id=episode_id,
-                run_id=self.run_id,
-                task_id=task_id,
-                trial=trial,
-                meta={"seed": seed},
-                actions=[t for t in env.tools.values() if isinstance(t, Action)],
-            )
-            toolbox = Toolbox(env.tools, ep, env)
-            try:
-                with ep:
-                    out = self.agent.run(task, toolbox, seed=seed)
-                    message, meta = out.message, out.meta
-            except Escalated:
-                pass
-            except HarnessError as exc:
-                from .agents.openai import ModelRequestError, ModelServerError
+            if injector is not None:
+                injector.install()
 
-                # A server that is down or rate-limiting is infrastructure; a request it
-                # refuses (wrong model, bad key) is a configuration the run must not count
-                # as the agent's success or failure either.
-                infra = isinstance(exc, ModelServerError | ModelRequestError)
-                meta = {"error": f"{type(exc).__name__}: {exc}"}
+            def episode(resume: bool = False) -> Episode:
+                return Episode(
+                    state=env.state,
+                    store=self.store,
+                    policy=self.policy,
+                    episode_id=episode_id,
+                    resume=resume,
+                    clock=None if injector is None else injector.clock,
+                    run_id=self.run_id,
+                    task_id=task_id,
+                    trial=trial,
+                    meta={"seed": seed},
+                    actions=[t for t in env.tools.values() if isinstance(t, Action)],
+                )
+
+            ep = episode()
+            toolbox = Toolbox(env.tools, ep, env)
+            while True:
+                try:
+                    with ep:
+                        out = self.agent.run(task, toolbox, seed=seed)
+                        message, meta = out.message, out.meta
+                except Escalated:
+                    pass
+                except HarnessError as exc:
+                    from .agents.openai import ModelRequestError, ModelServerError
+
+                    # A server that is down or rate-limiting is infrastructure; a request it
+                    # refuses (wrong model, bad key) is a configuration the run must not count
+                    # as the agent's success or failure either.
+                    infra = isinstance(exc, ModelServerError | ModelRequestError)
+                    meta = {"error": f"{type(exc).__name__}: {exc}"}
+                except WorkerCrash as crash:
+                    # An injected worker death: resume the episode from its records, as a
+                    # restarted worker would, and let the agent start its turn over.
+                    assert injector is not None
+                    if injector.crashes > injector.plan.max_resumes:
+                        meta = {"error": f"worker crashed {injector.crashes} times: {crash}"}
+                    else:
+                        ep = toolbox.episode = episode(resume=True)
+                        continue
+                break
             outcome = ep.outcome
             actual = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
             committed = [
@@ -197,7 +222,12 @@ class _Worker:
             )
             passed = verdict.passed and outcome == "committed"
             failures = Counter(c.kind for c in toolbox.calls if c.kind)
+            if injector is not None and injector.finish(self.store).planned and not passed:
+                # Announced in advance: the trial was interrupted, not failed by the agent.
+                infra, meta = True, {**meta, "interruption": "planned"}
         finally:
+            if injector is not None:
+                injector.uninstall()
             env.close()
         duration = time.perf_counter() - started
         result = TrialResult(
@@ -365,6 +395,7 @@ def run_trials(
     policy: Policy | None = None,
     tasks: Iterable[str] | None = None,
     progress: Callable[[TrialResult], None] | None = None,
+    faults: FaultPlan | str | Path | None = None,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -380,6 +411,8 @@ def run_trials(
         policy: the harness policy for every episode.
         tasks: only these task ids.
         progress: called with each finished trial (in the parent process).
+        faults: a fault plan (or its JSON/TOML file) to inject into every trial; its events
+            and their judgement land in the run's store (``harness.reliability`` reports them).
     """
     _import_agents()
     if trials < 1 or workers < 1:
@@ -387,6 +420,10 @@ def run_trials(
     loaded = suite if isinstance(suite, Suite) else load_suite(suite)
     agent_options = dict(agent_options or {})
     policy = policy or Policy()
+    plan = None if faults is None else load_faults(faults)
+    if plan is not None:
+        plan.check_suite(loaded)
+        policy = plan.apply_to(policy)
     agent_obj = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
     wanted = None if tasks is None else list(tasks)
     if wanted is not None:
@@ -404,6 +441,8 @@ def run_trials(
     store_url = f"sqlite:///{folder / 'harness.db'}"
     store = Store(store_url)
     evidence = evidence_record(loaded, agent_obj.config(), policy, trials, seed)
+    if plan is not None:
+        evidence["faults"] = plan.describe()
     (folder / "evidence.json").write_text(json.dumps(evidence, indent=2, default=str))
     config = {
         "suite_path": str(loaded.path),
@@ -427,13 +466,14 @@ def run_trials(
     jobs = [(t.id, i, trial_seed(seed, t.id, i)) for i in range(trials) for t in selected]
     results: list[TrialResult] = []
     interrupted = False
-    init = (str(loaded.path), agent, agent_options, store_url, run_id, policy)
+    injection = None if plan is None else plan.for_run(run_id)
+    init = (str(loaded.path), agent, agent_options, store_url, run_id, policy, injection)
     try:
         if workers == 1:
             worker = (
                 _Worker(*init)
                 if isinstance(agent, str)
-                else _Worker(str(loaded.path), agent_obj, {}, store_url, run_id, policy)
+                else _Worker(str(loaded.path), agent_obj, {}, store_url, run_id, policy, injection)
             )
             for job in jobs:
                 r = worker.trial(*job)
