@@ -105,6 +105,13 @@ def main() -> None:
 @click.option("--task", "tasks", multiple=True, help="Only this task id (repeatable).")
 @click.option("--base-url", default=None, help="openai agent: server URL (…/v1).")
 @click.option("--model", default=None, help="openai agent: model name.")
+@click.option(
+    "--faults",
+    "faults_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Inject the faults of this plan (JSON or TOML) and report detection by class.",
+)
 def run(
     suite: str,
     agent: str,
@@ -117,6 +124,7 @@ def run(
     tasks: tuple[str, ...],
     base_url: str | None,
     model: str | None,
+    faults_file: str | None,
 ) -> None:
     """Run SUITE (a folder, a tau2 tasks.json, or a built-in name) as repeated trials."""
     path = resolve_suite(suite)
@@ -132,8 +140,10 @@ def run(
         if os.environ.get("HARNESS_OPENAI_API_KEY"):
             options["api_key"] = os.environ["HARNESS_OPENAI_API_KEY"]
     try:
+        from .faults import FaultPlan
         from .suite import load_suite
 
+        plan = None if faults_file is None else FaultPlan.load(faults_file)
         loaded = load_suite(path)
         selected = [t for t in loaded.tasks if not tasks or t.id in tasks]
         total = len(selected) * trials
@@ -164,6 +174,7 @@ def run(
                 logs=logs,
                 tasks=tasks or None,
                 progress=tick,
+                faults=plan,
             )
     except HarnessError as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -171,6 +182,10 @@ def run(
     if result.results:
         console.print(summary_table(result))
         console.print(failures_table(result))
+        if plan is not None:
+            from .reliability import load_reliability, render_reliability
+
+            render_reliability(load_reliability(result.folder, result.run_id), console)
     if result.interrupted:
         console.print(
             f"[yellow]interrupted[/yellow] after {len(result.results)} trials; "
