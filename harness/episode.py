@@ -12,13 +12,13 @@ import contextvars
 import hashlib
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _quote
 from types import TracebackType
 from typing import Any
 
-from ._json import dumps, loads
+from ._json import canonical, dumps, loads
 from .action import Action, Context
 from .clock import Clock, SystemClock
 from .errors import (
@@ -31,6 +31,7 @@ from .errors import (
     StoreError,
 )
 from .policy import Decision, FailureClass, Policy
+from .record import REMEMBERED, Diverged, RecordedStep, call_step, rebuilt_error, recorded_steps
 from .store import GENESIS, EscalationRow, Store
 from .transaction import Steps, Transaction, adrive, compensate, drive
 
@@ -108,8 +109,8 @@ class Episode:
         episode_id: the id (default: a new one); with ``resume=True``, the episode to continue.
         resume: continue a crashed or escalated episode from its records.
         clock: where time comes from (``harness.testing.FakeClock`` in tests).
-        actions: actions the episode may need to compensate after a resume before the agent
-            calls them again.
+        actions: actions the episode may need after a resume before the agent calls them
+            again: to settle in-doubt calls (probing their postconditions) and to compensate.
         run_id, task_id, trial, meta: recorded on the episode's row.
     """
 
@@ -153,13 +154,25 @@ class Episode:
         self._in_doubt: dict[str, InDoubt] = {}
         self._resolutions: dict[str, EscalationRow] = {}
         self._seq = 0
+        # On resume: the agent's recorded steps its re-executed calls are matched against.
+        self._record: list[RecordedStep] = []
+        self._at = 0
+        self._diverged: Diverged | None = None
+        self._by_txn: dict[str, Committed] = {}
+        self._compensating: set[str] = set()
+        self._rolled_back = False
         self._token: contextvars.Token[Episode | None] | None = None
         self._writer: Any = None
         self.log: Any = None
 
     # --- lifecycle ---
     def __enter__(self) -> Episode:
-        self._open()
+        try:
+            self._open()
+        except BaseException as exc:
+            if self._writer is not None:
+                self._finish(exc)
+            raise
         self._token = _current.set(self)
         return self
 
@@ -200,6 +213,8 @@ class Episode:
                     "resume", None, {"steps": self.steps, "in_doubt": len(self._in_doubt)}
                 )
                 writer.update_episode(status="running", steps=self.steps, digest=self.digest)
+            self._settle_in_doubt()
+            self._record = recorded_steps(self.store.transactions(self.id), self.store.log(self.id))
         else:
             if existing is not None:
                 writer.close()
@@ -235,10 +250,11 @@ class Episode:
         """Rebuild the episode's memory from its records."""
         self.steps, self.digest = steps, digest
         rows = self.store.transactions(self.id)
+        log = self.store.log(self.id)
         finished = {r.id for r in rows}
         intents = [
             InDoubt.from_log(rec.txn_id, rec.payload, rec.ts)
-            for rec in self.store.log(self.id)
+            for rec in log
             if rec.kind == "intent" and rec.txn_id and rec.txn_id not in finished
         ]
         self._seq = max([r.seq for r in rows] + [i.seq for i in intents], default=0)
@@ -275,6 +291,38 @@ class Episode:
         for entry in self.committed:
             if entry.impl is not None and entry.impl.pivot and not entry.compensated:
                 self.pivot = entry.action
+        self._by_txn = {e.txn_id: e for e in self.committed}
+        # A compensation that started (its write-ahead record) but whose outcome is missing.
+        started = {r.txn_id for r in log if r.kind == "compensating" and r.txn_id}
+        self._compensating = started - {r.txn_id for r in log if r.kind == "compensated"}
+        self._rolled_back = any(r.kind == "rolled_back" for r in log)
+
+    def _settle_in_doubt(self) -> None:
+        """Settle in-doubt calls of known (sync) actions now, before the agent runs again.
+
+        Their postconditions are probed against the state as the crash left it, before anything
+        else changes it. Calls of unknown or async actions, and calls held for a person, are
+        settled when the agent makes them again.
+        """
+        for key, intent in list(self._in_doubt.items()):
+            action = self._actions.get(intent.action)
+            if action is None or action.is_async:
+                continue
+            esc = self._resolutions.get(key)
+            if esc is not None and esc.status in ("pending", "rejected"):
+                continue
+            del self._in_doubt[key]
+            try:
+                drive(self._resolve_in_doubt(action, intent, approved=esc), self.clock)
+            except InvalidArguments:
+                self._in_doubt[key] = intent  # the action changed since: settle it when called
+            except Escalated as exc:
+                # Held for a person: the agent's call raises it when the agent gets there.
+                self.outcome = "running"
+                self._in_doubt[key] = intent
+                for row in self.store.escalations(episode_id=self.id):
+                    if row.id == exc.escalation_id:
+                        self._resolutions[key] = row
 
     def _finish(self, error: BaseException | None) -> None:
         if self._writer is None:
@@ -329,31 +377,38 @@ class Episode:
                 f"episode {self.id} is not open; use it as `with Episode(...):` before calling "
                 f"{action.name!r}"
             )
+        if self._diverged is not None:
+            raise self._diverged
         if self.outcome != "running":
             raise EpisodeClosed(self.id, self.outcome)
         self._actions.setdefault(action.name, action)
         try:
             model = action.validate(args, kwargs)
         except InvalidArguments as exc:
-            self._record_simple(action.name, "", dumps_args(args, kwargs), "invalid", str(exc))
+            raw = dumps_args(args, kwargs)
+            if not self._record or not self._replay_invalid(action.name, raw):
+                self._record_simple(action.name, "", raw, "invalid", str(exc))
             raise
         key = action.key_for(model)
+        if self._record:
+            step = self._expect_call(action, model, key)
+            if step is not None and not step.live:
+                return (yield from self._replayed(action, key, step))
         if action.mutating:
             done = self._done.get(key)
             if done is not None:
-                if done.impl is None:
-                    done.impl = action
-                with self._writer.batch():
-                    self._writer.append("dedup", done.txn_id, {"action": action.name, "key": key})
-                    self._update_episode()
-                return done.result
+                return self._dedup(action, key, done)
             resolution = self._resolutions.get(key)
             if resolution is not None:
                 model = yield from self._apply_resolution(action, model, resolution)
-                key = action.key_for(model) if resolution.status == "edited" else key
-            in_doubt = self._in_doubt.pop(key, None)
+                if resolution.status == "edited":
+                    key = action.key_for(model)
+                    done = self._done.get(key)
+                    if done is not None:
+                        return self._dedup(action, key, done)
+            in_doubt = self._in_doubt.pop(resolution.idem_key if resolution else key, None)
             if in_doubt is not None:
-                recovered = yield from self._resolve_in_doubt(action, model, key, in_doubt)
+                recovered = yield from self._resolve_in_doubt(action, in_doubt, approved=resolution)
                 if recovered is not None:
                     return recovered.result
         self._seq += 1
@@ -362,6 +417,135 @@ class Episode:
         ctx.txn_id = f"{self.id}:{self._seq}"
         txn = Transaction(self, action, ctx)
         return (yield from txn.run())
+
+    def _dedup(self, action: Action[Any, Any], key: str, done: Committed) -> Any:
+        """A call whose key already committed: the recorded result, nothing executed."""
+        if done.impl is None:
+            done.impl = action
+        with self._writer.batch():
+            self._writer.append("dedup", done.txn_id, {"action": action.name, "key": key})
+            self._update_episode()
+        return done.result
+
+    # --- replay (on resume) ---
+    def _expect(
+        self, actual: dict[str, Any], same: Callable[[RecordedStep], bool]
+    ) -> RecordedStep | None:
+        """The record's next step if ``same`` accepts it; None past the record; else Diverged."""
+        if self._at >= len(self._record):
+            self._record = []
+            return None
+        step = self._record[self._at]
+        if not same(step):
+            raise self._diverge(step.describe(), {**actual, "step": step.step})
+        self._at += 1
+        return step
+
+    def _expect_call(self, action: Action[Any, Any], model: Any, key: str) -> RecordedStep | None:
+        values = action.call_values(model)
+        return self._expect(
+            call_step(self._at + 1, action.name, values, key),
+            lambda s: s.matches_action(action.name, values, key),
+        )
+
+    def _replay_invalid(self, name: str, raw: str) -> bool:
+        """Whether the record has this invalid call here (then nothing is written again)."""
+        text = canonical(loads(raw))
+        step = self._expect(
+            call_step(self._at + 1, name, loads(raw)),
+            lambda s: (
+                s.kind == "action"
+                and s.status == "invalid"
+                and s.name == name
+                and canonical(s.arguments) == text
+            ),
+        )
+        return step is not None
+
+    def _diverge(self, expected: dict[str, Any] | None, actual: dict[str, Any] | None) -> Diverged:
+        step = int((expected or actual or {}).get("step") or self._at + 1)
+        error = Diverged(self.id, step, expected, actual)
+        self._diverged = error
+        with self._writer.batch():
+            self._writer.append_text(
+                "diverged", None, _jsonable({"step": step, "expected": expected, "actual": actual})
+            )
+            self._update_episode()
+        self.log.warning("diverged", step=step)
+        return error
+
+    def _replayed(self, action: Action[Any, Any], key: str, step: RecordedStep) -> Steps:
+        """A call the record has: the agent gets its recorded outcome; nothing is executed."""
+        if step.returned:
+            entry = self._by_txn.get(step.txn_id or "")
+            if entry is not None and entry.impl is None:
+                entry.impl = action
+            if step.kind == "action" and action.mutating and step.status != "compensated":
+                with self._writer.batch():
+                    self._writer.append(
+                        "dedup", step.txn_id, {"action": action.name, "key": key, "replay": True}
+                    )
+                    self._update_episode()
+            return entry.result if entry is not None else step.result
+        row = step.row
+        if row is None:  # pragma: no cover - steps without a row are live
+            raise ConfigurationError(f"step {step.step} of episode {self.id} has no outcome")
+        error = rebuilt_error(row)
+        if row.decision == "rollback":
+            # The call's failure rolled the episode back; a crash may have cut the saga short.
+            if self._rolled_back:
+                self.outcome = "rolled_back"
+            else:
+                yield from self.rollback_steps(reason=f"{action.name}: {row.reason}")
+        raise error
+
+    def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:
+        """A value the agent's path depends on: computed and recorded once, given back on resume.
+
+        Agent code re-executed on resume must see what it saw the first time (a tool read, a
+        model's response). The first time, ``compute()`` runs and its value is appended to the
+        episode's log with ``request``; on resume the recorded value comes back instead, and a
+        different ``request`` at that step raises :class:`~harness.record.Diverged`.
+
+        Args:
+            what: what is remembered (``read``, ``model_call``...).
+            request: what identifies the question (JSON: arguments, a request digest).
+            compute: produces the value (JSON-serializable) when the record does not have it.
+
+        Returns:
+            The value, as JSON gives it back (the same on first run and on resume).
+        """
+        if self._writer is None:
+            raise ConfigurationError(
+                f"episode {self.id} is not open; remember values inside `with Episode(...)`"
+            )
+        if self._diverged is not None:
+            raise self._diverged
+        if self._record:
+            text = canonical(request)
+            step = self._expect(
+                {"step": self._at + 1, "kind": REMEMBERED, "name": what, "request": request},
+                lambda s: s.kind == REMEMBERED and s.name == what and canonical(s.request) == text,
+            )
+            if step is not None:
+                return step.value
+        value = compute()
+        try:
+            payload = dumps({"what": what, "request": request, "value": value})
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"Episode.remember({what!r}): the value or request is not JSON ({exc}); "
+                "return dicts, lists, strings, numbers, booleans or None"
+            ) from exc
+        with self._writer.batch():
+            self._writer.append_text(REMEMBERED, None, payload)
+            self._update_episode()
+        return loads(payload)["value"]
+
+    @property
+    def diverged(self) -> Diverged | None:
+        """The divergence from the record found on resume, if any (every later call raises it)."""
+        return self._diverged
 
     def _apply_resolution(self, action: Action[Any, Any], model: Any, esc: EscalationRow) -> Steps:
         key = esc.idem_key
@@ -384,41 +568,69 @@ class Episode:
         yield  # pragma: no cover - makes this a generator
 
     def _resolve_in_doubt(
-        self, action: Action[Any, Any], model: Any, key: str, row: InDoubt
+        self, action: Action[Any, Any], row: InDoubt, *, approved: EscalationRow | None = None
     ) -> Steps:
-        """An intent with no outcome: probe the state before deciding to run again."""
+        """An intent with no outcome (the process died in its transaction): probe, then decide.
+
+        Its postconditions hold against the state: the effect happened, so it commits as
+        recovered. Its scope is as the intent found it: the effect is absent, so it runs again
+        if it is keyed or idempotent (or a person approved), else it escalates. Its scope changed
+        but the postconditions fail: a partial effect, compensated first (escalated when the
+        action has no compensation). Never a blind re-run.
+
+        Returns:
+            The recovered entry, or None when the call should run (again).
+        """
+        model = action.validate_mapping(dict(row.args))
         ctx = Context(action.name, model, self.state, self.id)
-        ctx.idempotency_key, ctx.txn_id = key, row.id
+        ctx.idempotency_key, ctx.txn_id = row.key, row.id
         ctx.before = dict(row.before)
         ctx.after = self.state.snapshot(ctx.before)
         probe = Transaction(self, action, ctx)
+        probe.args_json = dumps(row.args)
+        probe.before_json = dumps(row.before)
+        probe.started = row.ts
+        changed = {
+            k: (ctx.before[k], ctx.after[k]) for k in ctx.before if ctx.before[k] != ctx.after[k]
+        }
         present = yield from probe._postconditions_hold(quiet=True)
         if present:
-            diff = {
-                k: (ctx.before[k], ctx.after[k])
-                for k in ctx.before
-                if ctx.before[k] != ctx.after[k]
-            }
             result = yield from probe.recovered_result()
-            return self._commit_entry(probe, result, diff, recovered=True)
-        if action.safe_to_repeat:
-            probe.args_json = dumps(row.args)
-            probe.before_json = dumps(row.before)
-            probe.seq = row.seq
-            probe.started = row.ts
+            return self._commit_entry(probe, result, changed, recovered=True)
+        note = ""
+        if changed:
+            if not action.compensable:
+                reason = (
+                    "in doubt after a crash with a partial effect: "
+                    f"{', '.join(sorted(changed))} changed but the postconditions do not hold, "
+                    "and the action has no compensation to undo it"
+                )
+                raise self.escalate(probe, FailureClass.FAIL_STOP, reason, changed)
+            try:
+                yield from compensate(action, ctx, changed)
+            except CompensationFailed as exc:
+                reason = f"in doubt after a crash with a partial effect; {exc.reason}"
+                raise self.escalate(probe, FailureClass.COMPENSATION, reason, changed) from exc
+            note = " (its partial effect compensated)"
+        if approved is not None or action.safe_to_repeat:
+            then = (
+                f"it runs again as {approved.status} by {approved.resolved_by}"
+                if approved is not None
+                else "the keyed action runs again"
+            )
             self.record_failure(
                 probe,
                 FailureClass.FAIL_STOP,
                 Decision.RETRY,
-                "in doubt after a crash: the effect is absent, so the keyed action runs again",
+                f"in doubt after a crash: the effect is absent{note}, so {then}",
                 {},
                 status="abandoned",
             )
             return None
         reason = (
             "an earlier attempt may or may not have applied its effect (intent recorded, no "
-            "outcome), its postconditions do not show it, and the action is neither idempotent "
-            "nor keyed: running it again could apply it twice"
+            f"outcome), its postconditions do not show it{note}, and the action is neither "
+            "idempotent nor keyed: running it again could apply it twice"
         )
         raise self.escalate(probe, FailureClass.FAIL_STOP, reason, {})
 
@@ -762,35 +974,53 @@ class Episode:
                 continue
             impl = entry.impl or self._actions.get(entry.action)
             txn = self._replay_txn(entry, impl)
-            try:
-                if impl is None:
-                    raise CompensationFailed(
-                        entry.action,
-                        "its implementation is unknown after resume; pass it in "
-                        "Episode(actions=[...])",
-                        txn_id=entry.txn_id,
+            # A compensation a crash cut short: if the state is back, it ran; do not run it twice.
+            undone = entry.txn_id in self._compensating and all(
+                self.state.get(k) == before for k, (before, _) in entry.diff.items()
+            )
+            if not undone:
+                with self._writer.batch():
+                    self._writer.append("compensating", entry.txn_id, {"action": entry.action})
+                    self._update_episode()
+                try:
+                    if impl is None:
+                        raise CompensationFailed(
+                            entry.action,
+                            "its implementation is unknown after resume; pass it in "
+                            "Episode(actions=[...])",
+                            txn_id=entry.txn_id,
+                        )
+                    yield from compensate(impl, txn.ctx, entry.diff)
+                except CompensationFailed as exc:
+                    txn.errors.append(exc)
+                    self.record_failure(
+                        txn,
+                        FailureClass.COMPENSATION,
+                        Decision.ESCALATE,
+                        exc.reason,
+                        entry.diff,
+                        existing=True,
                     )
-                yield from compensate(impl, txn.ctx, entry.diff)
-            except CompensationFailed as exc:
-                txn.errors.append(exc)
-                self.record_failure(
-                    txn,
-                    FailureClass.COMPENSATION,
-                    Decision.ESCALATE,
-                    exc.reason,
-                    entry.diff,
-                    existing=True,
-                )
-                raise self.escalate(txn, FailureClass.COMPENSATION, exc.reason, entry.diff) from exc
+                    raise self.escalate(
+                        txn, FailureClass.COMPENSATION, exc.reason, entry.diff
+                    ) from exc
             entry.compensated = True
+            self._compensating.discard(entry.txn_id)
             self._done.pop(entry.key, None)
             with self._writer.batch():
                 self._writer.update_txn(entry.txn_id, {"status": "compensated"})
-                self._writer.append("compensated", entry.txn_id, {"action": entry.action})
+                self._writer.append(
+                    "compensated",
+                    entry.txn_id,
+                    {"action": entry.action, "found_undone": True}
+                    if undone
+                    else {"action": entry.action},
+                )
                 self._update_episode()
             self.log.info("compensated", txn_id=entry.txn_id, action=entry.action)
         self.pivot = None
         self.outcome = "rolled_back"
+        self._rolled_back = True
         with self._writer.batch():
             self._writer.append("rolled_back", None, {"reason": reason})
             self._update_episode()

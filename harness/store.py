@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -39,6 +40,7 @@ __all__ = [
     "EscalationRow",
     "FaultEventRow",
     "FaultTrialRow",
+    "LeaseRow",
     "LogRow",
     "RunRow",
     "Store",
@@ -243,6 +245,28 @@ class FaultTrialRow(_Base, table=True):
     detail: str = "{}"
 
 
+class LeaseRow(_Base, table=True):
+    """Who executes an episode now: taken under the write lock, renewed, released after."""
+
+    __tablename__ = "hx_lease"
+    episode_id: str = Field(primary_key=True)
+    owner: str
+    pid: int
+    host: str
+    acquired_at: float
+    expires_at: float
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def record_hash(
     prev: str, episode_id: str, seq: int, kind: str, txn_id: str | None, payload: str, ts: float
 ) -> str:
@@ -367,6 +391,8 @@ class Store:
         self._open_schema()
         self._jsonl_lock = threading.Lock()
         self._jsonl_file: Any = None
+        self._lease_lock = threading.Lock()
+        self._lease_conn: Any = None
 
     def _sqlite_pragmas(self, dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
@@ -690,6 +716,100 @@ class Store:
             )
         return None
 
+    # --- leases: one process executes an episode at a time ---
+    def acquire_lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> bool:
+        """Take (or renew) the lease on ``episode_id`` for ``seconds``; False if it is held.
+
+        Checked and written in one transaction under the write lock, so two processes cannot
+        both take it. A lease is free when it expired, or when its holder ran on this host and
+        its process is gone (a crashed run's leases do not block its resume).
+        """
+        now = time.time()
+        host, pid = socket.gethostname(), os.getpid()
+        with self._lease_lock:
+            conn = self._lease_connection()
+            sqlite = isinstance(conn, sqlite3.Connection)
+            mark = "?" if sqlite else "%s"
+            cur = conn.cursor()
+            try:
+                if sqlite:
+                    cur.execute("BEGIN IMMEDIATE")
+                else:
+                    cur.execute("LOCK TABLE hx_lease IN SHARE ROW EXCLUSIVE MODE")
+                cur.execute(
+                    f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
+                    (episode_id,),
+                )
+                held = cur.fetchone()
+                if (
+                    held is not None
+                    and held[0] != owner
+                    and held[3] > now
+                    and (held[2] != host or _pid_alive(int(held[1])))
+                ):
+                    conn.rollback()
+                    return False
+                cur.execute(f"DELETE FROM hx_lease WHERE episode_id = {mark}", (episode_id,))
+                cur.execute(
+                    "INSERT INTO hx_lease (episode_id, owner, pid, host, acquired_at, expires_at) "
+                    f"VALUES ({', '.join([mark] * 6)})",
+                    (episode_id, owner, pid, host, now, now + seconds),
+                )
+                conn.commit()
+                return True
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                cur.close()
+
+    def release_lease(self, episode_id: str, *, owner: str) -> None:
+        """Give the lease on ``episode_id`` back (only its owner can)."""
+        with self._lease_lock:
+            conn = self._lease_connection()
+            mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+            cur = conn.cursor()
+            try:
+                cur.execute(
+                    f"DELETE FROM hx_lease WHERE episode_id = {mark} AND owner = {mark}",
+                    (episode_id, owner),
+                )
+                conn.commit()
+            finally:
+                cur.close()
+
+    @contextmanager
+    def lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> Iterator[bool]:
+        """Hold the lease on ``episode_id`` while the block runs, renewing it every third of
+        ``seconds``; yields False (and holds nothing) when another process has it."""
+        if not self.acquire_lease(episode_id, owner=owner, seconds=seconds):
+            yield False
+            return
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(seconds / 3):
+                self.acquire_lease(episode_id, owner=owner, seconds=seconds)
+
+        keeper = threading.Thread(target=renew, name=f"lease-{episode_id}", daemon=True)
+        keeper.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            keeper.join()
+            self.release_lease(episode_id, owner=owner)
+
+    def leases(self) -> list[LeaseRow]:
+        """The leases held now (expired ones included)."""
+        with self.session() as s:
+            return list(s.exec(select(LeaseRow)))
+
+    def _lease_connection(self) -> Any:
+        if self._lease_conn is None:
+            self._lease_conn = self.raw_connection()
+        return self._lease_conn
+
     def flush_log(self) -> None:
         """Write the JSON lines queued so far."""
         with self._jsonl_lock:
@@ -698,6 +818,10 @@ class Store:
 
     def close(self) -> None:
         """Release connections and the JSON-lines file."""
+        with self._lease_lock:
+            if self._lease_conn is not None:
+                self._lease_conn.close()
+                self._lease_conn = None
         self.engine.dispose()
         with self._jsonl_lock:
             if self._jsonl_file is not None:

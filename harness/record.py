@@ -1,0 +1,320 @@
+"""An episode's record as its agent saw it: the steps a re-execution is held to.
+
+When an episode resumes (or is replayed), its agent's code runs again from the start. Every
+call it makes is matched, in order, against the steps of the record: the actions it called
+(with their arguments and outcome), the calls it repeated (deduplicated by key) and the values
+it asked the episode to remember (tool reads, model responses). A step that matches gets its
+recorded outcome back (a result, or the same error); the first step that does not match is a
+:class:`Diverged` error naming the step, what the record has and what the agent did.
+
+The record is rebuilt from the store (transaction rows and the hash-chained log) off the hot
+path, so recording costs nothing beyond what the engine already writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._json import canonical, loads
+from .errors import (
+    ActionFailed,
+    CheckError,
+    CompensationFailed,
+    HarnessError,
+    PreconditionFailed,
+    ScopeViolation,
+)
+from .store import LogRow, TransactionRow
+
+__all__ = ["Diverged", "RecordedStep", "rebuilt_error", "recorded_steps"]
+
+REMEMBERED = "recorded"
+"""Log kind of a value an agent asked the episode to remember (``Episode.remember``)."""
+
+# Log kinds that can open a transaction's records: its first record marks the agent's call.
+_OPENING = frozenset({"intent", "committed", "recovered", "precondition", "invalid", "decision"})
+# Statuses whose row holds a result the agent received.
+_RETURNED = frozenset({"committed", "recovered", "compensated"})
+
+
+class Diverged(HarnessError):
+    """Re-executed agent code did something other than what the record says it did.
+
+    Attributes:
+        episode_id: the episode.
+        step: the first step (1-based) where the agent and the record differ.
+        expected: the step the record has there (None: the record ends before it).
+        actual: what the agent did instead (None: the agent ended before it).
+    """
+
+    def __init__(
+        self,
+        episode_id: str,
+        step: int,
+        expected: dict[str, Any] | None,
+        actual: dict[str, Any] | None,
+    ) -> None:
+        self.episode_id = episode_id
+        self.step = step
+        self.expected = expected
+        self.actual = actual
+        has = "nothing more" if expected is None else _show(expected)
+        did = "nothing more (it ended)" if actual is None else _show(actual)
+        super().__init__(
+            f"episode {episode_id} diverged from its record at step {step}: the record has "
+            f"{has}, the agent now did {did}; nothing was executed for it. The agent is not "
+            "deterministic given its recorded results (seed, tool reads, model calls): run it "
+            "as a new episode instead of resuming this one"
+        )
+
+
+def _show(step: dict[str, Any]) -> str:
+    kind = step.get("kind")
+    if kind in ("action", "dedup"):
+        args = step.get("arguments")
+        shown = canonical(args) if args is not None else f"key {step.get('key')!r}"
+        return f"{step.get('name')}({shown})"
+    return f"{kind} {step.get('name')} {canonical(step.get('request'))}"
+
+
+@dataclass
+class RecordedStep:
+    """One step of an episode's record, as the agent made it.
+
+    Attributes:
+        step: its position (1-based) among the agent's steps.
+        kind: ``action`` (a transaction), ``dedup`` (a repeated call answered from the record)
+            or ``recorded`` (a value remembered for the agent: a tool read, a model response).
+        name: the action's name, or what was remembered (``read``, ``model_call``).
+        arguments: the action's arguments (``action``); None otherwise.
+        key: the idempotency key (``action``, ``dedup``).
+        request: what was asked (``recorded``).
+        value: the remembered value (``recorded``).
+        txn_id: the transaction (``action``, ``dedup``).
+        status: the transaction's status, ``in_doubt`` for an intent without outcome.
+        row: the transaction's row, when it has one.
+        alt_arguments: the arguments the agent called with when a person's edit replaced them.
+    """
+
+    step: int
+    kind: str
+    name: str
+    arguments: dict[str, Any] | None = None
+    key: str = ""
+    request: Any = None
+    value: Any = None
+    txn_id: str | None = None
+    status: str = ""
+    row: TransactionRow | None = field(default=None, repr=False)
+    alt_arguments: dict[str, Any] | None = None
+
+    @property
+    def returned(self) -> bool:
+        """Whether the agent received a result here (the action committed at the time)."""
+        if self.kind == "dedup":
+            return True
+        row = self.row
+        return row is not None and (row.status in _RETURNED or row.step is not None)
+
+    @property
+    def result(self) -> Any:
+        """The result the agent received (None when it got none)."""
+        if self.kind == "recorded":
+            return self.value
+        row = self.row
+        return loads(row.result) if row is not None and row.result else None
+
+    @property
+    def live(self) -> bool:
+        """Whether the call must run again: in doubt, or held for a person's decision."""
+        if self.kind != "action" or self.returned:
+            return False
+        return self.status == "in_doubt" or (
+            self.row is not None and self.row.decision == "escalate"
+        )
+
+    def matches_action(self, name: str, values: Any, key: str) -> bool:
+        """Whether a call of ``name`` with ``values`` (and ``key``) is this step."""
+        if self.kind == "dedup":
+            return self.name == name and self.key == key
+        if self.kind != "action" or self.name != name or self.status == "invalid":
+            return False
+        text = canonical(values)
+        if canonical(self.arguments) == text:
+            return True
+        return self.alt_arguments is not None and canonical(self.alt_arguments) == text
+
+    def describe(self) -> dict[str, Any]:
+        """The step as JSON-ready data (for errors, audits and replay reports)."""
+        out: dict[str, Any] = {"step": self.step, "kind": self.kind, "name": self.name}
+        if self.kind == "recorded":
+            out["request"] = self.request
+        else:
+            out["arguments"] = self.arguments
+            out["key"] = self.key
+            out["txn_id"] = self.txn_id
+            out["status"] = self.status
+        return out
+
+
+def call_step(step: int, name: str, arguments: Any, key: str = "") -> dict[str, Any]:
+    """What an agent did, in the shape :meth:`RecordedStep.describe` uses."""
+    return {"step": step, "kind": "action", "name": name, "arguments": arguments, "key": key}
+
+
+def recorded_steps(rows: Sequence[TransactionRow], log: Iterable[LogRow]) -> list[RecordedStep]:
+    """The agent's steps in an episode's record, in the order it made them.
+
+    A transaction is placed where its first log record is. Left out: intents abandoned after
+    a crash (the call ran again as a new transaction, placed where the agent made it again),
+    and escalated calls a person approved or edited (the transaction that carried out the
+    decision stands in their place, matching the agent's original arguments too).
+    """
+    records = list(log)
+    by_id = {r.id: r for r in rows}
+    skip = {r.id for r in rows if r.status == "abandoned"}
+    # A resolution applied (approve or edit): the next transaction carries out the call.
+    continues: dict[str, str] = {}
+    waiting: str | None = None
+    seen: set[str] = set()
+    for rec in records:
+        if rec.kind == "resolution_applied" and rec.txn_id:
+            if loads(rec.payload).get("status") in ("approved", "edited"):
+                waiting = rec.txn_id
+        elif rec.txn_id and rec.txn_id not in seen and rec.kind in _OPENING:
+            seen.add(rec.txn_id)
+            if waiting is not None and rec.txn_id != waiting:
+                continues[rec.txn_id] = waiting
+                skip.add(waiting)
+                waiting = None
+    steps: list[RecordedStep] = []
+    seen.clear()
+    for rec in records:
+        kind = rec.kind
+        if kind == REMEMBERED:
+            data = loads(rec.payload)
+            steps.append(
+                RecordedStep(
+                    len(steps) + 1,
+                    REMEMBERED,
+                    str(data.get("what")),
+                    request=data.get("request"),
+                    value=data.get("value"),
+                )
+            )
+        elif kind == "dedup":
+            data = loads(rec.payload)
+            if data.get("replay"):
+                continue
+            steps.append(
+                RecordedStep(
+                    len(steps) + 1,
+                    "dedup",
+                    str(data.get("action")),
+                    key=str(data.get("key")),
+                    txn_id=rec.txn_id,
+                    status="dedup",
+                    row=by_id.get(rec.txn_id or ""),
+                )
+            )
+        elif rec.txn_id and rec.txn_id not in seen and kind in _OPENING:
+            seen.add(rec.txn_id)
+            if rec.txn_id in skip:
+                continue
+            row = by_id.get(rec.txn_id)
+            if row is None:
+                if kind != "intent":
+                    continue
+                data = loads(rec.payload)
+                steps.append(
+                    RecordedStep(
+                        len(steps) + 1,
+                        "action",
+                        str(data.get("action")),
+                        arguments=data.get("args") or {},
+                        key=str(data.get("key")),
+                        txn_id=rec.txn_id,
+                        status="in_doubt",
+                    )
+                )
+                continue
+            origin = continues.get(row.id)
+            steps.append(
+                RecordedStep(
+                    len(steps) + 1,
+                    "action",
+                    row.action,
+                    arguments=loads(row.args) if row.args else {},
+                    key=row.idem_key,
+                    txn_id=row.id,
+                    status=row.status,
+                    row=row,
+                    alt_arguments=(
+                        loads(by_id[origin].args)
+                        if origin in by_id
+                        else _intent_args(records, origin)
+                        if origin
+                        else None
+                    ),
+                )
+            )
+    return steps
+
+
+def _intent_args(records: Sequence[LogRow], txn_id: str) -> dict[str, Any] | None:
+    for rec in records:
+        if rec.kind == "intent" and rec.txn_id == txn_id:
+            args = loads(rec.payload).get("args")
+            return args if isinstance(args, dict) else None
+    return None
+
+
+def _rebuilt(cls: type[HarnessError], message: str, **attrs: Any) -> HarnessError:
+    """An error of ``cls`` carrying exactly ``message`` (as the agent first saw it)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    for name, value in attrs.items():
+        setattr(error, name, value)
+    return error
+
+
+def rebuilt_error(row: TransactionRow) -> HarnessError:
+    """The error a call's agent received, rebuilt from its row with the same message."""
+    reason = row.reason or ""
+    errors = [Exception(e) for e in loads(row.errors or "[]")]
+    if row.status == "precondition":
+        check, _, why = reason.partition(": ")
+        return PreconditionFailed(row.action, check, why)
+    if row.status == "check_error":
+        return _rebuilt(
+            CheckError,
+            reason,
+            action=row.action,
+            failure_class="precondition",
+            reason=reason,
+            decision="continue",
+            errors=errors,
+            txn_id=row.id,
+            check="",
+            phase="precondition",
+            error=errors[0] if errors else Exception(reason),
+        )
+    failure_class = row.failure_class or "fail_stop"
+    decision = row.decision or "continue"
+    classes: dict[str, type[ActionFailed]] = {
+        "scope": ScopeViolation,
+        "compensation": CompensationFailed,
+    }
+    cls = classes.get(failure_class, ActionFailed)
+    return _rebuilt(
+        cls,
+        f"action {row.action!r} failed ({failure_class}, decision {decision}): {reason}",
+        action=row.action,
+        failure_class=failure_class,
+        reason=reason,
+        decision=decision,
+        errors=errors,
+        txn_id=row.id,
+    )
