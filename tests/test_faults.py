@@ -542,3 +542,36 @@ def test_toolbox_sees_injected_failures_as_tool_results(store: hx.Store) -> None
         with hx.Episode(state=env.state, store=store, clock=inj.clock, episode_id="tb") as ep:
             result = Toolbox(env.tools, ep, env).call("bump", {"name": "a", "step": 1})
     assert not result.ok and result.kind == "fail_stop" and "[tb#1]" in (result.error or "")
+
+
+def test_effects_on_a_read_only_adapter_need_a_compensation_to_write_through() -> None:
+    """A silent fault on an action with no undo over an adapter that takes no writes is refused."""
+    inner = hx.DictState({"c/a": 0})
+
+    class ReadOnly:
+        """The adapter protocol without writes."""
+
+        def get(self, key: str) -> Any:
+            return inner.get(key)
+
+        def snapshot(self, keys: Any) -> dict[str, Any]:
+            return inner.snapshot(keys)
+
+        def mark(self) -> Any:
+            return inner.mark()
+
+        def changes(self, mark: Any) -> dict[str, Any]:
+            return inner.changes(mark)
+
+        def release(self, mark: Any) -> None:
+            inner.release(mark)
+
+    def bump(name: str) -> int:
+        inner[f"c/{name}"] = inner[f"c/{name}"] + 1
+        return 1
+
+    env = type("Env", (), {"state": ReadOnly(), "tools": {"bump": hx.action(bump, writes=["c/*"])}})
+    plan = FaultPlan.parse({"faults": [{"kind": "silent", "tool": "bump"}]})
+    with pytest.raises(FaultPlanError, match="bump cannot have its effect altered"):
+        plan.injector(env()).install()
+    assert env.tools["bump"].fn is bump

@@ -122,7 +122,7 @@ class Injector:
             raise ConfigurationError("this injector is already installed")
         tools: MutableMapping[str, Any] = self.env.tools
         plan = self.plan
-        plan.check_tools(tools)
+        plan.check_tools(tools, writable=isinstance(self.state, MutableMapping))
         self._domains = [frozenset(plan.domain_of(i, tools)) for i in range(len(plan.faults))]
         lows: dict[str, float] = defaultdict(float)
         for i, fault in enumerate(plan.faults):
@@ -132,17 +132,6 @@ class Injector:
                 lo = lows[name]
                 self._slices.setdefault(name, []).append((lo, lo + fault.rate, i))
                 lows[name] = lo + fault.rate
-        writable = isinstance(self.state, MutableMapping)
-        for i, fault in enumerate(plan.faults):
-            if fault.kind not in ("silent", "compensation") or writable:
-                continue
-            stuck = sorted(n for n in self._domains[i] if tools[n].compensate is None)
-            if stuck:
-                raise FaultPlanError(
-                    f"faults[{i}] ({fault.kind}): {', '.join(stuck)} cannot have its effect "
-                    "altered: the state adapter takes no writes and the action has no "
-                    "compensation to write through"
-                )
         self._mark = self.state.mark()
         for name, tool in list(tools.items()):
             if isinstance(tool, Action):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import tomllib
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -298,13 +299,7 @@ class FaultPlan(BaseModel):
         """``policy``, with the plan's timeout when the policy has none."""
         if self.timeout is None or policy.timeout is not None:
             return policy
-        return Policy(
-            decisions=dict(policy.decisions),
-            retry=policy.retry,
-            timeout=self.timeout,
-            exhausted=policy.exhausted,
-            unsafe=policy.unsafe,
-        )
+        return dataclasses.replace(policy, timeout=self.timeout)
 
     # --- domains ---
     def domain_of(self, index: int, tools: Mapping[str, Any]) -> list[str]:
@@ -324,8 +319,15 @@ class FaultPlan(BaseModel):
             names = [n for n in names if _mutating(tools.get(n))]
         return sorted(names)
 
-    def check_tools(self, tools: Mapping[str, Any]) -> None:
-        """Check the plan against an environment's tools; raise :class:`FaultPlanError`."""
+    def check_tools(self, tools: Mapping[str, Any], *, writable: bool = True) -> None:
+        """Check the plan against an environment's tools; raise :class:`FaultPlanError`.
+
+        Args:
+            tools: the environment's tools, by name.
+            writable: whether its state adapter takes writes (``state[key] = value``); if not,
+                ``silent`` and ``compensation`` faults alter effects through the action's
+                compensation, so their actions need one.
+        """
         problems = []
         for name, members in sorted(self.services.items()):
             unknown = sorted(set(members) - set(tools))
@@ -344,6 +346,14 @@ class FaultPlan(BaseModel):
                     f"{label}: {fault.tool!r} changes no state, so it has no effect to "
                     "lose or corrupt; aim it at a write tool (an action with writes=...)"
                 )
+            if fault.kind in ("silent", "compensation") and not writable:
+                stuck = [n for n in self.domain_of(i, tools) if tools[n].compensate is None]
+                if stuck:
+                    problems.append(
+                        f"{label}: {', '.join(stuck)} cannot have its effect altered: the state "
+                        "adapter takes no writes and the action has no compensation to write "
+                        "through"
+                    )
         share: dict[str, float] = defaultdict(float)
         for i, fault in enumerate(self.faults):
             if fault.kind in _WINDOWED or fault.calls is not None:
@@ -368,7 +378,7 @@ class FaultPlan(BaseModel):
         """Check the plan against the tools of ``suite``'s environment."""
         env = suite.new_environment()
         try:
-            self.check_tools(env.tools)
+            self.check_tools(env.tools, writable=isinstance(env.state, MutableMapping))
         finally:
             env.close()
 
