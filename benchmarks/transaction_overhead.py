@@ -602,7 +602,7 @@ def micro(folder: Path) -> list[tuple[str, float]]:
         log = store.jsonl(episode_id="micro", run_id=None)
         out.append(
             (
-                "structlog line (log level, ISO timestamp, JSONRenderer, line-buffered write)",
+                "structlog line from the logger Store.jsonl builds (one info call)",
                 best(
                     lambda: log.info(
                         "committed",
