@@ -575,3 +575,25 @@ def test_effects_on_a_read_only_adapter_need_a_compensation_to_write_through() -
     with pytest.raises(FaultPlanError, match="bump cannot have its effect altered"):
         plan.injector(env()).install()
     assert env.tools["bump"].fn is bump
+
+
+def test_fault_domains_resolve_to_tools() -> None:
+    """A worker domain is every tool; effect faults keep only the writes; services as declared."""
+    env = ToyEnvironment()
+    plan = FaultPlan.parse(
+        {
+            "services": {"counters": ["bump"]},
+            "faults": [
+                {"kind": "fail_slow", "worker": True, "delay": 1.0},
+                {"kind": "lost_ack", "worker": True, "rate": 0.0},
+                {"kind": "fail_stop", "service": "counters", "rate": 0.0},
+                {"kind": "fail_stop", "service": "reads", "rate": 0.0},
+            ],
+        }
+    )
+    assert [plan.domain_of(i, env.tools) for i in range(4)] == [
+        ["bump", "look"],
+        ["bump"],
+        ["bump"],
+        ["look"],
+    ]
