@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .audit.commands import audit_command, escalations_command, replay_command, resume_command
 from .errors import HarnessError
 from .export import export_command
 from .report import compare_command, report_command
@@ -200,6 +201,10 @@ def run(
 main.add_command(report_command)
 main.add_command(compare_command)
 main.add_command(export_command)
+main.add_command(audit_command)
+main.add_command(replay_command)
+main.add_command(resume_command)
+main.add_command(escalations_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import platform
+import socket
 import sys
 import time
 import uuid
@@ -29,11 +30,12 @@ import harness
 
 from ._json import canonical, dumps
 from .action import Action
-from .agents import Agent, Toolbox, registry
+from .agents import Agent, registry
 from .episode import Episode
 from .errors import ConfigurationError, Escalated, HarnessError
 from .faults import FaultPlan, RunFaults, WorkerCrash, load_faults
 from .policy import Policy
+from .replay import RecordingToolbox, apply_changes, recorded_changes
 from .stats import Estimate, pass_at_k, suite_pass_hat_k
 from .store import RunRow, Store, TrialRow
 from .suite import Suite, Task, load_suite
@@ -46,6 +48,7 @@ __all__ = [
     "reference_outcome",
     "run_trials",
     "trial_seed",
+    "trial_state",
 ]
 
 
@@ -118,6 +121,21 @@ def _steps_done(reference: Reference, committed: Iterable[tuple[str, str]]) -> l
     return done
 
 
+def trial_state(store: Store, episode_id: str) -> str:
+    """What a trial of a run needs: ``new`` (never started), ``resume`` (interrupted, or
+    escalated with every escalation resolved), ``pending`` (waiting for a person) or ``done``."""
+    with store.session() as s:
+        finished = s.get(TrialRow, episode_id)
+    episode = store.episode(episode_id)
+    if episode is None:
+        return "new"
+    if finished is not None and finished.outcome != "escalated":
+        return "done"
+    if store.escalations("pending", episode_id=episode_id):
+        return "pending"
+    return "resume"
+
+
 class _Worker:
     """Everything one process needs to run trials of one run."""
 
@@ -139,13 +157,35 @@ class _Worker:
         self.policy = policy
         self.faults = faults
         self.references: dict[str, Reference] = {}
+        # Leases name their holder: host, process and this worker.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_seconds = 600.0
 
     def reference(self, task: Task) -> Reference:
         if task.id not in self.references:
             self.references[task.id] = reference_outcome(self.suite, task)
         return self.references[task.id]
 
-    def trial(self, task_id: str, trial: int, seed: int) -> TrialResult:
+    def trial(self, task_id: str, trial: int, seed: int, mode: str = "new") -> TrialResult | None:
+        """Run one trial while holding its episode's lease.
+
+        Args:
+            mode: ``new`` (a fresh episode), or ``auto``: decided under the lease from the
+                store (:func:`trial_state`): run it, resume it, or leave it.
+
+        Returns:
+            The result, or None when another process holds the lease or nothing is to be done.
+        """
+        episode_id = f"{self.run_id}-{task_id}-{trial}"
+        with self.store.lease(episode_id, owner=self.owner, seconds=self.lease_seconds) as held:
+            if not held:
+                return None
+            state = "new" if mode == "new" else trial_state(self.store, episode_id)
+            if state in ("done", "pending"):
+                return None
+            return self._trial(task_id, trial, seed, resume=state == "resume")
+
+    def _trial(self, task_id: str, trial: int, seed: int, *, resume: bool) -> TrialResult:
         task = self.suite.task(task_id)
         reference = self.reference(task)
         started = time.perf_counter()
@@ -157,6 +197,10 @@ class _Worker:
         outcome, message, infra, meta = "failed", "", False, {}
         try:
             mark = env.state.mark()
+            if resume:
+                # The trial's environment died with the process that ran it: rebuild the state
+                # its record says the episode left, so the verdict sees every effect.
+                apply_changes(env.state, recorded_changes(self.store.transactions(episode_id)))
             if injector is not None:
                 injector.install()
 
@@ -175,8 +219,8 @@ class _Worker:
                     actions=[t for t in env.tools.values() if isinstance(t, Action)],
                 )
 
-            ep = episode()
-            toolbox = Toolbox(env.tools, ep, env)
+            ep = episode(resume=resume)
+            toolbox = RecordingToolbox(env.tools, ep, env)
             while True:
                 try:
                     with ep:
@@ -276,7 +320,7 @@ def _init_worker(*args: Any) -> None:
     _WORKER = _Worker(*args)
 
 
-def _run_job(job: tuple[str, int, int]) -> TrialResult:
+def _run_job(job: tuple[Any, ...]) -> TrialResult | None:
     assert _WORKER is not None
     return _WORKER.trial(*job)
 
@@ -477,6 +521,8 @@ def run_trials(
             )
             for job in jobs:
                 r = worker.trial(*job)
+                if r is None:  # another process holds its lease (a concurrent resume)
+                    continue
                 results.append(r)
                 if progress:
                     progress(r)
@@ -489,6 +535,8 @@ def run_trials(
                 try:
                     for fut in cf.as_completed(futures):
                         r = fut.result()
+                        if r is None:
+                            continue
                         results.append(r)
                         if progress:
                             progress(r)

@@ -1,0 +1,255 @@
+"""The command lines over a run's record: audit, replay, resume, escalations."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import HarnessError
+from ..policy import FailureClass
+from .html import render_html
+from .model import episode_summaries, open_run, pending_escalations, timeline
+from .terminal import render_text, render_verify
+from .verify import verify_run
+
+__all__ = ["audit_command", "escalations_command", "replay_command", "resume_command"]
+
+console = Console(soft_wrap=True, highlight=False)
+
+
+def _fail(exc: HarnessError) -> None:
+    console.print(f"[red]error:[/red] {escape(str(exc))}")
+    sys.exit(2)
+
+
+def _dump(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+@click.command("audit")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--episode", default=None, help="Only this episode.")
+@click.option("--task", default=None, help="Only episodes of this task.")
+@click.option(
+    "--failure-class",
+    default=None,
+    type=click.Choice([str(f) for f in FailureClass]),
+    help="Only episodes with a transaction of this failure class.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Recompute hash chains and checkpoint digests, cross-check every row with the log.",
+)
+@click.option(
+    "--html",
+    "html_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write one episode's timeline as a self-contained HTML page.",
+)
+def audit_command(
+    run: Path,
+    episode: str | None,
+    task: str | None,
+    failure_class: str | None,
+    as_json: bool,
+    verify: bool,
+    html_file: Path | None,
+) -> None:
+    """Show what happened in RUN, episode by episode (actions, diffs, verdicts, escalations)."""
+    try:
+        with open_run(run) as opened:
+            episodes = episode_summaries(
+                opened, episode=episode, task=task, failure_class=failure_class
+            )
+            trials = {t.episode_id: t for t in opened.store.trials(opened.run.id)}
+            if verify:
+                report = verify_run(opened.store, episodes)
+                if as_json:
+                    _dump(report.to_dict())
+                else:
+                    console.print(render_verify(report))
+                sys.exit(0 if report.ok else 1)
+            if html_file is not None:
+                if len(episodes) != 1:
+                    raise click.UsageError(
+                        f"--html shows one episode and the filters match {len(episodes)}: "
+                        "name it with --episode ID"
+                    )
+                (ep,) = episodes
+                html_file.write_text(
+                    render_html(timeline(opened.store, ep, trials.get(ep.id))), encoding="utf-8"
+                )
+                click.echo(f"wrote {html_file}")
+                return
+            timelines = [timeline(opened.store, e, trials.get(e.id)) for e in episodes]
+            if as_json:
+                _dump(
+                    {"run_id": opened.run.id, "folder": str(opened.folder), "episodes": timelines}
+                )
+            elif not timelines:
+                click.echo("no episode matches")
+            else:
+                console.print(render_text(timelines))
+    except HarnessError as exc:
+        _fail(exc)
+
+
+@click.command("replay")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--episode", required=True, help="The episode to replay.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def replay_command(run: Path, episode: str, as_json: bool) -> None:
+    """Re-verify an episode's recorded final state and re-run its agent against its record."""
+    from ..replay import replay_episode
+
+    try:
+        report = replay_episode(run, episode)
+    except HarnessError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump(report.to_dict())
+    else:
+        d = report.divergence
+        if d is None:
+            console.print(
+                f"[green]no divergence[/]: the agent made the {report.replayed} recorded step(s) "
+                f"of {report.steps} as recorded; it ended {report.ended}"
+            )
+        else:
+            console.print(f"[red]diverged at step {d.step}[/]: {escape(str(d))}")
+        match = report.verdict_matches
+        console.print(
+            f"verifier on the recorded final state: "
+            f"{'passed' if report.verdict.get('passed') else 'failed'}"
+            + (
+                ""
+                if match is None
+                else " (same verdict as recorded)"
+                if match
+                else " [red](DIFFERENT from the recorded verdict)[/]"
+            )
+        )
+        for note in report.notes:
+            console.print(f"[dim]{escape(note)}[/]")
+    sys.exit(0 if report.ok else 1)
+
+
+@click.command("resume")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def resume_command(run: Path, workers: int, as_json: bool) -> None:
+    """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones."""
+    from ..cli import summary_table
+    from ..resume import resume_run
+
+    try:
+        result = resume_run(run, workers=workers)
+    except HarnessError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump(result.to_dict())
+        return
+    console.print(
+        f"run {result.run.run_id}: kept {len(result.kept)}, resumed {len(result.resumed)}, "
+        f"ran {len(result.started)} missing; {len(result.pending)} waiting for a person, "
+        f"{len(result.skipped)} held by another process"
+    )
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if result.pending:
+        console.print(f"resolve them with `harness escalations {run}`, then resume again")
+    if result.run.results:
+        console.print(summary_table(result.run))
+
+
+@click.group("escalations", invoke_without_command=True)
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--all", "every", is_flag=True, help="Resolved ones too.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def escalations_command(ctx: click.Context, run: Path, every: bool, as_json: bool) -> None:
+    """List RUN's escalations waiting for a person; `resolve ID` records a decision."""
+    ctx.obj = run
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        with open_run(run) as opened:
+            rows = pending_escalations(opened, every=every)
+    except HarnessError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump([r.model_dump() for r in rows])
+        return
+    if not rows:
+        click.echo("no escalations" + ("" if every else " waiting"))
+        return
+    table = Table(title=f"escalations in {run}")
+    for col in ("id", "episode", "action", "class", "reason", "status"):
+        table.add_column(col)
+    for r in rows:
+        status = r.status if not r.resolved_by else f"{r.status} by {r.resolved_by}"
+        table.add_row(r.id, r.episode_id, r.action, r.failure_class, r.reason, status)
+    console.print(table)
+
+
+@escalations_command.command("resolve")
+@click.argument("escalation_id")
+@click.option("--approve", "decision", flag_value="approve", help="Run the action as proposed.")
+@click.option("--reject", "decision", flag_value="reject", help="Do not run it; the agent is told.")
+@click.option("--edit", "edit_json", default=None, help="Run it with these arguments (JSON).")
+@click.option("--by", required=True, help="Who decides.")
+@click.option("--reason", default="", help="Why.")
+@click.pass_context
+def resolve_command(
+    ctx: click.Context,
+    escalation_id: str,
+    decision: str | None,
+    edit_json: str | None,
+    by: str,
+    reason: str,
+) -> None:
+    """Record a person's decision on escalation ESCALATION_ID (then `harness resume RUN`)."""
+    edit: dict[str, Any] | None = None
+    if edit_json is not None:
+        if decision is not None:
+            raise click.UsageError("give one of --approve, --reject or --edit JSON")
+        try:
+            edit = json.loads(edit_json)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON ({exc})", param_hint="--edit") from None
+        if not isinstance(edit, dict):
+            raise click.BadParameter("give the arguments as a JSON object", param_hint="--edit")
+        decision = "edit"
+    if decision is None:
+        raise click.UsageError("give one of --approve, --reject or --edit JSON")
+    run: Path = ctx.obj
+    try:
+        with open_run(run) as opened:
+            ids = {e.id for e in pending_escalations(opened, every=True)}
+            if escalation_id not in ids:
+                raise HarnessError(
+                    f"no escalation {escalation_id!r} in run {opened.run.id}; "
+                    f"`harness escalations {run} --all` lists them; nothing was changed"
+                )
+            row = opened.store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
+    except HarnessError as exc:
+        _fail(exc)
+        return
+    console.print(
+        f"escalation {row.id} {row.status} by {escape(str(row.resolved_by))}; the episode "
+        f"{row.episode_id} continues from where it stopped with `harness resume {run}`"
+    )

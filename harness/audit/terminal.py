@@ -1,0 +1,153 @@
+"""Timelines and verification results as text for a terminal (rich markup)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any
+
+from rich.markup import escape
+
+from .verify import VerifyReport
+
+__all__ = ["render_text", "render_verify"]
+
+_STATUS_STYLE = {
+    "committed": "green",
+    "recovered": "cyan",
+    "compensated": "yellow",
+    "failed": "red",
+    "abandoned": "magenta",
+    "precondition": "yellow",
+    "check_error": "red",
+    "invalid": "red",
+    "in_doubt": "magenta",
+}
+
+
+def _short(value: Any, width: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _event_lines(event: dict[str, Any]) -> list[str]:
+    kind = event["kind"]
+    head = f"  {event['seq']:>4} {_when(event.get('ts'))} "
+    if kind == "transaction":
+        status = str(event.get("status"))
+        style = _STATUS_STYLE.get(status, "white")
+        args = escape(_short(event.get("arguments"), 80))
+        line = f"{head}[bold]{escape(str(event.get('action')))}[/bold]({args}) [{style}]{status}[/]"
+        if event.get("failure_class"):
+            line += f" {event['failure_class']} → {event.get('decision')}"
+        if event.get("attempts"):
+            line += f", {event['attempts']} attempt(s)"
+        if event.get("duration") is not None:
+            line += f", {event['duration'] * 1000:.1f} ms"
+        lines = [line]
+        if event.get("reason"):
+            lines.append(f"         why: {escape(_short(event['reason'], 160))}")
+        for err in event.get("errors") or []:
+            lines.append(f"         error: {escape(_short(err, 160))}")
+        for key, change in (event.get("diff") or {}).items():
+            lines.append(
+                f"         Δ {escape(key)}: {escape(_short(change['before'], 60))} → "
+                f"{escape(_short(change['after'], 60))}"
+            )
+        cp = event.get("checkpoint")
+        if cp:
+            lines.append(f"         checkpoint {cp['step']}: {cp['digest'][:16]}")
+        return lines
+    if kind == "escalation":
+        line = (
+            f"{head}[bold yellow]escalated[/] {escape(str(event.get('action')))} "
+            f"({event.get('failure_class')}) {event.get('escalation_id')}: "
+            f"{escape(_short(event.get('reason'), 120))}"
+        )
+        return [line]
+    if kind == "resolution":
+        return [
+            f"{head}[bold]resolution[/] {event.get('escalation_id')}: {event.get('decision')} by "
+            f"{escape(str(event.get('by')))}: {escape(str(event.get('reason') or ''))}"
+        ]
+    if kind == "recorded":
+        return [
+            f"{head}[dim]recorded {event.get('what')}: {escape(_short(event.get('request')))}[/]"
+        ]
+    if kind == "retry":
+        return [
+            f"{head}[dim]retry attempt {event.get('attempt')} after {event.get('wait')} s: "
+            f"{escape(str(event.get('reason') or ''))}[/]"
+        ]
+    if kind == "diverged":
+        return [
+            f"{head}[bold red]diverged[/] at step {event.get('step')}: "
+            f"{escape(_short(event.get('expected')))} / {escape(_short(event.get('actual')))}"
+        ]
+    if kind == "start":
+        return [f"{head}[dim]start[/]"]
+    if kind == "end":
+        return [f"{head}[dim]end: {event.get('outcome')}, {event.get('steps')} step(s)[/]"]
+    rest = {k: v for k, v in event.items() if k not in ("seq", "ts", "kind", "txn_id")}
+    detail = f" {escape(_short(rest, 120))}" if rest else ""
+    return [f"{head}[dim]{kind}{detail}[/]"]
+
+
+def render_text(timelines: list[dict[str, Any]]) -> str:
+    """Timelines as rich-markup text, one block per episode."""
+    out: list[str] = []
+    for t in timelines:
+        verdict = t.get("verdict")
+        passed = t.get("passed")
+        mark = "" if passed is None else (" [green]passed[/]" if passed else " [red]failed[/]")
+        out.append(
+            f"[bold]episode {escape(t['episode_id'])}[/] task {escape(str(t.get('task_id')))} "
+            f"trial {t.get('trial')}: {t['status']}{mark}, {t['steps']} step(s), digest "
+            f"{t['digest'][:16]}"
+        )
+        for event in t["events"]:
+            out.extend(_event_lines(event))
+        for esc in t.get("escalations") or []:
+            who = (
+                f"{esc['status']} by {escape(str(esc['resolved_by']))}: "
+                f"{escape(str(esc.get('resolution_reason') or ''))}"
+                if esc["resolved_by"]
+                else esc["status"]
+            )
+            out.append(f"  escalation {esc['id']} ({escape(esc['action'])}): {who}")
+        if verdict:
+            checks = ", ".join(
+                f"{c.get('name')} {'ok' if c.get('passed') else 'FAILED'}"
+                for c in verdict.get("checks", [])
+            )
+            out.append(f"  verifier: {'passed' if verdict.get('passed') else 'failed'} ({checks})")
+            for c in verdict.get("checks", []):
+                if not c.get("passed") and c.get("compared"):
+                    shown = escape(_short(c["compared"], 160))
+                    out.append(f"    {escape(str(c.get('name')))}: {shown}")
+        if t.get("recorded"):
+            out.append(
+                "  recorded for replay: "
+                + ", ".join(f"{n} {k}" for k, n in sorted(t["recorded"].items()))
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def render_verify(report: VerifyReport) -> str:
+    """A verification result as rich-markup text."""
+    checked = (
+        f"{report.episodes} episode(s), {report.records} log records, {report.transactions} "
+        f"transactions, {report.checkpoints} checkpoints, {report.escalations} escalations"
+    )
+    if report.ok:
+        return f"[green]verified[/]: {checked}; hash chains, digests and rows agree"
+    lines = [f"[red]NOT VERIFIED[/]: checked {checked}"]
+    lines.extend(f"  {escape(str(f))}" for f in report.findings)
+    return "\n".join(lines)

@@ -1,0 +1,382 @@
+"""``harness audit --verify``: prove a run's record was not edited, or name the first edit.
+
+The log is a hash chain per episode (``Store.verify_chain``). Every other table is checked
+against it: a commit record carries its transaction's step, checkpoint digest and the sha256
+of its stored result and diff; failure, refusal, compensation, escalation and resolution
+records carry what their rows say. The checkpoint digests are recomputed
+(``digest_n = sha256(digest_{n-1} + diff_n)``) and must match the checkpoints, the commit
+records and the episode row. Whatever disagrees is named, with the record that proves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..store import GENESIS, EpisodeRow, LogRow, Store, TransactionRow
+
+__all__ = ["Finding", "VerifyReport", "verify_episode", "verify_run"]
+
+_OPENING = ("intent", "committed", "recovered", "precondition", "invalid", "decision")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the record and a table disagree on.
+
+    Attributes:
+        episode_id: the episode.
+        table: where the bad record is (``hx_log``, ``hx_transaction``, ``hx_checkpoint``,
+            ``hx_escalation``, ``hx_episode``).
+        record: which record (a log seq, a transaction id, a checkpoint step, an escalation id).
+        reason: what is wrong, and what that means (altered, removed, reordered, added).
+        log_seq: the log record that proves it, when there is one.
+    """
+
+    episode_id: str
+    table: str
+    record: str
+    reason: str
+    log_seq: int | None = None
+
+    def __str__(self) -> str:
+        where = f" (log record {self.log_seq})" if self.log_seq is not None else ""
+        return f"episode {self.episode_id}: {self.table} {self.record}{where}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "episode_id": self.episode_id,
+            "table": self.table,
+            "record": self.record,
+            "reason": self.reason,
+            "log_seq": self.log_seq,
+        }
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify_run`` checked and the first problem of each episode that has one."""
+
+    episodes: int = 0
+    records: int = 0
+    transactions: int = 0
+    checkpoints: int = 0
+    escalations: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing was found."""
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "ok": self.ok,
+            "episodes": self.episodes,
+            "records": self.records,
+            "transactions": self.transactions,
+            "checkpoints": self.checkpoints,
+            "escalations": self.escalations,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def _sha(text: str | None) -> str:
+    return hashlib.sha256((text or "").encode()).hexdigest()
+
+
+def _payload(rec: LogRow) -> dict[str, Any]:
+    try:
+        data = json.loads(rec.payload)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class _Problem(Exception):
+    def __init__(self, table: str, record: str, reason: str, log_seq: int | None = None) -> None:
+        super().__init__(reason)
+        self.finding = (table, record, reason, log_seq)
+
+
+def verify_episode(store: Store, episode: EpisodeRow) -> tuple[Finding | None, dict[str, int]]:
+    """The first problem in one episode's record (None if it is intact), and what was checked."""
+    counts = {"records": 0, "transactions": 0, "checkpoints": 0, "escalations": 0}
+    chain = store.verify_chain(episode.id)
+    counts["records"] = chain.records
+    if not chain.ok:
+        return (
+            Finding(episode.id, "hx_log", f"record {chain.seq}", chain.reason, chain.seq),
+            counts,
+        )
+    try:
+        _cross_check(store, episode, counts)
+    except _Problem as problem:
+        return Finding(episode.id, *problem.finding), counts
+    return None, counts
+
+
+def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> None:
+    log = store.log(episode.id)
+    rows = store.transactions(episode.id)
+    counts["transactions"] = len(rows)
+    by_id: dict[str, TransactionRow] = {}
+    for row in rows:
+        if row.id != f"{episode.id}:{row.seq}":
+            raise _Problem(
+                "hx_transaction",
+                row.id,
+                f"the row sits at seq {row.seq}, which is not its own: rows were reordered",
+            )
+        by_id[row.id] = row
+    first: dict[str, int] = {}
+    commits: dict[str, LogRow] = {}
+    failures: dict[str, LogRow] = {}
+    compensated: set[str] = set()
+    refusals: dict[str, LogRow] = {}
+    escalated: dict[str, LogRow] = {}
+    resolved: dict[str, LogRow] = {}
+    for rec in log:
+        data = _payload(rec)
+        txn = rec.txn_id
+        if txn and rec.kind in _OPENING and txn not in first:
+            first[txn] = rec.seq
+        if rec.kind in ("committed", "recovered") and txn:
+            commits[txn] = rec
+        elif rec.kind == "decision" and txn and "failure_class" in data:
+            failures[txn] = rec
+        elif rec.kind == "compensated" and txn:
+            compensated.add(txn)
+        elif rec.kind in ("precondition", "invalid") and txn:
+            refusals[txn] = rec
+        elif rec.kind == "escalation":
+            escalated[str(data.get("escalation_id"))] = rec
+        elif rec.kind == "resolution":
+            resolved[str(data.get("escalation_id"))] = rec
+    # Every row has records; rows appear in the order their records do.
+    last = 0
+    for row in rows:
+        seq = first.get(row.id)
+        if seq is None:
+            raise _Problem(
+                "hx_transaction",
+                row.id,
+                "no log record mentions this transaction: the row was added outside the harness",
+            )
+        if seq < last:
+            raise _Problem(
+                "hx_transaction",
+                row.id,
+                "the rows' order differs from the order of their log records: rows were reordered",
+                seq,
+            )
+        last = seq
+    for txn, seq in first.items():
+        if txn not in by_id and (txn in commits or txn in failures or txn in refusals):
+            raise _Problem(
+                "hx_transaction",
+                txn,
+                "the log records this transaction's outcome but its row is missing: removed",
+                seq,
+            )
+    for txn, rec in commits.items():
+        row = by_id[txn]
+        data = _payload(rec)
+        problem = None
+        if row.action != data.get("action"):
+            problem = f"its action {row.action!r} is not the committed {data.get('action')!r}"
+        elif _sha(row.result) != data.get("result_sha"):
+            problem = "its result does not match the sha256 its commit record holds"
+        elif _sha(row.diff) != data.get("diff_sha"):
+            problem = "its state diff does not match the sha256 its commit record holds"
+        elif row.step != data.get("step"):
+            problem = f"its step {row.step} is not the committed step {data.get('step')}"
+        elif row.attempts != data.get("attempts"):
+            problem = f"its attempts {row.attempts} are not the committed {data.get('attempts')}"
+        if problem:
+            raise _Problem("hx_transaction", txn, f"{problem}: the row was altered", rec.seq)
+        expected = {"compensated"} if txn in compensated else {rec.kind}
+        if txn in failures and failures[txn].seq > rec.seq:
+            expected = {"failed"}
+        if row.status not in expected:
+            raise _Problem(
+                "hx_transaction",
+                txn,
+                f"its status {row.status!r} is not what the log records "
+                f"({' or '.join(sorted(expected))}): the row was altered",
+                rec.seq,
+            )
+    for txn, rec in failures.items():
+        row = by_id[txn]
+        data = _payload(rec)
+        for name in ("failure_class", "decision", "reason"):
+            if getattr(row, name) != data.get(name):
+                raise _Problem(
+                    "hx_transaction",
+                    txn,
+                    f"its {name} does not match its decision record: the row was altered",
+                    rec.seq,
+                )
+        if txn not in commits and row.status not in ("failed", "abandoned"):
+            raise _Problem(
+                "hx_transaction",
+                txn,
+                f"its status {row.status!r} is not a failure, as the log records: altered",
+                rec.seq,
+            )
+    for txn, rec in refusals.items():
+        row = by_id[txn]
+        data = _payload(rec)
+        said = data.get("check") if rec.kind == "precondition" else data.get("reason")
+        statuses = ("precondition", "check_error") if rec.kind == "precondition" else ("invalid",)
+        if row.status not in statuses or row.reason != said or row.action != data.get("action"):
+            raise _Problem(
+                "hx_transaction",
+                txn,
+                "it does not say what its refusal record says: the row was altered",
+                rec.seq,
+            )
+    _check_digests(store, episode, rows, commits, counts)
+    _check_escalations(store, episode, escalated, resolved, counts)
+
+
+def _check_digests(
+    store: Store,
+    episode: EpisodeRow,
+    rows: list[TransactionRow],
+    commits: dict[str, LogRow],
+    counts: dict[str, int],
+) -> None:
+    checkpoints = store.checkpoints(episode.id)
+    counts["checkpoints"] = len(checkpoints)
+    stepped = sorted((r for r in rows if r.step is not None), key=lambda r: r.step or 0)
+    by_step = {c.step: c for c in checkpoints}
+    digest = GENESIS
+    for n, row in enumerate(stepped, start=1):
+        if row.step != n:
+            raise _Problem(
+                "hx_transaction",
+                row.id,
+                f"steps jump from {n - 1} to {row.step}: a committed row was removed or renumbered",
+            )
+        digest = hashlib.sha256(f"{digest}{row.diff or '{}'}".encode()).hexdigest()
+        cp = by_step.get(n)
+        rec = commits.get(row.id)
+        if rec is not None and _payload(rec).get("digest") != digest:
+            raise _Problem(
+                "hx_transaction",
+                row.id,
+                f"the recomputed digest of step {n} is not the one its commit record holds",
+                rec.seq,
+            )
+        if cp is None:
+            raise _Problem(
+                "hx_checkpoint",
+                f"step {n}",
+                "the checkpoint is missing: removed",
+                rec.seq if rec else None,
+            )
+        if cp.txn_id != row.id:
+            raise _Problem(
+                "hx_checkpoint",
+                f"step {n}",
+                f"it names transaction {cp.txn_id}, but step {n} is {row.id}: reordered",
+                rec.seq if rec else None,
+            )
+        if cp.digest != digest:
+            raise _Problem(
+                "hx_checkpoint",
+                f"step {n}",
+                "its digest is not the recomputed digest chain: the checkpoint was altered",
+                rec.seq if rec else None,
+            )
+    extra = sorted(set(by_step) - set(range(1, len(stepped) + 1)))
+    if extra:
+        raise _Problem(
+            "hx_checkpoint",
+            f"step {extra[0]}",
+            "no committed transaction has this step: the checkpoint was added",
+        )
+    if episode.steps != len(stepped) or episode.digest != digest:
+        raise _Problem(
+            "hx_episode",
+            episode.id,
+            f"it records step {episode.steps} with digest {episode.digest[:12]}, the log and "
+            f"transactions give step {len(stepped)} with {digest[:12]}: the row was altered",
+        )
+
+
+def _check_escalations(
+    store: Store,
+    episode: EpisodeRow,
+    escalated: dict[str, LogRow],
+    resolved: dict[str, LogRow],
+    counts: dict[str, int],
+) -> None:
+    rows = {e.id: e for e in store.escalations(episode_id=episode.id)}
+    counts["escalations"] = len(rows)
+    for esc_id, rec in escalated.items():
+        row = rows.get(esc_id)
+        if row is None:
+            raise _Problem(
+                "hx_escalation",
+                esc_id,
+                "the log records it, but its row is missing: removed",
+                rec.seq,
+            )
+        data = _payload(rec)
+        for name in ("action", "failure_class", "reason"):
+            if getattr(row, name) != data.get(name):
+                raise _Problem(
+                    "hx_escalation",
+                    esc_id,
+                    f"its {name} is not what its escalation record says: the row was altered",
+                    rec.seq,
+                )
+        res = resolved.get(esc_id)
+        if res is None:
+            if row.status != "pending":
+                raise _Problem(
+                    "hx_escalation",
+                    esc_id,
+                    f"it is {row.status} but no resolution was recorded: the row was altered",
+                    rec.seq,
+                )
+            continue
+        data = _payload(res)
+        status = {"approve": "approved", "reject": "rejected", "edit": "edited"}.get(
+            str(data.get("decision"))
+        )
+        if (row.status, row.resolved_by, row.resolution_reason or "") != (
+            status,
+            data.get("by"),
+            data.get("reason") or "",
+        ):
+            raise _Problem(
+                "hx_escalation",
+                esc_id,
+                "who resolved it, how or why is not what its resolution record says: altered",
+                res.seq,
+            )
+    for esc_id in sorted(set(rows) - set(escalated)):
+        raise _Problem(
+            "hx_escalation", esc_id, "no log record mentions it: added outside the harness"
+        )
+
+
+def verify_run(store: Store, episodes: list[EpisodeRow]) -> VerifyReport:
+    """Verify each episode; the report holds the first problem of each episode that has one."""
+    report = VerifyReport(episodes=len(episodes))
+    for episode in episodes:
+        finding, counts = verify_episode(store, episode)
+        report.records += counts["records"]
+        report.transactions += counts["transactions"]
+        report.checkpoints += counts["checkpoints"]
+        report.escalations += counts["escalations"]
+        if finding is not None:
+            report.findings.append(finding)
+    return report

@@ -1,0 +1,274 @@
+"""``harness resume``: finish a crashed run without repeating a side effect.
+
+A run killed part-way leaves three kinds of trials: finished ones (a trial row), interrupted
+ones (an episode without a trial row, or escalated with every escalation now resolved) and
+missing ones (no episode). :func:`resume_run` keeps the first, resumes the second (the agent
+runs again on the same trial with ``resume=True``: its completed steps get their recorded
+results, in-doubt calls are probed, nothing committed runs twice) and runs the third.
+
+Each trial runs under its episode's lease (:meth:`Store.lease`), so two processes resuming the
+same run at once never execute the same episode: the second one skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import time
+from collections.abc import Callable
+from concurrent import futures as cf
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import harness
+
+from ._json import dumps
+from .agents import Agent, registry
+from .audit import OpenRun, open_run
+from .errors import ConfigurationError, HarnessError
+from .policy import Policy, Retry
+from .store import RunRow, Store, TrialRow
+from .suite import Suite, SuiteError, load_suite
+from .trials import (
+    RunResult,
+    TrialResult,
+    _import_agents,
+    _init_worker,
+    _run_job,
+    _Worker,
+    trial_seed,
+    trial_state,
+)
+
+__all__ = ["ResumeResult", "resume_run", "run_agent", "run_policy", "run_suite"]
+
+
+def run_suite(run: OpenRun) -> Suite:
+    """The suite a run was made from, as its configuration names it."""
+    path = run.config.get("suite_path")
+    if not path:
+        raise HarnessError(
+            f"run {run.run.id} in {run.folder} does not record its suite; it was not written by "
+            "`harness run`"
+        )
+    try:
+        return load_suite(path)
+    except SuiteError as exc:
+        raise SuiteError(
+            f"run {run.run.id} in {run.folder}: its suite {path} does not load ({exc}); put the "
+            "suite back where the run found it"
+        ) from exc
+
+
+def run_agent(run: OpenRun) -> Agent:
+    """A new agent as the run configured it."""
+    _import_agents()
+    name = run.config.get("agent")
+    if not isinstance(name, str) or name not in registry.names():
+        raise ConfigurationError(
+            f"run {run.run.id} used agent {name!r}, which is not a registered agent "
+            f"({', '.join(registry.names())}); resume it from Python with "
+            "resume_run(folder, agent=...)"
+        )
+    return registry.create(name, **dict(run.config.get("agent_options") or {}))
+
+
+def run_policy(run: OpenRun) -> tuple[Policy, list[str]]:
+    """The run's policy rebuilt from its evidence record, and what could not be rebuilt."""
+    described = run.evidence.get("policy") or {}
+    notes: list[str] = []
+    try:
+        retry = dict(described.get("retry") or {})
+        on = retry.pop("on", ["TransientError"])
+        if on != ["TransientError"]:
+            notes.append(
+                f"the run's retry predicate ({on}) cannot be rebuilt from the record; resumed "
+                "trials retry harness.TransientError only (pass policy=... to resume_run)"
+            )
+        return (
+            Policy(
+                decisions=described.get("decisions") or {},
+                retry=Retry(**retry),
+                timeout=described.get("timeout"),
+                exhausted=described.get("exhausted", "continue"),
+                unsafe=described.get("unsafe", "escalate"),
+            ),
+            notes,
+        )
+    except (ConfigurationError, TypeError, ValueError) as exc:
+        notes.append(f"the run's policy does not rebuild ({exc}); the default policy is used")
+        return Policy(), notes
+
+
+@dataclass
+class ResumeResult:
+    """What ``resume_run`` did.
+
+    Attributes:
+        run: every trial of the run now finished, with the statistics over them.
+        kept: episodes that had finished before (left as they were).
+        resumed: interrupted episodes resumed and finished now.
+        started: missing trials run now.
+        pending: episodes waiting for a person (``harness escalations RUN``).
+        skipped: episodes another process held (or finished meanwhile).
+        notes: anything the user should know (a policy that could not be rebuilt...).
+    """
+
+    run: RunResult
+    kept: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "run_id": self.run.run_id,
+            "folder": str(self.run.folder),
+            "kept": self.kept,
+            "resumed": self.resumed,
+            "started": self.started,
+            "pending": self.pending,
+            "skipped": self.skipped,
+            "notes": self.notes,
+            "summary": self.run.summary() if self.run.results else None,
+        }
+
+
+def _result(row: TrialRow) -> TrialResult:
+    return TrialResult(
+        row.task_id,
+        row.trial,
+        row.seed,
+        row.episode_id,
+        row.passed,
+        row.partial,
+        row.outcome,
+        row.infra_error,
+        json.loads(row.failures or "{}"),
+        json.loads(row.steps or "[]"),
+        row.duration,
+    )
+
+
+def resume_run(
+    folder: str | Path,
+    *,
+    workers: int = 1,
+    agent: Agent | None = None,
+    policy: Policy | None = None,
+    progress: Callable[[TrialResult], None] | None = None,
+    lease_seconds: float = 600.0,
+) -> ResumeResult:
+    """Finish the run in ``folder``: keep finished trials, resume interrupted ones, run the rest.
+
+    Args:
+        folder: the run folder (``logs/<run>``).
+        workers: processes running trials in parallel.
+        agent: the agent (default: the run's, rebuilt from its configuration).
+        policy: the policy (default: the run's, rebuilt from its evidence record).
+        progress: called with each trial finished now.
+        lease_seconds: how long an episode's lease lasts without renewal (its holder renews
+            it every third of that while it runs).
+
+    Raises:
+        RunNotFound: the folder is not a run folder.
+        StoreError: its database is damaged or from a newer harness.
+    """
+    if workers < 1:
+        raise ConfigurationError("resume_run: workers must be >= 1")
+    with open_run(folder) as run:
+        store: Store = run.store
+        config = run.config
+        suite = run_suite(run)
+        notes: list[str] = []
+        if policy is None:
+            policy, notes = run_policy(run)
+        agent_obj = agent or run_agent(run)
+        run_id = run.run.id
+        tasks = [t for t in config.get("tasks") or [t.id for t in suite.tasks]]
+        trials = int(config.get("trials") or 1)
+        seed = int(config.get("seed") or 0)
+        out = ResumeResult(RunResult(run_id, run.folder, suite.name, trials, []), notes=notes)
+        jobs: list[tuple[str, int, int, str]] = []
+        states: dict[str, str] = {}
+        for i in range(trials):
+            for task_id in tasks:
+                episode_id = f"{run_id}-{task_id}-{i}"
+                state = states[episode_id] = trial_state(store, episode_id)
+                if state == "done":
+                    out.kept.append(episode_id)
+                elif state == "pending":
+                    out.pending.append(episode_id)
+                else:
+                    jobs.append((task_id, i, trial_seed(seed, task_id, i), "auto"))
+        evidence = dict(run.evidence)
+        evidence.setdefault("resumes", []).append(
+            {
+                "at": time.time(),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "harness_version": harness.__version__,
+                "trials": len(jobs),
+            }
+        )
+        _set_run(store, run.run, "running", evidence)
+        store_url = f"sqlite:///{run.db}"
+        agent_name = config.get("agent") if agent is None else agent_obj
+        init = (str(suite.path), agent_name, config.get("agent_options") or {}, store_url)
+        done: list[TrialResult | None] = []
+
+        def finished(job: tuple[str, int, int, str], result: TrialResult | None) -> None:
+            episode_id = f"{run_id}-{job[0]}-{job[1]}"
+            if result is None:
+                out.skipped.append(episode_id)
+                return
+            done.append(result)
+            (out.resumed if states[episode_id] == "resume" else out.started).append(episode_id)
+            if progress:
+                progress(result)
+
+        if workers == 1 or not isinstance(agent_name, str):
+            worker = _Worker(*init[:1], agent_obj, {}, store_url, run_id, policy)
+            worker.lease_seconds = lease_seconds
+            for job in jobs:
+                finished(job, worker.trial(*job))
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with cf.ProcessPoolExecutor(
+                workers,
+                mp_context=ctx,
+                initializer=_init_worker,
+                initargs=(*init, run_id, policy),
+            ) as pool:
+                submitted = {pool.submit(_run_job, job): job for job in jobs}
+                for fut in cf.as_completed(submitted):
+                    finished(submitted[fut], fut.result())
+        rows = store.trials(run_id)
+        complete = len(rows) == trials * len(tasks) and not any(
+            r.outcome == "escalated" for r in rows
+        )
+        _set_run(store, run.run, "finished" if complete else "interrupted", evidence)
+        out.run = RunResult(run_id, run.folder, suite.name, trials, [_result(r) for r in rows])
+        if rows:
+            (run.folder / "summary.json").write_text(json.dumps(out.run.summary(), indent=2))
+        (run.folder / "evidence.json").write_text(json.dumps(evidence, indent=2, default=str))
+        return out
+
+
+def _set_run(store: Store, row: RunRow, status: str, evidence: dict[str, Any]) -> None:
+    store.add(
+        RunRow(
+            id=row.id,
+            created_at=row.created_at,
+            suite=row.suite,
+            status=status,
+            config=row.config,
+            evidence=dumps(evidence),
+        )
+    )
