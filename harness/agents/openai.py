@@ -285,11 +285,12 @@ class OpenAIAgent:
         content = ""
         for turn in range(self.max_turns):
             body = self._request_body(messages, toolbox.specs, seed)
-            response, attempts = self._complete(body)
+            request_digest = digest(body)
+            response, attempts = self._recorded_complete(toolbox, request_digest, body)
             message, finish_reason = self._message(response)
             calls.append(
                 {
-                    "request_digest": digest(body),
+                    "request_digest": request_digest,
                     "response": {
                         "id": response.get("id"),
                         "model": response.get("model"),
@@ -374,6 +375,22 @@ class OpenAIAgent:
             raise ValueError("response's first choice has no message")
         reason = choices[0].get("finish_reason")
         return dict(message), reason if isinstance(reason, str) else None
+
+    def _recorded_complete(
+        self, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], int]:
+        """The completion for ``body``, from the episode's record when it has it.
+
+        The response is remembered by the episode under the request's digest, so an episode
+        resumed (or replayed) gets the model's recorded answers and follows the same path.
+        """
+        remember = getattr(toolbox.episode, "remember", None)
+        if remember is None:
+            return self._complete(body)
+        response, attempts = remember(
+            "model_call", request_digest, lambda: list(self._complete(body))
+        )
+        return dict(response), int(attempts)
 
     # --- HTTP ---
     def _complete(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
