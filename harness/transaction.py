@@ -61,6 +61,9 @@ class Sleep:
 
 Steps = Generator[Call | Sleep, Any, Any]
 
+# Classes a tool's exception may declare through a ``failure_class`` attribute.
+_TOOL_DECLARED = frozenset({"fail_stop", "fail_slow", "correlated", "planned"})
+
 # What checks and tools usually return: never awaitable, so no need to ask.
 _PLAIN = frozenset({bool, int, float, str, dict, list, tuple, type(None)})
 
@@ -294,6 +297,11 @@ class Transaction:
             error, failure = exc, FailureClass.FAIL_SLOW
         except Exception as exc:
             error = exc
+            # A tool (or an injected fault) may say which class its failure belongs to, e.g.
+            # a dependency announced as down for maintenance is ``planned``.
+            declared = getattr(exc, "failure_class", None)
+            if declared in _TOOL_DECLARED:
+                failure = FailureClass(declared)
         finally:
             self.ep.active_context = None
         elapsed = clock.now() - started
@@ -304,7 +312,7 @@ class Transaction:
         self._observe(concrete, diff)
         if error is not None:
             self.errors.append(error)
-            if diff and failure is FailureClass.FAIL_STOP and not matcher.outside(diff):
+            if diff and failure is not FailureClass.FAIL_SLOW and not matcher.outside(diff):
                 # The call raised but something changed: maybe the effect is complete and only
                 # the acknowledgement was lost. Believe the state, not the exception. (A timed
                 # out attempt is not believed: like a Temporal activity, its late result is
@@ -313,9 +321,8 @@ class Transaction:
                 if verified:
                     raise _Recovered(diff, error)
             reason = f"{type(error).__name__}: {error}"
-            transient = self.retry.is_transient(error) or (
-                failure is FailureClass.FAIL_SLOW
-                and self.ep.policy.decide(failure) is Decision.RETRY
+            transient = (
+                self.retry.is_transient(error) or self.ep.policy.decide(failure) is Decision.RETRY
             )
             raise (yield from self._undo(failure, reason, diff, retryable=transient))
         ctx.result = result
@@ -334,7 +341,12 @@ class Transaction:
             if not ok:
                 reason = f"postcondition {name!r} is false against the observed state"
                 retry = self.ep.policy.decide(FailureClass.SILENT) is Decision.RETRY
-                raise (yield from self._undo(FailureClass.SILENT, reason, diff, retryable=retry))
+                silent = ActionFailed(act.name, "silent", reason, txn_id=ctx.txn_id)
+                raise (
+                    yield from self._undo(
+                        FailureClass.SILENT, reason, diff, retryable=retry, error=silent
+                    )
+                )
         try:
             self.result_json = dumps(result)
         except (TypeError, ValueError) as exc:

@@ -553,3 +553,40 @@ def test_recover_hook_rebuilds_a_lost_result(shop: Shop, store: hx.Store, clock:
     (txn,) = store.transactions(ep.id)
     assert txn.status == "recovered" and json.loads(txn.result or "null")["status"] == "cancelled"
     assert shop.applied == [("o1", "cancelled")]
+
+
+def test_tool_can_declare_its_failure_class(shop: Shop, store: hx.Store, clock: FakeClock):
+    """An exception with failure_class="planned" is recorded and decided as planned."""
+
+    class Maintenance(Exception):
+        failure_class = "planned"
+
+    def down(order_id: str) -> dict[str, Any]:
+        raise Maintenance("payments offline for maintenance until 02:00")
+
+    cancel = cancel_action(shop, tool=down)
+    with episode(shop, store, clock) as ep:
+        with pytest.raises(hx.ActionFailed) as info:
+            cancel("o1")
+    assert info.value.failure_class == "planned" and info.value.decision == "continue"
+    (txn,) = store.transactions(ep.id)
+    assert txn.failure_class == "planned"
+
+
+def test_silent_retry_keeps_its_reason(shop: Shop, store: hx.Store, clock: FakeClock):
+    """A silent attempt that is retried leaves its reason in the record and the retry decision."""
+    calls = {"n": 0}
+
+    def lazy_then_right(order_id: str) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return {"order_id": order_id, "status": "cancelled"}
+        return shop.set_status(order_id, "cancelled")
+
+    cancel = cancel_action(shop, tool=lazy_then_right)
+    with episode(shop, store, clock) as ep:
+        cancel("o1")
+    (txn,) = store.transactions(ep.id)
+    assert txn.attempts == 2 and "is_cancelled" in txn.errors
+    retry = next(json.loads(r.payload) for r in store.log(ep.id) if r.kind == "decision")
+    assert "is_cancelled" in retry["reason"]
