@@ -4,6 +4,7 @@ The tree::
 
     HarnessError
     ├── ConfigurationError      a decorator, policy or adapter was configured wrongly
+    │   └── FaultPlanError      a fault plan is malformed (harness.faults)
     ├── StoreError              the store cannot be opened, read or written
     ├── NotInEpisode            an action was called outside ``with Episode(...)``
     ├── InvalidArguments        arguments do not match the action's schema; nothing ran
