@@ -598,20 +598,22 @@ class Episode:
             result = yield from probe.recovered_result()
             return self._commit_entry(probe, result, changed, recovered=True)
         note = ""
-        if changed:
-            if not action.compensable:
-                reason = (
-                    "in doubt after a crash with a partial effect: "
-                    f"{', '.join(sorted(changed))} changed but the postconditions do not hold, "
-                    "and the action has no compensation to undo it"
-                )
-                raise self.escalate(probe, FailureClass.FAIL_STOP, reason, changed)
+        if changed and action.compensable:
             try:
                 yield from compensate(action, ctx, changed)
             except CompensationFailed as exc:
                 reason = f"in doubt after a crash with a partial effect; {exc.reason}"
                 raise self.escalate(probe, FailureClass.COMPENSATION, reason, changed) from exc
             note = " (its partial effect compensated)"
+        elif changed and approved is None:
+            reason = (
+                "in doubt after a crash with a partial effect: "
+                f"{', '.join(sorted(changed))} changed but the postconditions do not hold, "
+                "and the action has no compensation to undo it"
+            )
+            raise self.escalate(probe, FailureClass.FAIL_STOP, reason, changed)
+        elif changed:
+            note = " (its partial effect left in place)"
         if approved is not None or action.safe_to_repeat:
             then = (
                 f"it runs again as {approved.status} by {approved.resolved_by}"
