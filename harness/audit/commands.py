@@ -175,16 +175,80 @@ def resume_command(run: Path, workers: int, as_json: bool) -> None:
         console.print(summary_table(result.run))
 
 
-@click.group("escalations", invoke_without_command=True)
+@click.command("escalations")
 @click.argument("run", type=click.Path(path_type=Path))
-@click.option("--all", "every", is_flag=True, help="Resolved ones too.")
+@click.argument("resolve", required=False, type=click.Choice(["resolve"]))
+@click.argument("escalation_id", required=False)
+@click.option("--approve", "decision", flag_value="approve", help="Run the action as proposed.")
+@click.option("--reject", "decision", flag_value="reject", help="Do not run it; the agent is told.")
+@click.option("--edit", "edit_json", default=None, help="Run it with these arguments (JSON).")
+@click.option("--by", default=None, help="Who decides (with resolve).")
+@click.option("--reason", default="", help="Why (with resolve).")
+@click.option("--all", "every", is_flag=True, help="List resolved ones too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def escalations_command(ctx: click.Context, run: Path, every: bool, as_json: bool) -> None:
-    """List RUN's escalations waiting for a person; `resolve ID` records a decision."""
-    ctx.obj = run
-    if ctx.invoked_subcommand is not None:
+def escalations_command(
+    run: Path,
+    resolve: str | None,
+    escalation_id: str | None,
+    decision: str | None,
+    edit_json: str | None,
+    by: str | None,
+    reason: str,
+    every: bool,
+    as_json: bool,
+) -> None:
+    """List RUN's escalations waiting for a person, or record a decision on one.
+
+    \b
+    harness escalations RUN [--all] [--json]
+    harness escalations RUN resolve ID --approve|--reject|--edit JSON --by NAME --reason TEXT
+
+    After a decision, `harness resume RUN` continues the episode from where it stopped.
+    """
+    if resolve is None:
+        if decision or edit_json or by:
+            raise click.UsageError("--approve, --reject, --edit and --by go with `resolve ID`")
+        _list_escalations(run, every=every, as_json=as_json)
         return
+    if escalation_id is None:
+        raise click.UsageError("name the escalation: resolve ID (`harness escalations RUN`)")
+    edit: dict[str, Any] | None = None
+    if edit_json is not None:
+        if decision is not None:
+            raise click.UsageError("give one of --approve, --reject or --edit JSON")
+        try:
+            edit = json.loads(edit_json)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON ({exc})", param_hint="--edit") from None
+        if not isinstance(edit, dict):
+            raise click.BadParameter("give the arguments as a JSON object", param_hint="--edit")
+        decision = "edit"
+    if decision is None:
+        raise click.UsageError("give one of --approve, --reject or --edit JSON")
+    if not by:
+        raise click.UsageError("say who decides with --by NAME")
+    try:
+        with open_run(run) as opened:
+            ids = {e.id for e in pending_escalations(opened, every=True)}
+            if escalation_id not in ids:
+                raise HarnessError(
+                    f"no escalation {escalation_id!r} in run {opened.run.id}; "
+                    f"`harness escalations {run} --all` lists them; nothing was changed"
+                )
+            row = opened.store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
+    except HarnessError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _dump(row.model_dump())
+        return
+    console.print(
+        f"escalation {row.id} {row.status} by {escape(str(row.resolved_by))}; the episode "
+        f"{row.episode_id} continues from where it stopped with `harness resume {run}`"
+    )
+
+
+def _list_escalations(run: Path, *, every: bool, as_json: bool) -> None:
     try:
         with open_run(run) as opened:
             rows = pending_escalations(opened, every=every)
@@ -204,52 +268,3 @@ def escalations_command(ctx: click.Context, run: Path, every: bool, as_json: boo
         status = r.status if not r.resolved_by else f"{r.status} by {r.resolved_by}"
         table.add_row(r.id, r.episode_id, r.action, r.failure_class, r.reason, status)
     console.print(table)
-
-
-@escalations_command.command("resolve")
-@click.argument("escalation_id")
-@click.option("--approve", "decision", flag_value="approve", help="Run the action as proposed.")
-@click.option("--reject", "decision", flag_value="reject", help="Do not run it; the agent is told.")
-@click.option("--edit", "edit_json", default=None, help="Run it with these arguments (JSON).")
-@click.option("--by", required=True, help="Who decides.")
-@click.option("--reason", default="", help="Why.")
-@click.pass_context
-def resolve_command(
-    ctx: click.Context,
-    escalation_id: str,
-    decision: str | None,
-    edit_json: str | None,
-    by: str,
-    reason: str,
-) -> None:
-    """Record a person's decision on escalation ESCALATION_ID (then `harness resume RUN`)."""
-    edit: dict[str, Any] | None = None
-    if edit_json is not None:
-        if decision is not None:
-            raise click.UsageError("give one of --approve, --reject or --edit JSON")
-        try:
-            edit = json.loads(edit_json)
-        except ValueError as exc:
-            raise click.BadParameter(f"not JSON ({exc})", param_hint="--edit") from None
-        if not isinstance(edit, dict):
-            raise click.BadParameter("give the arguments as a JSON object", param_hint="--edit")
-        decision = "edit"
-    if decision is None:
-        raise click.UsageError("give one of --approve, --reject or --edit JSON")
-    run: Path = ctx.obj
-    try:
-        with open_run(run) as opened:
-            ids = {e.id for e in pending_escalations(opened, every=True)}
-            if escalation_id not in ids:
-                raise HarnessError(
-                    f"no escalation {escalation_id!r} in run {opened.run.id}; "
-                    f"`harness escalations {run} --all` lists them; nothing was changed"
-                )
-            row = opened.store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
-    except HarnessError as exc:
-        _fail(exc)
-        return
-    console.print(
-        f"escalation {row.id} {row.status} by {escape(str(row.resolved_by))}; the episode "
-        f"{row.episode_id} continues from where it stopped with `harness resume {run}`"
-    )

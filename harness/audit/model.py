@@ -61,7 +61,7 @@ def check_database(db: Path) -> None:
                 )
     except sqlite3.DatabaseError as exc:
         raise StoreError(
-            f"{db} is not a readable harness database ({exc}); nothing was written. Restore it "
+            f"{db} is damaged or not a database ({exc}); nothing was written. Restore it "
             f"from a copy, or save what is readable with `sqlite3 {db} .recover`"
         ) from exc
     finally:
