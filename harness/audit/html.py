@@ -149,6 +149,11 @@ def _other(event: dict[str, Any]) -> str:
                 f" by {escape(str(event['resolved_by']))}: "
                 f"{escape(str(event.get('resolution_reason') or ''))}"
             )
+    elif kind == "start":
+        text = (
+            f"<details><summary>policy</summary><code>{escape(_json(event.get('policy')))}"
+            "</code></details>"
+        )
     elif kind == "recorded":
         text = (
             f"{escape(str(event.get('what')))} <code>{escape(_json(event.get('request')))}</code>"

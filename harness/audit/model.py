@@ -39,8 +39,10 @@ def check_database(db: Path) -> None:
     Raises:
         StoreError: naming the file, what is wrong and what to do.
     """
+    # Without a write-ahead log to read, open it immutable: not even a -shm file is created.
+    mode = "mode=ro" if Path(f"{db}-wal").exists() else "mode=ro&immutable=1"
     try:
-        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?{mode}", uri=True)
     except sqlite3.Error as exc:
         raise StoreError(f"{db} does not open ({exc}); check its permissions") from exc
     try:

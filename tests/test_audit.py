@@ -1,0 +1,463 @@
+"""Audit: timelines of what happened, a verification that names the first edited record,
+replay against the record, an HTML view rendered by Chromium, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import harness as hx
+from harness.cli import main
+from harness.replay import replay_episode
+from harness.trials import run_trials
+
+from .test_resume import PLAN, ledger_suite
+
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of two tasks: t0 commits three steps; t1's risky call escalates, is approved by a
+    person and resumed to the end."""
+    root = tmp_path_factory.mktemp("audit")
+    suite = ledger_suite(
+        root / "suite",
+        [PLAN, [("bump", {"name": "a", "step": 0}), ("risky", {"name": "c"})]],
+        ledger=str(root / "ledger.txt"),
+    )
+    run_trials(suite, agent="scripted", trials=1, logs=root / "logs", run_id="r1")
+    folder = root / "logs" / "r1"
+    store = hx.Store(folder / "harness.db")
+    (pending,) = store.escalations("pending")
+    store.resolve(pending.id, "approve", by="ana", reason="refusal was transient")
+    store.close()
+    result = CliRunner().invoke(main, ["resume", str(folder)])
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+@pytest.fixture
+def run_copy(recorded_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the recorded run folder, safe to edit."""
+    folder = tmp_path / "r1"
+    shutil.copytree(recorded_run, folder)
+    return folder
+
+
+def cli(*args: str) -> Any:
+    """Run the harness command line in-process."""
+    return CliRunner().invoke(main, [*args])
+
+
+# --------------------------------------------------------------------------------------------
+# Timelines.
+# --------------------------------------------------------------------------------------------
+
+
+def test_audit_shows_actions_diffs_checkpoints_verdicts_and_who_resolved(recorded_run: Path):
+    """The text timeline lists each action with arguments, outcome, attempts and timing, the
+    diff it made, its checkpoint, the verifier's verdict and the person who resolved."""
+    out = cli("audit", str(recorded_run)).output
+    assert 'bump({"name": "a", "step": 0}) committed, 1 attempt(s)' in out
+    assert "Δ c/a: 0 → 1" in out and "checkpoint 1:" in out and "ms" in out
+    assert "recorded read" in out and "verifier: passed (state_equality ok)" in out
+    assert "fail_stop → escalate" in out and "risky refused the first time" in out
+    assert "escalated risky (fail_stop)" in out
+    assert "approved by ana: refusal was transient" in out
+    assert "resume" in out
+
+
+def test_audit_json_has_every_field_for_machines(recorded_run: Path):
+    """--json gives each episode's events with arguments, status, decision, failure class,
+    attempts, timing, diff and checkpoint, and its verdict and escalations."""
+    data = json.loads(cli("audit", str(recorded_run), "--json").output)
+    assert data["run_id"] == "r1" and len(data["episodes"]) == 2
+    escalated = next(e for e in data["episodes"] if e["task_id"] == "t1")
+    txns = [e for e in escalated["events"] if e["kind"] == "transaction"]
+    refused, approved = (t for t in txns if t["action"] == "risky")
+    assert refused["status"] == "failed" and refused["decision"] == "escalate"
+    assert refused["failure_class"] == "fail_stop" and refused["attempts"] == 1
+    assert approved["status"] == "committed" and approved["diff"] == {
+        "c/c": {"before": 0, "after": 100}
+    }
+    assert approved["checkpoint"]["step"] == 2 and len(approved["checkpoint"]["digest"]) == 64
+    assert isinstance(approved["duration"], float) and approved["arguments"] == {"name": "c"}
+    (esc,) = escalated["escalations"]
+    assert (esc["status"], esc["resolved_by"]) == ("approved", "ana")
+    assert escalated["verdict"]["passed"] is True and escalated["passed"] is True
+
+
+def test_audit_filters_by_task_episode_and_failure_class(recorded_run: Path):
+    """--task, --episode and --failure-class select episodes; an unknown episode is an error."""
+
+    def ids(*args: str) -> list[str]:
+        data = json.loads(cli("audit", str(recorded_run), "--json", *args).output)
+        return [e["episode_id"] for e in data["episodes"]]
+
+    assert ids("--task", "t0") == ["r1-t0-0"]
+    assert ids("--episode", "r1-t1-0") == ["r1-t1-0"]
+    assert ids("--failure-class", "fail_stop") == ["r1-t1-0"]
+    assert ids("--failure-class", "scope") == []
+    missing = cli("audit", str(recorded_run), "--episode", "nope")
+    assert missing.exit_code == 2 and "no episode 'nope' in run r1" in missing.output
+
+
+# --------------------------------------------------------------------------------------------
+# --verify: every kind of edit is named.
+# --------------------------------------------------------------------------------------------
+
+
+def edit(folder: Path, *statements: str) -> None:
+    """Change the run's database behind the harness's back."""
+    conn = sqlite3.connect(folder / "harness.db")
+    with conn:
+        for sql in statements:
+            conn.execute(sql)
+    conn.close()
+
+
+def verify(folder: Path) -> tuple[int, list[dict[str, Any]]]:
+    """`harness audit --verify --json`: its exit code and findings."""
+    result = cli("audit", str(folder), "--verify", "--json")
+    return result.exit_code, json.loads(result.output)["findings"]
+
+
+def test_unedited_run_verifies(recorded_run: Path):
+    """A run nobody edited verifies: chains, digests and every row agree with the log."""
+    result = cli("audit", str(recorded_run), "--verify")
+    assert result.exit_code == 0 and "verified: 2 episode(s)" in result.output
+
+
+T0 = "r1-t0-0"
+EDITS: dict[str, tuple[list[str], str, str, str]] = {
+    # name: (SQL, table named, record named, words in the reason)
+    "transaction result altered": (
+        [f"UPDATE hx_transaction SET result = '7' WHERE id = '{T0}:2'"],
+        "hx_transaction",
+        f"{T0}:2",
+        "result does not match",
+    ),
+    "transaction diff altered": (
+        [f"UPDATE hx_transaction SET diff = '{{}}' WHERE id = '{T0}:2'"],
+        "hx_transaction",
+        f"{T0}:2",
+        "diff does not match",
+    ),
+    "transaction status altered": (
+        [f"UPDATE hx_transaction SET status = 'compensated' WHERE id = '{T0}:2'"],
+        "hx_transaction",
+        f"{T0}:2",
+        "status 'compensated'",
+    ),
+    "transaction removed": (
+        [f"DELETE FROM hx_transaction WHERE id = '{T0}:2'"],
+        "hx_transaction",
+        f"{T0}:2",
+        "removed",
+    ),
+    "transactions reordered": (
+        [
+            f"UPDATE hx_transaction SET seq = 99 WHERE id = '{T0}:1'",
+            f"UPDATE hx_transaction SET seq = 1 WHERE id = '{T0}:2'",
+            f"UPDATE hx_transaction SET seq = 2 WHERE id = '{T0}:1'",
+        ],
+        "hx_transaction",
+        f"{T0}:2",
+        "reordered",
+    ),
+    "transaction added": (
+        [
+            "INSERT INTO hx_transaction (episode_id, seq, id, action, idem_key, args, status, "
+            "mutating, attempts, errors, started_at) VALUES "
+            f"('{T0}', 50, '{T0}:50', 'bump', 'k', '{{}}', 'committed', 1, 1, '[]', 0)"
+        ],
+        "hx_transaction",
+        f"{T0}:50",
+        "added outside the harness",
+    ),
+    "checkpoint altered": (
+        [f"UPDATE hx_checkpoint SET digest = 'ab' WHERE episode_id = '{T0}' AND step = 1"],
+        "hx_checkpoint",
+        "step 1",
+        "checkpoint was altered",
+    ),
+    "checkpoint removed": (
+        [f"DELETE FROM hx_checkpoint WHERE episode_id = '{T0}' AND step = 2"],
+        "hx_checkpoint",
+        "step 2",
+        "removed",
+    ),
+    "checkpoints reordered": (
+        [
+            f"UPDATE hx_checkpoint SET step = 9 WHERE episode_id = '{T0}' AND step = 1",
+            f"UPDATE hx_checkpoint SET step = 1 WHERE episode_id = '{T0}' AND step = 2",
+            f"UPDATE hx_checkpoint SET step = 2 WHERE episode_id = '{T0}' AND step = 9",
+        ],
+        "hx_checkpoint",
+        "step 1",
+        "reordered",
+    ),
+    "log record altered": (
+        [f"UPDATE hx_log SET payload = payload || ' ' WHERE episode_id = '{T0}' AND seq = 3"],
+        "hx_log",
+        "record 3",
+        "altered",
+    ),
+    "log record removed": (
+        [f"DELETE FROM hx_log WHERE episode_id = '{T0}' AND seq = 4"],
+        "hx_log",
+        "record 4",
+        "missing",
+    ),
+    "log records reordered": (
+        [
+            f"UPDATE hx_log SET seq = -1 WHERE episode_id = '{T0}' AND seq = 3",
+            f"UPDATE hx_log SET seq = 3 WHERE episode_id = '{T0}' AND seq = 4",
+            f"UPDATE hx_log SET seq = 4 WHERE episode_id = '{T0}' AND seq = -1",
+        ],
+        "hx_log",
+        "record 3",
+        "",
+    ),
+    "episode row altered": (
+        [f"UPDATE hx_episode SET digest = '{'0' * 64}' WHERE id = '{T0}'"],
+        "hx_episode",
+        T0,
+        "the row was altered",
+    ),
+    "escalation resolution altered": (
+        ["UPDATE hx_escalation SET resolved_by = 'mallory'"],
+        "hx_escalation",
+        "",
+        "who resolved it",
+    ),
+    "escalation removed": (
+        ["DELETE FROM hx_escalation"],
+        "hx_escalation",
+        "",
+        "removed",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDITS))
+def test_verify_names_the_first_edited_record(run_copy: Path, name: str):
+    """Each kind of edit (altered, removed, reordered or added rows of every table) fails
+    --verify, naming the table, the record and what happened to it."""
+    statements, table, record, words = EDITS[name]
+    assert verify(run_copy) == (0, [])
+    edit(run_copy, *statements)
+    code, findings = verify(run_copy)
+    assert code == 1 and len(findings) == 1, findings
+    (found,) = findings
+    assert found["table"] == table, found
+    assert record in found["record"] and words in found["reason"], found
+
+
+def test_verify_text_names_the_record_and_the_proof(run_copy: Path):
+    """The text report says NOT VERIFIED and names the record and the log record proving it."""
+    edit(run_copy, f"UPDATE hx_transaction SET result = '7' WHERE id = '{T0}:2'")
+    result = cli("audit", str(run_copy), "--verify")
+    assert result.exit_code == 1 and "NOT VERIFIED" in result.output
+    assert f"hx_transaction {T0}:2 (log record 6)" in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# Replay.
+# --------------------------------------------------------------------------------------------
+
+
+def test_replay_of_unmodified_episodes_reports_no_divergence(recorded_run: Path):
+    """Replaying each episode re-runs its agent against the record without a divergence and
+    re-verifies the recorded final state to the recorded verdict."""
+    for episode in ("r1-t0-0", "r1-t1-0"):
+        result = cli("replay", str(recorded_run), "--episode", episode)
+        assert result.exit_code == 0, result.output
+        assert "no divergence" in result.output and "same verdict as recorded" in result.output
+    report = replay_episode(recorded_run, "r1-t0-0")
+    assert report.ok and report.divergence is None and report.replayed == report.steps == 3
+    assert report.message_matches and report.verdict_matches
+
+
+def test_replay_reports_the_first_step_that_differs(run_copy: Path):
+    """A record whose second action differs from what the agent does is reported as a
+    divergence at that step, with what the record has and what the agent did."""
+    edit(
+        run_copy,
+        f"""UPDATE hx_transaction SET args = '{{"name":"z","step":1}}'
+                       WHERE id = '{T0}:2'""",
+    )
+    result = cli("replay", str(run_copy), "--episode", T0, "--json")
+    data = json.loads(result.output)
+    assert result.exit_code == 1 and not data["ok"]
+    divergence = data["divergence"]
+    assert divergence["step"] == 3
+    assert divergence["expected"]["arguments"] == {"name": "z", "step": 1}
+    assert divergence["actual"]["arguments"] == {"name": "b", "step": 1}
+
+
+def test_replay_notices_a_verdict_that_no_longer_holds(run_copy: Path):
+    """Re-verifying the recorded final state against an edited recorded verdict says so."""
+    edit(run_copy, f"UPDATE hx_trial SET verdict = '{{\"passed\": false}}' WHERE id = '{T0}'")
+    result = cli("replay", str(run_copy), "--episode", T0)
+    assert result.exit_code == 1 and "DIFFERENT from the recorded verdict" in result.output
+
+
+def test_replay_of_an_unknown_episode_is_a_clear_error(recorded_run: Path):
+    """Replaying an episode the run does not have names it and lists some that exist."""
+    result = cli("replay", str(recorded_run), "--episode", "ghost")
+    assert result.exit_code == 2 and "no episode 'ghost' in run r1" in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# HTML.
+# --------------------------------------------------------------------------------------------
+
+# Appended to a copy of the page inside the test only: it measures what Chromium laid out.
+LAYOUT_PROBE = """<script>
+const items = document.querySelectorAll("#timeline li.event");
+const boxes = Array.from(items, li => li.getBoundingClientRect().height);
+const out = document.createElement("pre");
+out.id = "layout";
+out.textContent = JSON.stringify({
+  rendered: document.body.dataset.rendered,
+  heights: boxes,
+  diffs: document.querySelectorAll("#timeline table.diff tr").length,
+  visible: Array.from(items).filter(li => li.offsetParent !== null).length,
+});
+document.body.appendChild(out);
+</script></body>"""
+
+
+def test_audit_html_writes_one_self_contained_episode(recorded_run: Path, tmp_path: Path):
+    """--html writes one episode's timeline with its diffs and nothing loaded from elsewhere;
+    several matching episodes without --episode is a usage error."""
+    page = tmp_path / "e.html"
+    result = cli("audit", str(recorded_run), "--episode", "r1-t1-0", "--html", str(page))
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    assert '<ol id="timeline">' in html and "approved</b> by ana" in html
+    assert "<td class='after'>100</td>" in html
+    assert not re.search(r"""(src|href)=["']?https?:""", html)
+    several = cli("audit", str(recorded_run), "--html", str(tmp_path / "x.html"))
+    assert several.exit_code == 2 and "--episode" in several.output
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)"
+)
+def test_audit_html_timeline_renders_in_headless_chromium(recorded_run: Path, tmp_path: Path):
+    """Chromium runs the page's script and lays out every timeline event and diff row."""
+    page = tmp_path / "e.html"
+    cli("audit", str(recorded_run), "--episode", "r1-t1-0", "--html", str(page))
+    html = page.read_text().replace("</body>", LAYOUT_PROBE)
+    page.write_text(html)
+    events = html.count('<li class="event')
+    assert CHROMIUM is not None
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    dom = done.stdout
+    assert done.returncode == 0 and "</html>" in dom, done.stderr[-2000:]
+    found = re.search(r'<pre id="layout">(.*?)</pre>', dom)
+    assert found, "the layout probe did not run"
+    layout = json.loads(found.group(1))
+    assert layout["rendered"] == str(events) and layout["visible"] == events
+    assert len(layout["heights"]) == events and min(layout["heights"]) > 10
+    assert layout["diffs"] >= 3  # header + a row for each of the two committed diffs
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input.
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "extra"),
+    [("audit", ()), ("audit", ("--verify",)), ("replay", ("--episode", "x")), ("escalations", ())],
+)
+def test_bad_run_folders_are_clear_errors_and_nothing_is_written(
+    tmp_path: Path, recorded_run: Path, command: str, extra: tuple[str, ...]
+):
+    """A missing folder, a folder without a database, a file that is not a database, a
+    truncated database and one from a newer harness: exit 2, a message naming the path and
+    the fix, and no file created or changed."""
+
+    def refused(folder: Path, *words: str) -> None:
+        before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        result = cli(command, str(folder), *extra)
+        assert result.exit_code == 2, result.output
+        text = " ".join(result.output.split())
+        for word in words:
+            assert word in text, text
+        after = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        assert after == before
+
+    missing = tmp_path / "missing"
+    result = cli(command, str(missing), *extra)
+    assert result.exit_code == 2 and f"no run folder {missing}" in result.output
+    assert not missing.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused(empty, "has no harness.db", "logs/<run>")
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "harness.db").write_bytes(b"not a database at all " * 200)
+    refused(junk, "damaged or not a database", ".recover")
+    cut = tmp_path / "cut"
+    shutil.copytree(recorded_run, cut)
+    for leftover in ("harness.db-wal", "harness.db-shm"):
+        (cut / leftover).unlink(missing_ok=True)
+    data = (cut / "harness.db").read_bytes()
+    (cut / "harness.db").write_bytes(data[: len(data) // 2])
+    refused(cut, "damaged", "Restore it from a copy")
+    newer = tmp_path / "newer"
+    shutil.copytree(recorded_run, newer)
+    edit(newer, "UPDATE hx_meta SET value = '42' WHERE key = 'schema_version'")
+    for leftover in ("harness.db-wal", "harness.db-shm"):
+        (newer / leftover).unlink(missing_ok=True)
+    refused(newer, "schema version 42", "Upgrade harness")
+
+
+def test_resolving_an_already_resolved_escalation_changes_nothing(run_copy: Path):
+    """A second decision on a resolved escalation is refused, naming who decided; the store is
+    left as it was."""
+    (esc,) = json.loads(cli("escalations", str(run_copy), "--all", "--json").output)
+    db = run_copy / "harness.db"
+    before = sqlite3.connect(db).execute("SELECT * FROM hx_escalation").fetchall()
+    log_before = sqlite3.connect(db).execute("SELECT COUNT(*) FROM hx_log").fetchone()
+    result = cli("escalations", str(run_copy), "resolve", esc["id"], "--reject", "--by", "bo")
+    assert result.exit_code == 2
+    assert f"escalation {esc['id']} is already approved by ana" in result.output
+    assert sqlite3.connect(db).execute("SELECT * FROM hx_escalation").fetchall() == before
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM hx_log").fetchone() == log_before
+    unknown = cli("escalations", str(run_copy), "resolve", "nope", "--approve", "--by", "bo")
+    assert unknown.exit_code == 2 and "no escalation 'nope' in run r1" in unknown.output
