@@ -33,12 +33,34 @@ def _loads(text: str | None, default: Any = None) -> Any:
         return text
 
 
+def _shorter_than_its_header(db: Path) -> str:
+    """Why the file is cut short, judging by its SQLite header ("" when it is not)."""
+    with db.open("rb") as f:
+        header = f.read(100)
+    size = db.stat().st_size
+    if not header.startswith(b"SQLite format 3\x00") or len(header) < 100:
+        return ""  # not SQLite at all: opening it says so
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[24:28] == header[92:96]  # the in-header size is current
+    if valid and size < pages * page_size:
+        return f"truncated: {size} bytes of the {pages * page_size} its header records"
+    return ""
+
+
 def check_database(db: Path) -> None:
     """Refuse, without writing to it, a database that is damaged or from a newer harness.
 
     Raises:
         StoreError: naming the file, what is wrong and what to do.
     """
+    short = _shorter_than_its_header(db)
+    if short:
+        raise StoreError(
+            f"{db} is damaged ({short}); nothing was written. Restore it from a copy, or save "
+            f"what is readable with `sqlite3 {db} .recover`"
+        )
     # Without a write-ahead log to read, open it immutable: not even a -shm file is created.
     mode = "mode=ro" if Path(f"{db}-wal").exists() else "mode=ro&immutable=1"
     try:
