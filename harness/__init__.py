@@ -26,6 +26,7 @@ from .errors import (
     StoreError,
 )
 from .policy import Decision, FailureClass, Policy, Retry, TransientError
+from .record import Diverged
 from .state import DictState, FileState, SQLState, StateAdapter
 from .store import ChainReport, Store
 from .suite import Suite, SuiteError, Task, load_suite
@@ -44,6 +45,7 @@ __all__ = [
     "Context",
     "Decision",
     "DictState",
+    "Diverged",
     "Episode",
     "EpisodeClosed",
     "Escalated",

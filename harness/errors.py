@@ -20,6 +20,7 @@ The tree::
     ├── ModelServerError        a model server stayed down or rate-limited (harness.agents)
     │   └── ModelRequestError   the server refused the request (wrong model, bad key)
     ├── Rejected                a person rejected this action when resolving an escalation
+    ├── Diverged                resumed agent code did not do what its record says (harness.record)
     └── EpisodeClosed           the episode is finished (rolled back, escalated or closed)
 
 Errors carry their context as attributes (the action, the failure class, the decision, every
