@@ -633,6 +633,17 @@ def test_harness_resume_finishes_a_killed_run_without_repeating_effects(tmp_path
     assert len(again["kept"]) == 6 and again["resumed"] == again["started"] == []
 
 
+def test_resume_with_worker_processes_finishes_the_run(tmp_path: Path):
+    """`harness resume --workers 2` finishes a killed run in worker processes, each effect
+    once."""
+    folder = killed_run(tmp_path, tasks=2, trials=2, pause_in="r1-t1-0")
+    result = CliRunner().invoke(main, ["resume", str(folder), "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert "kept 1, resumed 1, ran 2 missing" in result.output
+    done = executions(tmp_path)
+    assert set(done.values()) == {1} and len(done) == 8
+
+
 def _resume_in_child(folder: Path, out: Path) -> None:
     result = resume_run(folder)
     out.write_text(json.dumps({"did": result.resumed + result.started, "skip": result.skipped}))
