@@ -191,7 +191,7 @@ def resume_run(
             policy, notes = run_policy(run)
         agent_obj = agent or run_agent(run)
         run_id = run.run.id
-        tasks = [t for t in config.get("tasks") or [t.id for t in suite.tasks]]
+        tasks = list(config.get("tasks") or [t.id for t in suite.tasks])
         trials = int(config.get("trials") or 1)
         seed = int(config.get("seed") or 0)
         out = ResumeResult(RunResult(run_id, run.folder, suite.name, trials, []), notes=notes)
@@ -220,7 +220,6 @@ def resume_run(
         _set_run(store, run.run, "running", evidence)
         store_url = f"sqlite:///{run.db}"
         agent_name = config.get("agent") if agent is None else agent_obj
-        init = (str(suite.path), agent_name, config.get("agent_options") or {}, store_url)
         done: list[TrialResult | None] = []
 
         def finished(job: tuple[str, int, int, str], result: TrialResult | None) -> None:
@@ -234,7 +233,7 @@ def resume_run(
                 progress(result)
 
         if workers == 1 or not isinstance(agent_name, str):
-            worker = _Worker(*init[:1], agent_obj, {}, store_url, run_id, policy)
+            worker = _Worker(str(suite.path), agent_obj, {}, store_url, run_id, policy)
             worker.lease_seconds = lease_seconds
             for job in jobs:
                 finished(job, worker.trial(*job))
@@ -244,7 +243,14 @@ def resume_run(
                 workers,
                 mp_context=ctx,
                 initializer=_init_worker,
-                initargs=(*init, run_id, policy),
+                initargs=(
+                    str(suite.path),
+                    agent_name,
+                    config.get("agent_options") or {},
+                    store_url,
+                    run_id,
+                    policy,
+                ),
             ) as pool:
                 submitted = {pool.submit(_run_job, job): job for job in jobs}
                 for fut in cf.as_completed(submitted):
