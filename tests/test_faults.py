@@ -597,3 +597,11 @@ def test_fault_domains_resolve_to_tools() -> None:
         ["bump"],
         ["look"],
     ]
+
+
+def test_example_plan_in_the_repository_loads() -> None:
+    """The plan the README points at loads and fits the retail suite's tools."""
+    from harness.faults import FaultPlan
+
+    plan = FaultPlan.load(Path(__file__).resolve().parents[1] / "examples" / "faults-retail.toml")
+    assert {f.kind for f in plan.faults} == {"fail_stop", "fail_slow", "silent", "lost_ack"}
