@@ -33,6 +33,7 @@ from .policy import Policy, Retry
 from .store import RunRow, Store, TrialRow
 from .suite import Suite, SuiteError, load_suite
 from .trials import (
+    REDACTED,
     RunResult,
     TrialResult,
     _import_agents,
@@ -65,6 +66,11 @@ def run_suite(run: OpenRun) -> Suite:
 
 def run_agent(run: OpenRun) -> Agent:
     """A new agent as the run configured it."""
+    return registry_agent(run, None)
+
+
+def registry_agent(run: OpenRun, secrets: dict[str, Any] | None) -> Agent:
+    """A new agent as the run configured it, with ``secrets`` given back."""
     _import_agents()
     name = run.config.get("agent")
     if not isinstance(name, str) or name not in registry.names():
@@ -73,7 +79,17 @@ def run_agent(run: OpenRun) -> Agent:
             f"({', '.join(registry.names())}); resume it from Python with "
             "resume_run(folder, agent=...)"
         )
-    return registry.create(name, **dict(run.config.get("agent_options") or {}))
+    return registry.create(name, **agent_options(run, secrets))
+
+
+def agent_options(run: OpenRun, secrets: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's agent options, with the secrets it did not record given back by the caller."""
+    stored = dict(run.config.get("agent_options") or {})
+    options = {k: v for k, v in stored.items() if v != REDACTED}
+    for key, value in (secrets or {}).items():
+        if key in stored:
+            options[key] = value
+    return options
 
 
 def run_policy(run: OpenRun) -> tuple[Policy, list[str]]:
@@ -164,6 +180,7 @@ def resume_run(
     policy: Policy | None = None,
     progress: Callable[[TrialResult], None] | None = None,
     lease_seconds: float = 600.0,
+    secrets: dict[str, Any] | None = None,
 ) -> ResumeResult:
     """Finish the run in ``folder``: keep finished trials, resume interrupted ones, run the rest.
 
@@ -175,6 +192,7 @@ def resume_run(
         progress: called with each trial finished now.
         lease_seconds: how long an episode's lease lasts without renewal (its holder renews
             it every third of that while it runs).
+        secrets: agent options the run did not record (an API key), given back by name.
 
     Raises:
         RunNotFound: the folder is not a run folder.
@@ -189,7 +207,7 @@ def resume_run(
         notes: list[str] = []
         if policy is None:
             policy, notes = run_policy(run)
-        agent_obj = agent or run_agent(run)
+        agent_obj = agent or registry_agent(run, secrets)
         run_id = run.run.id
         tasks = list(config.get("tasks") or [t.id for t in suite.tasks])
         trials = int(config.get("trials") or 1)
@@ -246,7 +264,7 @@ def resume_run(
                 initargs=(
                     str(suite.path),
                     agent_name,
-                    config.get("agent_options") or {},
+                    agent_options(run, secrets),
                     store_url,
                     run_id,
                     policy,

@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import socket
 import sys
 import time
@@ -45,6 +46,7 @@ __all__ = [
     "RunResult",
     "TrialResult",
     "evidence_record",
+    "redact",
     "reference_outcome",
     "run_trials",
     "trial_seed",
@@ -325,6 +327,15 @@ def _run_job(job: tuple[Any, ...]) -> TrialResult | None:
     return _WORKER.trial(*job)
 
 
+REDACTED = "<redacted>"
+_SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
+
+
+def redact(options: dict[str, Any]) -> dict[str, Any]:
+    """Agent options as a run may record them: secrets (API keys, tokens) replaced."""
+    return {k: REDACTED if _SECRET.search(k) and v else v for k, v in options.items()}
+
+
 def trial_seed(seed: int, task_id: str, trial: int) -> int:
     """A trial's seed: stable across runs, workers and orderings."""
     h = hashlib.sha256(f"{seed}:{task_id}:{trial}".encode()).digest()
@@ -491,7 +502,7 @@ def run_trials(
     config = {
         "suite_path": str(loaded.path),
         "agent": agent if isinstance(agent, str) else agent_obj.name,
-        "agent_options": agent_options,
+        "agent_options": redact(agent_options),
         "trials": trials,
         "workers": workers,
         "seed": seed,

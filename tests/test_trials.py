@@ -280,3 +280,34 @@ def test_scripted_passes_every_builtin_suite(tmp_path: Path, name: str):
     failed = [r.task_id for r in result.results if not r.passed]
     assert not failed
     assert result.pass_hat(2).value == 1.0
+
+
+def test_run_does_not_record_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An API key passed as an agent option never lands in the run's records."""
+    from harness.trials import redact
+
+    assert redact({"api_key": "sk-123", "model": "m", "token": ""}) == {
+        "api_key": "<redacted>",
+        "model": "m",
+        "token": "",
+    }
+    suite = write_suite(tmp_path / "suite", [1])
+
+    class Keyed:
+        name = "keyed"
+
+        def config(self) -> dict[str, object]:
+            return {"name": self.name}
+
+        def run(self, task, toolbox, *, seed):  # type: ignore[no-untyped-def]
+            from harness.agents import AgentOutput
+
+            return AgentOutput("done")
+
+    monkeypatch.setitem(hx.agents.registry._factories, "keyed", lambda api_key: Keyed())
+    result = run_trials(
+        suite, agent="keyed", agent_options={"api_key": "sk-secret-1"}, logs=tmp_path / "logs"
+    )
+    for path in result.folder.iterdir():
+        if path.is_file():
+            assert b"sk-secret-1" not in path.read_bytes(), path.name

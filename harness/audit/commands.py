@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,9 @@ def resume_command(run: Path, workers: int, as_json: bool) -> None:
     from ..resume import resume_run
 
     try:
-        result = resume_run(run, workers=workers)
+        # Secrets are not recorded with a run: give the API key back from the environment.
+        key = os.environ.get("HARNESS_OPENAI_API_KEY")
+        result = resume_run(run, workers=workers, secrets={"api_key": key} if key else None)
     except HarnessError as exc:
         _fail(exc)
         return
