@@ -21,9 +21,13 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-serializable")
 
 
+_COMPACT = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any, **_: Any) -> str:
     """Compact JSON for storage; raises ``TypeError`` for values JSON cannot hold."""
-    return json.dumps(value, default=_default, separators=(",", ":"), ensure_ascii=False)
+    # One encoder for every call: json.dumps builds a new one whenever options are given.
+    return _COMPACT.encode(value)
 
 
 def canonical(value: Any) -> str:

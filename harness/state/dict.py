@@ -10,6 +10,19 @@ from .._json import digest
 
 __all__ = ["DictState"]
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy, fast for the JSON-shaped values resources usually are."""
+    if isinstance(value, _ATOMS):
+        return value
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return copy.deepcopy(value)
+
 
 class DictState(MutableMapping[str, Any]):
     """Resources in a dict; tools write with ``state[key] = value`` or ``del state[key]``.
@@ -26,11 +39,11 @@ class DictState(MutableMapping[str, Any]):
 
     # --- mapping interface (the tools' view) ---
     def __getitem__(self, key: str) -> Any:
-        return copy.deepcopy(self._data[key])
+        return _copy(self._data[key])
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._journal(key)
-        self._data[key] = copy.deepcopy(value)
+        self._data[key] = _copy(value)
 
     def __delitem__(self, key: str) -> None:
         if key not in self._data:
@@ -47,15 +60,15 @@ class DictState(MutableMapping[str, Any]):
     def _journal(self, key: str) -> None:
         for window in self._windows.values():
             if key not in window:
-                window[key] = copy.deepcopy(self._data.get(key))
+                window[key] = _copy(self._data.get(key))
 
     # --- adapter interface (the harness's view) ---
     def get(self, key: str, default: Any = None) -> Any:
         value = self._data.get(key)
-        return default if value is None else copy.deepcopy(value)
+        return default if value is None else _copy(value)
 
     def snapshot(self, keys: Iterable[str]) -> dict[str, Any]:
-        return {k: copy.deepcopy(self._data.get(k)) for k in keys}
+        return {k: _copy(self._data.get(k)) for k in keys}
 
     def mark(self) -> int:
         self._next += 1
@@ -73,4 +86,4 @@ class DictState(MutableMapping[str, Any]):
 
     def to_dict(self) -> dict[str, Any]:
         """A deep copy of every resource."""
-        return copy.deepcopy(self._data)
+        return _copy(self._data)
