@@ -86,4 +86,4 @@ class DictState(MutableMapping[str, Any]):
 
     def to_dict(self) -> dict[str, Any]:
         """A deep copy of every resource."""
-        return _copy(self._data)
+        return {k: _copy(v) for k, v in self._data.items()}
