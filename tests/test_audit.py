@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,8 @@ from harness.cli import main
 from harness.replay import replay_episode
 from harness.trials import run_trials
 
+from .browser import layout, needs_chromium
 from .test_resume import PLAN, ledger_suite
-
-CHROMIUM = next(
-    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
-)
 
 
 @pytest.fixture(scope="module")
@@ -354,45 +350,17 @@ def test_audit_html_writes_one_self_contained_episode(recorded_run: Path, tmp_pa
     assert several.exit_code == 2 and "--episode" in several.output
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)"
-)
+@needs_chromium
 def test_audit_html_timeline_renders_in_headless_chromium(recorded_run: Path, tmp_path: Path):
     """Chromium runs the page's script and lays out every timeline event and diff row."""
     page = tmp_path / "e.html"
     cli("audit", str(recorded_run), "--episode", "r1-t1-0", "--html", str(page))
-    html = page.read_text().replace("</body>", LAYOUT_PROBE)
-    page.write_text(html)
+    html = page.read_text()
     events = html.count('<li class="event')
-    assert CHROMIUM is not None
-    done = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    dom = done.stdout
-    assert done.returncode == 0 and "</html>" in dom, done.stderr[-2000:]
-    found = re.search(r'<pre id="layout">(.*?)</pre>', dom)
-    assert found, "the layout probe did not run"
-    layout = json.loads(found.group(1))
-    assert layout["rendered"] == str(events) and layout["visible"] == events
-    assert len(layout["heights"]) == events and min(layout["heights"]) > 10
-    assert layout["diffs"] >= 3  # header + a row for each of the two committed diffs
+    measured, _ = layout(page, LAYOUT_PROBE, tmp_path / "profile")
+    assert measured["rendered"] == str(events) and measured["visible"] == events
+    assert len(measured["heights"]) == events and min(measured["heights"]) > 10
+    assert measured["diffs"] >= 3  # header + a row for each of the two committed diffs
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from harness.report import (
 from harness.store import RunRow, TrialRow
 from harness.trials import run_trials
 
+from .browser import layout, needs_chromium
 from .toy_env import write_suite
 
 EVIDENCE: dict[str, Any] = {
@@ -328,10 +327,6 @@ def test_html_and_terminal_cope_with_one_trial_no_steps_and_a_dropped_task(tmp_p
     assert out.exit_code == 0 and "no task has required steps" in out.output
 
 
-CHROMIUM = next(
-    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
-)
-
 # Appended to a copy of the report inside the test only: the report itself carries no script.
 LAYOUT_PROBE = """<script>
 const boxes = {};
@@ -349,40 +344,13 @@ document.body.appendChild(out);
 </script></body>"""
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)"
-)
+@needs_chromium
 def test_html_report_renders_in_headless_chromium(toy_run: Path, tmp_path: Path):
     """Chromium lays out the three SVG plots, the band, every heat-map cell and the evidence."""
     report = load_report(toy_run)
     page = tmp_path / "report.html"
-    page.write_text(render_html(report).replace("</body>", LAYOUT_PROBE), encoding="utf-8")
-    assert CHROMIUM is not None
-    done = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    dom = done.stdout
-    assert done.returncode == 0 and "</html>" in dom, done.stderr[-2000:]
-    found = re.search(r'<pre id="layout">(.*?)</pre>', dom)
-    assert found, "the layout probe did not run"
-    boxes = json.loads(found.group(1))
+    page.write_text(render_html(report), encoding="utf-8")
+    boxes, dom = layout(page, LAYOUT_PROBE, tmp_path / "profile")
     for ident in ("plot-passk", "plot-null", "plot-heatmap", "evidence", "passk-table", "band"):
         width, height = boxes[ident]
         assert width > 50 and height > 10, (ident, boxes[ident])
