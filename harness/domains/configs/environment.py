@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar
 
 import harness as hx
+from harness.domains.base import FolderEnvironment
 from harness.domains.configs.actions import build_actions
 from harness.domains.configs.formats import parse
 from harness.domains.configs.tools import READ_TOOLS, WRITE_TOOLS, ConfigTools
@@ -45,7 +44,7 @@ def _copy(source: Traversable, target: Path) -> None:
             (target / child.name).write_bytes(child.read_bytes())
 
 
-class ConfigsEnvironment:
+class ConfigsEnvironment(FolderEnvironment):
     """A fresh copy of the configuration tree, its state adapter and its tools.
 
     Args:
@@ -67,13 +66,7 @@ class ConfigsEnvironment:
     """Every tool name (the suite loader rejects task files that name others)."""
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
-        self._temporary: Path | None = None
-        if folder is None:
-            self._temporary = Path(tempfile.mkdtemp(prefix="harness-configs-"))
-            self.root = self._temporary
-        else:
-            self.root = Path(folder)
-        self._closed = False
+        self.root = self._open_folder(folder, "harness-configs-")
         try:
             seed = seed_tree()
             if isinstance(seed, Path):
@@ -95,29 +88,5 @@ class ConfigsEnvironment:
         """Every file of the tree, parsed: ``{relative path: content}`` (JSON, INI sections)."""
         return {key: parse(key, text) for key, text in self.state.to_dict().items()}
 
-    def close(self) -> None:
-        """Remove the temporary folder, if this environment made it."""
-        if self._closed:
-            return
-        self._closed = True
-        self._remove_folder()
-
-    def _remove_folder(self) -> None:
-        if self._temporary is not None:
-            shutil.rmtree(self._temporary, ignore_errors=True)
-            self._temporary = None
-
-    def __enter__(self) -> ConfigsEnvironment:
-        return self
-
-    def __exit__(
-        self,
-        et: type[BaseException] | None,
-        ev: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        status = "closed" if self._closed else "open"
-        return f"<ConfigsEnvironment {self.root} {status}>"
+    def _where(self) -> object:
+        return self.root

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import harness as hx
+from harness.domains.base import FolderEnvironment
 from harness.domains.retail import db
 from harness.domains.retail.actions import build_actions
 from harness.domains.retail.db import Record
@@ -37,7 +34,7 @@ DB_FILE = "retail.sqlite"
 """The database's file name inside the environment's folder."""
 
 
-class RetailEnvironment:
+class RetailEnvironment(FolderEnvironment):
     """A fresh copy of the retail database, its state adapter and its tools.
 
     Args:
@@ -66,14 +63,7 @@ class RetailEnvironment:
         *,
         db_json_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        self._temporary: Path | None = None
-        if folder is None:
-            self._temporary = Path(tempfile.mkdtemp(prefix="harness-retail-"))
-            root = self._temporary
-        else:
-            root = Path(folder)
-            root.mkdir(parents=True, exist_ok=True)
-        self._closed = False
+        root = self._open_folder(folder, "harness-retail-")
         try:
             self.path = db.fresh_copy(root / DB_FILE, db_json_path=db_json_path)
             self.state = hx.SQLState(self.path)
@@ -114,32 +104,8 @@ class RetailEnvironment:
         """The database as plain JSON in the shape of tau2's ``db.json``."""
         return db.export(self.state.connection)
 
-    def close(self) -> None:
-        """Close the connection and remove the temporary folder, if this environment made it."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.state.close()
-        finally:
-            self._remove_folder()
+    def _release(self) -> None:
+        self.state.close()
 
-    def _remove_folder(self) -> None:
-        if self._temporary is not None:
-            shutil.rmtree(self._temporary, ignore_errors=True)
-            self._temporary = None
-
-    def __enter__(self) -> RetailEnvironment:
-        return self
-
-    def __exit__(
-        self,
-        et: type[BaseException] | None,
-        ev: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        status = "closed" if self._closed else "open"
-        return f"<RetailEnvironment {self.path} {status}>"
+    def _where(self) -> object:
+        return self.path
