@@ -1,0 +1,47 @@
+"""The store: episodes, transactions, checkpoints, escalations and the hash-chained log.
+
+SQLModel defines the schema and serves the queries people make (``Store.episodes()`` ...); the
+per-action writes go through prebuilt SQL on a raw driver connection (:class:`EpisodeWriter`),
+because an ORM round-trip per action would cost more than the action's whole budget.
+Every log record carries the hash of the one before it in its episode, and the episode row
+keeps the head of its chain, so an edit, a removal or a reordering is detectable.
+"""
+
+from .jsonlines import JsonLines as JsonLines
+from .store import Store
+from .tables import DEFAULT_URL as DEFAULT_URL
+from .tables import GENESIS as GENESIS
+from .tables import SCHEMA_VERSION as SCHEMA_VERSION
+from .tables import (
+    ChainReport,
+    CheckpointRow,
+    EpisodeRow,
+    EscalationRow,
+    FaultEventRow,
+    FaultTrialRow,
+    LeaseRow,
+    LogRow,
+    RunRow,
+    TransactionRow,
+    TrialRow,
+    record_hash,
+)
+from .tables import MetaRow as MetaRow
+from .writer import EpisodeWriter
+
+__all__ = [
+    "ChainReport",
+    "CheckpointRow",
+    "EpisodeRow",
+    "EpisodeWriter",
+    "EscalationRow",
+    "FaultEventRow",
+    "FaultTrialRow",
+    "LeaseRow",
+    "LogRow",
+    "RunRow",
+    "Store",
+    "TransactionRow",
+    "TrialRow",
+    "record_hash",
+]

@@ -1,0 +1,237 @@
+"""The schema: every table of the store, the hash that chains log records, and the chain
+report."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+GENESIS = "0" * 64
+DEFAULT_URL = "sqlite:///logs/harness.db"
+
+
+class _Base(SQLModel, registry=registry()):
+    """Tables of the harness, in their own metadata so users' SQLModel tables stay separate."""
+
+
+class MetaRow(_Base, table=True):
+    __tablename__ = "hx_meta"
+    key: str = Field(primary_key=True)
+    value: str
+
+
+class RunRow(_Base, table=True):
+    """One run of a suite: many trials (episodes)."""
+
+    __tablename__ = "hx_run"
+    id: str = Field(primary_key=True)
+    created_at: float
+    suite: str = ""
+    status: str = "running"
+    config: str = "{}"
+    evidence: str = "{}"
+
+
+class EpisodeRow(_Base, table=True):
+    """One agent execution: its outcome, its chain head and its last checkpoint."""
+
+    __tablename__ = "hx_episode"
+    id: str = Field(primary_key=True)
+    run_id: str | None = Field(default=None, index=True)
+    task_id: str | None = None
+    trial: int | None = None
+    status: str = "running"
+    created_at: float
+    updated_at: float
+    policy: str = "{}"
+    meta: str = "{}"
+    steps: int = 0
+    digest: str = GENESIS
+    log_count: int = 0
+    head_hash: str = GENESIS
+
+
+class TrialRow(_Base, table=True):
+    """One trial of a task in a run: its verdict, outcome and the evidence behind them."""
+
+    __tablename__ = "hx_trial"
+    id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    task_id: str
+    task_version: str = "1"
+    trial: int
+    seed: int
+    episode_id: str
+    passed: bool = False
+    partial: float | None = None
+    outcome: str = "running"
+    infra_error: bool = False
+    failures: str = "{}"
+    steps: str = "[]"
+    message: str = ""
+    verdict: str = "{}"
+    agent_meta: str = "{}"
+    duration: float = 0.0
+    created_at: float
+
+
+class TransactionRow(_Base, table=True):
+    """One call of an action: intent, outcome, evidence."""
+
+    __tablename__ = "hx_transaction"
+    # Clustered by (episode, seq) without a rowid: one B-tree per write on the hot path.
+    __table_args__ = {"sqlite_with_rowid": False}
+    episode_id: str = Field(primary_key=True)
+    seq: int = Field(primary_key=True)
+    id: str
+    action: str
+    idem_key: str
+    args: str
+    status: str
+    mutating: bool = True
+    failure_class: str | None = None
+    decision: str | None = None
+    reason: str | None = None
+    result: str | None = None
+    before: str | None = None
+    diff: str | None = None
+    attempts: int = 0
+    errors: str = "[]"
+    started_at: float
+    ended_at: float | None = None
+    duration: float | None = None
+    step: int | None = None
+
+
+class CheckpointRow(_Base, table=True):
+    """A compact checkpoint: the step index and the state digest after it, never a copy."""
+
+    __tablename__ = "hx_checkpoint"
+    __table_args__ = {"sqlite_with_rowid": False}
+    episode_id: str = Field(primary_key=True)
+    step: int = Field(primary_key=True)
+    txn_id: str
+    digest: str
+    created_at: float
+
+
+class EscalationRow(_Base, table=True):
+    """A decision left to a person: what, why, the evidence, and who resolved it how."""
+
+    __tablename__ = "hx_escalation"
+    id: str = Field(primary_key=True)
+    episode_id: str = Field(index=True)
+    txn_id: str
+    action: str
+    idem_key: str
+    args: str
+    failure_class: str
+    reason: str
+    evidence: str = "{}"
+    status: str = "pending"
+    created_at: float
+    deadline: float | None = None
+    fallback: str = "reject"
+    resolved_by: str | None = None
+    resolved_at: float | None = None
+    resolution_reason: str | None = None
+    edit: str | None = None
+
+
+class LogRow(_Base, table=True):
+    """One record of an episode's hash-chained log."""
+
+    __tablename__ = "hx_log"
+    __table_args__ = {"sqlite_with_rowid": False}
+    episode_id: str = Field(primary_key=True)
+    seq: int = Field(primary_key=True)
+    txn_id: str | None = None
+    kind: str
+    payload: str
+    ts: float
+    prev_hash: str
+    hash: str
+
+
+class FaultEventRow(_Base, table=True):
+    """One injected fault (``harness.faults``) and what the harness made of it."""
+
+    __tablename__ = "hx_fault_event"
+    id: str = Field(primary_key=True)
+    run_id: str | None = Field(default=None, index=True)
+    episode_id: str = Field(index=True)
+    task_id: str | None = None
+    trial: int | None = None
+    fault: str
+    kind: str
+    tool: str
+    instance: str
+    txn_id: str | None = None
+    attempt: int | None = None
+    call: int = 0
+    at: float = 0.0
+    wall: float = 0.0
+    detail: str = "{}"
+    detected: bool = False
+    detected_as: str | None = None
+    decision: str | None = None
+    detect_latency: float | None = None
+    recovered: bool = False
+    recover_time: float | None = None
+    re_executed: int = 0
+
+
+class FaultTrialRow(_Base, table=True):
+    """A trial run under a fault plan: its events and its effects against the committed log."""
+
+    __tablename__ = "hx_fault_trial"
+    id: str = Field(primary_key=True)
+    run_id: str | None = Field(default=None, index=True)
+    task_id: str | None = None
+    trial: int | None = None
+    events: int = 0
+    crashes: int = 0
+    planned: bool = False
+    executions: int = 0
+    duplicated: int = 0
+    lost: int = 0
+    diverged: int = 0
+    unaccounted: int = 0
+    held: int = 0
+    detail: str = "{}"
+
+
+class LeaseRow(_Base, table=True):
+    """Who executes an episode now: taken under the write lock, renewed, released after."""
+
+    __tablename__ = "hx_lease"
+    episode_id: str = Field(primary_key=True)
+    owner: str
+    pid: int
+    host: str
+    acquired_at: float
+    expires_at: float
+
+
+def record_hash(
+    prev: str, episode_id: str, seq: int, kind: str, txn_id: str | None, payload: str, ts: float
+) -> str:
+    """The hash of one log record, chained to the previous record's hash."""
+    text = f"{prev}\x1f{episode_id}\x1f{seq}\x1f{kind}\x1f{txn_id or ''}\x1f{payload}\x1f{ts!r}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """What ``verify_chain`` found: ``ok``, and the first bad record if not."""
+
+    ok: bool
+    episodes: int
+    records: int
+    episode_id: str | None = None
+    seq: int | None = None
+    reason: str = ""
