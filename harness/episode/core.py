@@ -1,0 +1,292 @@
+"""``Episode``: construction, the ``with`` protocol, and calls.
+
+The rest of the class is layered in mixins, each using only the ones below it and sharing the
+episode's state through ``self``: ``_Records`` (:mod:`.records`, the records and the hot path),
+``_Rollback`` (:mod:`.rollback`, the saga), ``_Resume`` (:mod:`.resume`, resume and replay).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+import uuid
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from .._json import dumps
+from ..action import Action, Context
+from ..clock import Clock, SystemClock
+from ..errors import (
+    ConfigurationError,
+    EpisodeClosed,
+    Escalated,
+    InvalidArguments,
+    StoreError,
+)
+from ..policy import Policy
+from ..record import Diverged, RecordedStep, recorded_steps
+from ..store import GENESIS, EscalationRow, Store
+from ..transaction import Steps, Transaction, adrive, drive
+from .resume import _Resume
+from .values import Committed, InDoubt, _current, _jsonable, dumps_args
+
+
+class Episode(_Resume):
+    """One agent execution: an ordered log of transactions, checkpoints, a policy, an outcome.
+
+    Args:
+        state: the state adapter the actions change.
+        store: a :class:`Store` or a URL (default ``sqlite:///logs/harness.db``).
+        policy: failure class -> decision, retry and timeout defaults.
+        episode_id: the id (default: a new one); with ``resume=True``, the episode to continue.
+        resume: continue a crashed or escalated episode from its records.
+        clock: where time comes from (``harness.testing.FakeClock`` in tests).
+        actions: actions the episode may need after a resume before the agent calls them
+            again: to settle in-doubt calls (probing their postconditions) and to compensate.
+        run_id, task_id, trial, meta: recorded on the episode's row.
+    """
+
+    def __init__(
+        self,
+        *,
+        state: Any,
+        store: Store | str | None = None,
+        policy: Policy | None = None,
+        episode_id: str | None = None,
+        resume: bool = False,
+        clock: Clock | None = None,
+        actions: Iterable[Action[Any, Any]] = (),
+        run_id: str | None = None,
+        task_id: str | None = None,
+        trial: int | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        if resume and not episode_id:
+            raise ConfigurationError("Episode(resume=True) needs the episode_id to resume")
+        if policy is not None and not isinstance(policy, Policy):
+            raise ConfigurationError("Episode(policy=...) takes an hx.Policy(...)")
+        self.state = state
+        self._owns_store = not isinstance(store, Store)
+        self.store = store if isinstance(store, Store) else Store(store or "logs/harness.db")
+        self.policy = policy or Policy()
+        self.clock: Clock = clock or SystemClock()
+        self.id = episode_id or uuid.uuid4().hex[:16]
+        self.resume = resume
+        self.run_id, self.task_id, self.trial = run_id, task_id, trial
+        self.meta = meta or {}
+        self.outcome = "running"
+        self.committed: list[Committed] = []
+        self.escalation_id: str | None = None
+        self.pivot: str | None = None
+        self.active_context: Context | None = None
+        self.steps = 0
+        self.digest = GENESIS
+        self._actions = {a.name: a for a in actions}
+        self._done: dict[str, Committed] = {}
+        self._in_doubt: dict[str, InDoubt] = {}
+        self._resolutions: dict[str, EscalationRow] = {}
+        self._seq = 0
+        # On resume: the agent's recorded steps its re-executed calls are matched against.
+        self._record: list[RecordedStep] = []
+        self._at = 0
+        self._diverged: Diverged | None = None
+        self._by_txn: dict[str, Committed] = {}
+        self._compensating: set[str] = set()
+        self._rolled_back = False
+        self._token: contextvars.Token[Episode | None] | None = None
+        self._writer: Any = None
+        self.log: Any = None
+
+    # --- lifecycle ---
+    def __enter__(self) -> Episode:
+        try:
+            self._open()
+        except BaseException as exc:
+            if self._writer is not None:
+                self._finish(exc)
+            raise
+        self._token = _current.set(self)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._finish(ev)
+        finally:
+            if self._token is not None:
+                _current.reset(self._token)
+                self._token = None
+
+    async def __aenter__(self) -> Episode:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(et, ev, tb)
+
+    def _open(self) -> None:
+        if self._writer is not None:
+            raise ConfigurationError(f"episode {self.id} is already open")
+        writer = self.store.writer(self.id)
+        self._writer = writer
+        self.log = self.store.jsonl(episode_id=self.id, run_id=self.run_id)
+        existing = self.store.episode(self.id)
+        if self.resume:
+            if existing is None:
+                writer.close()
+                self._writer = None
+                raise StoreError(f"no episode {self.id!r} to resume in {self.store.url}")
+            self._load(existing.steps, existing.digest)
+            writer.load_head()
+            with writer.batch():
+                writer.append(
+                    "resume", None, {"steps": self.steps, "in_doubt": len(self._in_doubt)}
+                )
+                writer.update_episode(status="running", steps=self.steps, digest=self.digest)
+            self._settle_in_doubt()
+            self._record = recorded_steps(self.store.transactions(self.id), self.store.log(self.id))
+        else:
+            if existing is not None:
+                writer.close()
+                self._writer = None
+                raise StoreError(
+                    f"episode {self.id!r} already exists in {self.store.url}; "
+                    "pass resume=True to continue it, or use a new episode_id"
+                )
+            now = time.time()
+            with writer.batch():
+                writer.insert_episode(
+                    {
+                        "id": self.id,
+                        "run_id": self.run_id,
+                        "task_id": self.task_id,
+                        "trial": self.trial,
+                        "status": "running",
+                        "created_at": now,
+                        "updated_at": now,
+                        "policy": dumps(self.policy.describe()),
+                        "meta": _jsonable(self.meta),
+                        "steps": 0,
+                        "digest": GENESIS,
+                        "log_count": 0,
+                        "head_hash": GENESIS,
+                    }
+                )
+                writer.append("start", None, {"policy": self.policy.describe()})
+                writer.update_episode(status="running", steps=0, digest=GENESIS)
+        self.log.info("episode_start", resume=self.resume)
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._writer is None:
+            return
+        if self.outcome == "running":
+            if error is None:
+                self.outcome = "committed"
+            elif isinstance(error, Escalated):
+                self.outcome = "escalated"
+            else:
+                self.outcome = "failed"
+        try:
+            with self._writer.batch():
+                self._writer.append(
+                    "end",
+                    None,
+                    {
+                        "outcome": self.outcome,
+                        "steps": self.steps,
+                        "digest": self.digest,
+                        "error": None if error is None else f"{type(error).__name__}: {error}",
+                    },
+                )
+                self._writer.update_episode(
+                    status=self.outcome, steps=self.steps, digest=self.digest
+                )
+            self.log.info("episode_end", outcome=self.outcome, steps=self.steps)
+            self.store.flush_log()
+        finally:
+            self._writer.close()
+            self._writer = None
+            if self._owns_store:
+                self.store.close()
+
+    # --- calls ---
+    def call(self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run one call of ``action`` as a transaction (a coroutine for async actions)."""
+        steps = self._call_steps(action, args, kwargs)
+        if action.is_async:
+            return adrive(steps, self.clock)
+        return drive(steps, self.clock)
+
+    def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
+        """Run ``action`` with arguments given as a mapping (a model's tool call)."""
+        return self.call(action, (), dict(arguments))
+
+    def _call_steps(
+        self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Steps:
+        if self._writer is None:
+            raise ConfigurationError(
+                f"episode {self.id} is not open; use it as `with Episode(...):` before calling "
+                f"{action.name!r}"
+            )
+        if self._diverged is not None:
+            raise self._diverged
+        if self.outcome != "running":
+            raise EpisodeClosed(self.id, self.outcome)
+        self._actions.setdefault(action.name, action)
+        try:
+            model = action.validate(args, kwargs)
+        except InvalidArguments as exc:
+            raw = dumps_args(args, kwargs)
+            if not self._record or not self._replay_invalid(action.name, raw):
+                self._record_simple(action.name, "", raw, "invalid", str(exc))
+            raise
+        key = action.key_for(model)
+        if self._record:
+            step = self._expect_call(action, model, key)
+            if step is not None and not step.live:
+                return (yield from self._replayed(action, key, step))
+        if action.mutating:
+            done = self._done.get(key)
+            if done is not None:
+                return self._dedup(action, key, done)
+            resolution = self._resolutions.get(key)
+            if resolution is not None:
+                model = yield from self._apply_resolution(action, model, resolution)
+                if resolution.status == "edited":
+                    key = action.key_for(model)
+                    done = self._done.get(key)
+                    if done is not None:
+                        return self._dedup(action, key, done)
+            in_doubt = self._in_doubt.pop(resolution.idem_key if resolution else key, None)
+            if in_doubt is not None:
+                recovered = yield from self._resolve_in_doubt(action, in_doubt, approved=resolution)
+                if recovered is not None:
+                    return recovered.result
+        self._seq += 1
+        ctx = Context(action.name, model, self.state, self.id)
+        ctx.idempotency_key = key
+        ctx.txn_id = f"{self.id}:{self._seq}"
+        txn = Transaction(self, action, ctx)
+        return (yield from txn.run())
+
+    def _dedup(self, action: Action[Any, Any], key: str, done: Committed) -> Any:
+        """A call whose key already committed: the recorded result, nothing executed."""
+        if done.impl is None:
+            done.impl = action
+        with self._writer.batch():
+            self._writer.append("dedup", done.txn_id, {"action": action.name, "key": key})
+            self._update_episode()
+        return done.result
+
+    # --- introspection ---
+    @property
+    def in_doubt(self) -> list[str]:
+        """Idempotency keys of actions with an intent and no outcome (after a resume)."""
+        return sorted(self._in_doubt)
+
+    def __repr__(self) -> str:
+        return f"<Episode {self.id} {self.outcome} steps={self.steps}>"

@@ -1,0 +1,355 @@
+"""The episode's records: intents, outcomes, refusals, retries, failures, escalations.
+
+``record_intent`` and ``_commit_entry`` are the hot path: every call of an action goes through
+them, so they build their rows and payloads as text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from json.encoder import encode_basestring as _quote
+from typing import Any
+
+from .._json import dumps
+from ..clock import Clock
+from ..errors import Escalated
+from ..policy import Decision, FailureClass
+from ..transaction import Transaction
+from .values import Committed, _jsonable
+
+
+class _Records:
+    """Writes the episode's records through its store writer (mixed into :class:`Episode`)."""
+
+    id: str
+    clock: Clock
+    outcome: str
+    steps: int
+    digest: str
+    committed: list[Committed]
+    pivot: str | None
+    escalation_id: str | None
+    log: Any
+    _writer: Any
+    _seq: int
+    _done: dict[str, Committed]
+
+    # --- records (the hot path) ---
+    def _update_episode(self) -> None:
+        self._writer.update_episode(status=self.outcome, steps=self.steps, digest=self.digest)
+
+    def _record_simple(self, action: str, key: str, args: str, status: str, reason: str) -> None:
+        self._seq += 1
+        txn_id = f"{self.id}:{self._seq}"
+        now = time.time()
+        with self._writer.batch():
+            self._writer.insert_txn(
+                {
+                    "id": txn_id,
+                    "episode_id": self.id,
+                    "seq": self._seq,
+                    "action": action,
+                    "idem_key": key,
+                    "args": args,
+                    "status": status,
+                    "mutating": False,
+                    "failure_class": "precondition" if status != "invalid" else None,
+                    "decision": "continue",
+                    "reason": reason,
+                    "errors": "[]",
+                    "started_at": now,
+                    "ended_at": now,
+                    "duration": 0.0,
+                }
+            )
+            self._writer.append(status, txn_id, {"action": action, "reason": reason})
+            self._update_episode()
+        self.log.info(status, txn_id=txn_id, action=action, reason=reason)
+
+    def record_refusal(self, txn: Transaction, status: str, reason: str) -> None:
+        """A precondition was false or raised: nothing ran."""
+        ctx = txn.ctx
+        self._seq_row(txn, status, reason)
+        self.log.info("precondition_failed", txn_id=ctx.txn_id, action=ctx.action, check=reason)
+
+    def _seq_row(self, txn: Transaction, status: str, reason: str) -> None:
+        ctx = txn.ctx
+        now = time.time()
+        with self._writer.batch():
+            self._writer.insert_txn(
+                {
+                    "id": ctx.txn_id,
+                    "episode_id": self.id,
+                    "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
+                    "action": ctx.action,
+                    "idem_key": ctx.idempotency_key,
+                    "args": dumps(txn.action.call_values(ctx.args)),
+                    "status": status,
+                    "mutating": txn.action.mutating,
+                    "failure_class": "precondition",
+                    "decision": "continue",
+                    "reason": reason,
+                    "errors": "[]",
+                    "started_at": now,
+                    "ended_at": now,
+                    "duration": 0.0,
+                }
+            )
+            self._writer.append(
+                "precondition",
+                ctx.txn_id,
+                {"action": ctx.action, "check": reason, "decision": "continue"},
+            )
+            self._update_episode()
+
+    def record_intent(self, txn: Transaction) -> None:
+        """Write-ahead: the intent is durable before the tool runs.
+
+        The intent is one log record (action, key, arguments, the scoped before snapshot); the
+        transaction's row is written with its outcome. The episode row's chain witness moves
+        with the outcome too. One B-tree write here keeps the hot path cheap.
+        """
+        ctx = txn.ctx
+        args = txn.args_json = dumps(txn.values)
+        txn.before_json = dumps(ctx.before) if ctx.before else "{}"
+        text = (
+            f'{{"action":{_quote(ctx.action)},"key":{_quote(ctx.idempotency_key)},'
+            f'"args":{args},"before":{txn.before_json}}}'
+        )
+        with self._writer.batch():
+            self._writer.append_text("intent", ctx.txn_id, text)
+
+    def record_retry(self, txn: Transaction, delay: float) -> None:
+        """A retry decision, logged with the error that caused it."""
+        last = txn.errors[-1] if txn.errors else None
+        with self._writer.batch():
+            self._writer.append(
+                "decision",
+                txn.ctx.txn_id,
+                {
+                    "decision": "retry",
+                    "attempt": txn.ctx.attempt,
+                    "wait": delay,
+                    "reason": f"{type(last).__name__}: {last}" if last else "",
+                },
+            )
+            self._update_episode()
+        self.log.info(
+            "retry",
+            txn_id=txn.ctx.txn_id,
+            action=txn.ctx.action,
+            attempt=txn.ctx.attempt,
+            wait=delay,
+        )
+
+    def record_commit(
+        self, txn: Transaction, result: Any, diff: dict[str, tuple[Any, Any]], *, recovered: bool
+    ) -> None:
+        """Commit: the outcome, the diff and a compact checkpoint, in one database transaction."""
+        self._commit_entry(txn, result, diff, recovered=recovered)
+
+    def _commit_entry(
+        self,
+        txn: Transaction,
+        result: Any,
+        diff: dict[str, tuple[Any, Any]],
+        *,
+        recovered: bool,
+    ) -> Committed:
+        ctx, act = txn.ctx, txn.action
+        now = time.time()
+        duration = self.clock.now() - txn.t0
+        result_json = txn.result_json
+        diff_json = dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else "{}"
+        status = "recovered" if recovered else "committed"
+        errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]) if txn.errors else "[]"
+        step: int | None = None
+        digest = self.digest
+        if act.mutating:
+            step = self.steps + 1
+            digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
+        # The payload is assembled as text: it is on the hot path, and every part is JSON.
+        payload = (
+            f'{{"action":{_quote(ctx.action)},"step":{"null" if step is None else step},'
+            f'"digest":{"null" if step is None else _quote(digest)},"attempts":{ctx.attempt},'
+            f'"result_sha":"{hashlib.sha256(result_json.encode()).hexdigest()}",'
+            f'"diff_sha":"{hashlib.sha256(diff_json.encode()).hexdigest()}"}}'
+        )
+        with self._writer.batch():
+            self._writer.insert_txn(
+                {
+                    "id": ctx.txn_id,
+                    "episode_id": self.id,
+                    "seq": txn.seq,
+                    "action": ctx.action,
+                    "idem_key": ctx.idempotency_key,
+                    "args": txn.args_json or dumps(txn.values),
+                    "before": txn.before_json,
+                    "mutating": act.mutating,
+                    "started_at": txn.started,
+                    "status": status,
+                    "result": result_json,
+                    "diff": diff_json,
+                    "attempts": ctx.attempt,
+                    "errors": errors,
+                    "ended_at": now,
+                    "duration": duration,
+                    "step": step,
+                }
+            )
+            if step is not None:
+                self._writer.checkpoint(step, ctx.txn_id, digest)
+            self._writer.append_text(status, ctx.txn_id, payload)
+            self._writer.update_episode(
+                status=self.outcome, steps=step or self.steps, digest=digest
+            )
+        if step is not None:
+            self.steps, self.digest = step, digest
+        entry = Committed(
+            ctx.txn_id,
+            ctx.action,
+            ctx.idempotency_key,
+            result,
+            txn.values,
+            ctx.before,
+            diff,
+            step,
+            act.mutating,
+            impl=act,
+        )
+        self.committed.append(entry)
+        if act.mutating:
+            self._done[ctx.idempotency_key] = entry
+            if act.pivot:
+                self.pivot = act.name
+        self.log.info(
+            status,
+            txn_id=ctx.txn_id,
+            action=ctx.action,
+            step=step,
+            attempts=ctx.attempt,
+            duration=duration,
+        )
+        return entry
+
+    def record_failure(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass,
+        decision: Decision,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+        *,
+        existing: bool = False,
+        status: str = "failed",
+    ) -> None:
+        """The transaction did not commit (or its undo failed): its class, the decision, why."""
+        ctx, act = txn.ctx, txn.action
+        now = time.time()
+        fields = {
+            "status": status,
+            "failure_class": str(failure_class),
+            "decision": str(decision),
+            "reason": reason,
+            "attempts": ctx.attempt,
+            "errors": _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]),
+            "diff": dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else None,
+            "ended_at": now,
+            "duration": self.clock.now() - txn.t0,
+        }
+        with self._writer.batch():
+            if existing:
+                self._writer.update_txn(ctx.txn_id, fields)
+            else:
+                self._writer.insert_txn(
+                    {
+                        "id": ctx.txn_id,
+                        "episode_id": self.id,
+                        "seq": txn.seq,
+                        "action": ctx.action,
+                        "idem_key": ctx.idempotency_key,
+                        "args": txn.args_json or dumps(txn.values),
+                        "before": txn.before_json,
+                        "mutating": act.mutating,
+                        "started_at": txn.started,
+                        **fields,
+                    }
+                )
+            self._writer.append(
+                "decision",
+                ctx.txn_id,
+                {
+                    "action": ctx.action,
+                    "failure_class": str(failure_class),
+                    "decision": str(decision),
+                    "reason": reason,
+                    "attempts": ctx.attempt,
+                },
+            )
+            self._update_episode()
+        self.log.warning(
+            "failed",
+            txn_id=ctx.txn_id,
+            action=ctx.action,
+            failure_class=str(failure_class),
+            decision=str(decision),
+            reason=reason,
+        )
+
+    def escalate(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass | str,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+    ) -> Escalated:
+        """Store an escalation (what, why, the evidence), pause the episode, return the error."""
+        ctx, act = txn.ctx, txn.action
+        evidence = {
+            "before": ctx.before,
+            "after": ctx.after,
+            "diff": {k: [b, a] for k, (b, a) in diff.items()},
+            "errors": [f"{type(e).__name__}: {e}" for e in txn.errors],
+            "attempts": ctx.attempt,
+            "step": self.steps,
+            "digest": self.digest,
+        }
+        self.outcome = "escalated"
+        with self._writer.batch():
+            esc_id = self._writer.insert_escalation(
+                {
+                    "episode_id": self.id,
+                    "txn_id": ctx.txn_id,
+                    "action": act.name,
+                    "idem_key": ctx.idempotency_key,
+                    "args": dumps(act.call_values(ctx.args)),
+                    "failure_class": str(failure_class),
+                    "reason": reason,
+                    "evidence": _jsonable(evidence),
+                    "status": "pending",
+                    "created_at": time.time(),
+                    "fallback": "reject",
+                }
+            )
+            self._writer.append(
+                "escalation",
+                ctx.txn_id,
+                {
+                    "escalation_id": esc_id,
+                    "action": act.name,
+                    "failure_class": str(failure_class),
+                    "reason": reason,
+                },
+            )
+            self._update_episode()
+        self.escalation_id = esc_id
+        self.log.warning(
+            "escalated",
+            txn_id=ctx.txn_id,
+            action=act.name,
+            escalation_id=esc_id,
+            failure_class=str(failure_class),
+            reason=reason,
+        )
+        return Escalated(esc_id, act.name, str(failure_class), reason)

@@ -1,0 +1,109 @@
+"""The episode's rollback: the saga that compensates what it committed, newest first."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from ..action import Action, Context
+from ..errors import CompensationFailed, ConfigurationError
+from ..policy import Decision, FailureClass
+from ..transaction import Steps, Transaction, adrive, compensate, drive
+from .records import _Records
+from .values import Committed, _missing_action
+
+if TYPE_CHECKING:
+    from .core import Episode
+
+
+class _Rollback(_Records):
+    """Rolls the episode back (mixed into :class:`Episode`)."""
+
+    state: Any
+    _actions: dict[str, Action[Any, Any]]
+    _compensating: set[str]
+    _rolled_back: bool
+
+    # --- rollback ---
+    def rollback(self) -> None:
+        """Compensate every committed action, newest first, and verify the state is back."""
+        drive(self.rollback_steps(reason="requested"), self.clock)
+
+    async def arollback(self) -> None:
+        """``rollback`` for episodes whose compensations are async."""
+        await adrive(self.rollback_steps(reason="requested"), self.clock)
+
+    def rollback_steps(self, *, reason: str) -> Steps:
+        """The saga: compensate in reverse order; a failed undo escalates."""
+        if self._writer is None:
+            raise ConfigurationError(f"episode {self.id} is not open; roll back inside `with`")
+        with self._writer.batch():
+            self._writer.append("rollback", None, {"reason": reason})
+            self._update_episode()
+        for entry in reversed(self.committed):
+            if not entry.mutating or entry.compensated:
+                continue
+            impl = entry.impl or self._actions.get(entry.action)
+            txn = self._replay_txn(entry, impl)
+            # A compensation a crash cut short: if the state is back, it ran; do not run it twice.
+            undone = entry.txn_id in self._compensating and all(
+                self.state.get(k) == before for k, (before, _) in entry.diff.items()
+            )
+            if not undone:
+                with self._writer.batch():
+                    self._writer.append("compensating", entry.txn_id, {"action": entry.action})
+                    self._update_episode()
+                try:
+                    if impl is None:
+                        raise CompensationFailed(
+                            entry.action,
+                            "its implementation is unknown after resume; pass it in "
+                            "Episode(actions=[...])",
+                            txn_id=entry.txn_id,
+                        )
+                    yield from compensate(impl, txn.ctx, entry.diff)
+                except CompensationFailed as exc:
+                    txn.errors.append(exc)
+                    self.record_failure(
+                        txn,
+                        FailureClass.COMPENSATION,
+                        Decision.ESCALATE,
+                        exc.reason,
+                        entry.diff,
+                        existing=True,
+                    )
+                    raise self.escalate(
+                        txn, FailureClass.COMPENSATION, exc.reason, entry.diff
+                    ) from exc
+            entry.compensated = True
+            self._compensating.discard(entry.txn_id)
+            self._done.pop(entry.key, None)
+            with self._writer.batch():
+                self._writer.update_txn(entry.txn_id, {"status": "compensated"})
+                self._writer.append(
+                    "compensated",
+                    entry.txn_id,
+                    {"action": entry.action, "found_undone": True}
+                    if undone
+                    else {"action": entry.action},
+                )
+                self._update_episode()
+            self.log.info("compensated", txn_id=entry.txn_id, action=entry.action)
+        self.pivot = None
+        self.outcome = "rolled_back"
+        self._rolled_back = True
+        with self._writer.batch():
+            self._writer.append("rolled_back", None, {"reason": reason})
+            self._update_episode()
+
+    def _replay_txn(self, entry: Committed, impl: Action[Any, Any] | None) -> Transaction:
+        """A transaction object for compensating ``entry`` (its context rebuilt)."""
+        action = impl if impl is not None else _missing_action(entry.action)
+        model = action.validate_mapping(dict(entry.args)) if impl is not None else None
+        ctx = Context(entry.action, model, self.state, self.id)
+        ctx.txn_id, ctx.idempotency_key, ctx.result = entry.txn_id, entry.key, entry.result
+        ctx.before = dict(entry.before)
+        ctx.after = {k: a for k, (_, a) in entry.diff.items()}
+        for k, (b, _) in entry.diff.items():
+            ctx.before.setdefault(k, b)
+        # The mixin is only ever an Episode; the cast tells mypy so (no effect at run time).
+        return Transaction(cast("Episode", self), action, ctx)

@@ -1,0 +1,86 @@
+"""The episode's small values: what it remembers of a call, the active episode, helpers."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._json import dumps, loads
+from ..action import Action
+
+if TYPE_CHECKING:
+    from .core import Episode
+
+_current: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
+    "harness_episode", default=None
+)
+
+
+def current_episode() -> Episode | None:
+    """The episode active in this context, if any."""
+    return _current.get()
+
+
+@dataclass
+class InDoubt:
+    """An intent with no outcome, read back from the log on resume."""
+
+    id: str
+    action: str
+    key: str
+    args: dict[str, Any]
+    before: dict[str, Any]
+    ts: float
+
+    @property
+    def seq(self) -> int:
+        return int(self.id.rsplit(":", 1)[1])
+
+    @classmethod
+    def from_log(cls, txn_id: str, payload: str, ts: float) -> InDoubt:
+        data = loads(payload)
+        return cls(
+            txn_id,
+            data["action"],
+            data["key"],
+            data.get("args") or {},
+            data.get("before") or {},
+            ts,
+        )
+
+
+@dataclass
+class Committed:
+    """A committed transaction as the episode remembers it (for dedup and rollback)."""
+
+    txn_id: str
+    action: str
+    key: str
+    result: Any
+    args: dict[str, Any]
+    before: dict[str, Any]
+    diff: dict[str, tuple[Any, Any]]
+    step: int | None
+    mutating: bool
+    compensated: bool = False
+    impl: Action[Any, Any] | None = None
+
+
+def _jsonable(value: Any) -> str:
+    try:
+        return dumps(value)
+    except (TypeError, ValueError):
+        return dumps(repr(value))
+
+
+def dumps_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Arguments as JSON for the record, whatever they are."""
+    return _jsonable({"args": list(args), "kwargs": kwargs})
+
+
+def _missing_action(name: str) -> Action[Any, Any]:
+    def missing() -> None:
+        """An action whose implementation is not known to this episode."""
+
+    return Action(missing, name=name, writes=["*"])
