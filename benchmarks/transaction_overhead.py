@@ -49,7 +49,9 @@ import tenacity
 
 import harness as hx
 import harness.episode as hx_episode
-import harness.store as hx_store
+import harness.episode.records as hx_records
+import harness.store.store as hx_store
+import harness.store.writer as hx_writer
 import harness.transaction as hx_transaction
 from harness.policy import Retry
 from harness.state.dict import DictState
@@ -519,10 +521,10 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
     p.patch(EpisodeWriter, "update_txn", "writer.update_txn")
     p.patch(EpisodeWriter, "checkpoint", "writer.checkpoint")
     p.patch(EpisodeWriter, "_exec", _sql_label)
-    p.patch(hx_store, "record_hash", "sha256: hash chain (record_hash)")
-    if getattr(hx_episode, "hashlib", None) is hashlib:
+    p.patch(hx_writer, "record_hash", "sha256: hash chain (record_hash)")
+    if getattr(hx_records, "hashlib", None) is hashlib:
         label = "sha256: args/result/diff/state digests"
-        p.swap(hx_episode, "hashlib", types.SimpleNamespace(sha256=p.wrap(label, hashlib.sha256)))
+        p.swap(hx_records, "hashlib", types.SimpleNamespace(sha256=p.wrap(label, hashlib.sha256)))
     user = "user code: no-op tool + 2 checks"
     tool_fn = act.fn
     act.fn = p.wrap(user, tool_fn)
@@ -532,8 +534,9 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
     try:
         with bench.episode() as ep:
             # After the episode opened, so the logger keeps its own JSON encoder.
-            for module in (hx_episode, hx_store, hx_transaction):
-                p.patch(module, "dumps", "JSON encoding (_json.dumps)")
+            for module in (hx_records, hx_writer, hx_store, hx_transaction):
+                if hasattr(module, "dumps"):
+                    p.patch(module, "dumps", "JSON encoding (_json.dumps)")
             writer = ep._writer
             writer.conn = _TimedConn(writer.conn, p)
             ep.log = _TimedLog(ep.log, p)
