@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
+import json
 import os
 import shutil
 import tempfile
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
-__all__ = ["FolderEnvironment"]
+from pydantic import BaseModel
+
+import harness as hx
+
+__all__ = ["FolderEnvironment", "OccurrenceKeys", "delegate"]
 
 
 class FolderEnvironment:
@@ -68,3 +80,53 @@ class FolderEnvironment:
     def __repr__(self) -> str:
         status = "closed" if self._closed else "open"
         return f"<{type(self).__name__} {self._where()} {status}>"
+
+
+class OccurrenceKeys:
+    """Idempotency keys: the arguments' hash plus the occurrence number of that identical call.
+
+    The engine's default key (name and arguments) answers a repeated identical call from its
+    record without running the tool. Domains whose upstream runs it again (a second cancel is
+    refused; "set to A, then B, then A" ends on A) number identical calls within one episode
+    instead: a resumed episode that replays its calls from the start renumbers them the same
+    way, so every committed call is still recognised and a call left in doubt matches its
+    intent. Sound only for actions that are safe to run again after an unknown outcome.
+    """
+
+    def __init__(self) -> None:
+        self._seen: weakref.WeakKeyDictionary[hx.Episode, Counter[str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def key(self, args: BaseModel) -> str:
+        """The key of this call: ``<hash of the arguments>#<how many identical calls before>``."""
+        text = json.dumps(
+            args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        ident = hashlib.sha256(text.encode()).hexdigest()[:32]
+        episode = hx.current_episode()
+        if episode is None:
+            return f"{ident}#0"
+        with self._lock:
+            seen = self._seen.setdefault(episode, Counter())
+            number = seen[ident]
+            seen[ident] += 1
+        return f"{ident}#{number}"
+
+
+def delegate(tools: Any, name: str) -> Callable[..., Any]:
+    """A function with the method's signature (without ``self``) and docstring that calls
+    ``tools.<name>``, looked up at each call so patching the instance (a fault in a test)
+    reaches the action built on it."""
+    method = getattr(type(tools), name)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(tools, name)(*args, **kwargs)
+
+    functools.update_wrapper(call, method)  # name, docstring, annotations (and their module)
+    signature = inspect.signature(method)
+    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=list(signature.parameters.values())[1:]
+    )
+    return call

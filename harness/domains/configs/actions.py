@@ -12,26 +12,18 @@
 - One compensation, :func:`restore_files`, that puts back ``ctx.before``: the text a file had,
   or no file where there was none.
 - Idempotency keys: the arguments' hash plus the occurrence number of that identical call in the
-  episode (see :class:`_Occurrences`).
+  episode (see :class:`harness.domains.base.OccurrenceKeys`).
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import hashlib
-import inspect
-import json
-import threading
-import weakref
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel
-
 import harness as hx
+from harness.domains.base import OccurrenceKeys, delegate
 from harness.domains.configs.formats import IniSections, load_ini, load_json
 from harness.domains.configs.tools import (
     CRITICAL_MIN_REPLICAS,
@@ -423,58 +415,19 @@ def restore_files(ctx: hx.Context) -> None:
 # -- idempotency -----------------------------------------------------------------------------
 
 
-class _Occurrences:
-    """Idempotency keys: the arguments' hash plus the occurrence number of that identical call.
-
-    Why not the engine's default (a hash of name and arguments)? It answers a call whose key
-    already committed with the recorded result, without running the tool. For "set to" tools
-    that is wrong after another change in between: replicas 3, then 5, then 3 again must end on
-    3, but a deduplicated third call would leave 5. Numbering identical calls within an episode
-    keeps a replayed or resumed episode deduplicating exactly the calls it already made.
-    Every write here is safe to run again after an unknown outcome (it sets values; a second
-    decommission is refused by its preconditions), so keying is sound.
-    """
-
-    def __init__(self) -> None:
-        self._seen: weakref.WeakKeyDictionary[hx.Episode, Counter[str]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def key(self, args: BaseModel) -> str:
-        text = json.dumps(args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        ident = hashlib.sha256(text.encode()).hexdigest()[:32]
-        episode = hx.current_episode()
-        if episode is None:
-            return f"{ident}#0"
-        with self._lock:
-            seen = self._seen.setdefault(episode, Counter())
-            number = seen[ident]
-            seen[ident] += 1
-        return f"{ident}#{number}"
+# Idempotency keys: OccurrenceKeys (harness.domains.base), the arguments' hash plus the
+# occurrence number of that identical call. Why, for this domain:
+#
+# Why not the engine's default (a hash of name and arguments)? It answers a call whose key
+# already committed with the recorded result, without running the tool. For "set to" tools
+# that is wrong after another change in between: replicas 3, then 5, then 3 again must end on
+# 3, but a deduplicated third call would leave 5. Numbering identical calls within an episode
+# keeps a replayed or resumed episode deduplicating exactly the calls it already made.
+# Every write here is safe to run again after an unknown outcome (it sets values; a second
+# decommission is refused by its preconditions), so keying is sound.
 
 
 # -- building --------------------------------------------------------------------------------
-
-
-def _delegate(tools: ConfigTools, name: str) -> Callable[..., Record]:
-    """A function with the method's signature and docstring that calls ``tools.<name>``.
-
-    The method is looked up at each call, so patching it on the instance (to inject a fault in
-    a test) reaches the action.
-    """
-    method = getattr(ConfigTools, name)
-
-    def call(*args: Any, **kwargs: Any) -> Record:
-        result: Record = getattr(tools, name)(*args, **kwargs)
-        return result
-
-    functools.update_wrapper(call, method)
-    signature = inspect.signature(method)
-    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=list(signature.parameters.values())[1:]  # without self
-    )
-    return call
 
 
 def build_actions(tools: ConfigTools) -> dict[str, hx.Action[..., Record]]:
@@ -487,11 +440,11 @@ def build_actions(tools: ConfigTools) -> dict[str, hx.Action[..., Record]]:
         ``{tool name: action}`` for the eight write tools, each with its scope, preconditions,
         postconditions, compensation and idempotency key.
     """
-    occurrences = _Occurrences()
+    occurrences = OccurrenceKeys()
     actions: dict[str, hx.Action[..., Record]] = {}
     for name in WRITE_TOOLS:
         act: hx.Action[..., Record] = hx.Action(
-            _delegate(tools, name), writes=list(SCOPES[name]), idempotency_key=occurrences.key
+            delegate(tools, name), writes=list(SCOPES[name]), idempotency_key=occurrences.key
         )
         for check in PRECONDITIONS[name]:
             act.precondition(check)

@@ -14,7 +14,7 @@ with upstream's name, arguments and docstring, and gives it what a transaction n
   ``modify_pending_order_items`` takes the price and options of the *last* new item.
 - One generic compensation that writes back the before-row of every row the action changed.
 - Idempotency keys: the canonical hash of the arguments plus the *occurrence number* of that
-  identical call in the episode (see :class:`_Occurrences`).
+  identical call in the episode (see :class:`harness.domains.base.OccurrenceKeys`).
 
 A tool's :class:`RetailError` is a permanent ``fail_stop`` failure (not in ``Retry.on``); with
 the default :class:`hx.Policy` it ends as :class:`hx.ActionFailed` with decision ``continue``
@@ -25,21 +25,15 @@ compensation).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import inspect
 import json
 import sqlite3
-import threading
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
-from pydantic import BaseModel
-
 import harness as hx
+from harness.domains.base import OccurrenceKeys, delegate
 from harness.domains.retail.db import PRIMARY_KEYS, TABLES, Record, column_names, encode
 from harness.domains.retail.tools import WRITE_TOOLS, RetailTools
 
@@ -679,71 +673,30 @@ def restore_before(conn: sqlite3.Connection, ctx: hx.Context) -> None:
 # -- idempotency -----------------------------------------------------------------------------
 
 
-class _Occurrences:
-    """Idempotency keys: the arguments' hash plus the occurrence number of that identical call.
-
-    Why not the engine's default (a hash of name and arguments)? The engine answers a call whose
-    key already committed with the recorded result, without running the tool. Upstream always
-    runs it: a repeated cancel, item change, payment change, return or exchange fails its
-    status check the second time (the agent must see that failure), and a repeated address
-    change applies again, which matters after another change in between (address A, then B,
-    then A again ends on A upstream; a deduplicated third call would leave B). None of the 74
-    gold tasks repeats an identical write, so both keys replay gold faithfully; this one also
-    stays faithful for agents that repeat themselves.
-
-    The number counts identical calls within one :class:`hx.Episode` object, so a run that
-    resumes a crashed episode and replays its calls from the start renumbers them the same way
-    and every committed call is recognised (deduplicated), and a call left in doubt is matched
-    to its intent. (An agent that resumes without replaying gets number 0 for its first call of
-    any arguments, matching the first such call of the crashed session.)
-
-    Keying is sound because every retail write is safe to run again after an unknown outcome:
-    the status-changing tools refuse an order whose status they already changed, and the
-    address tools write the same values again. So the actions are ``safe_to_repeat``.
-    """
-
-    def __init__(self) -> None:
-        self._seen: weakref.WeakKeyDictionary[hx.Episode, Counter[str]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def key(self, args: BaseModel) -> str:
-        text = json.dumps(
-            args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-        ident = hashlib.sha256(text.encode()).hexdigest()[:32]
-        episode = hx.current_episode()
-        if episode is None:
-            return f"{ident}#0"
-        with self._lock:
-            seen = self._seen.setdefault(episode, Counter())
-            number = seen[ident]
-            seen[ident] += 1
-        return f"{ident}#{number}"
+# Idempotency keys: OccurrenceKeys (harness.domains.base), the arguments' hash plus the
+# occurrence number of that identical call. Why, for this domain:
+#
+# Why not the engine's default (a hash of name and arguments)? The engine answers a call whose
+# key already committed with the recorded result, without running the tool. Upstream always
+# runs it: a repeated cancel, item change, payment change, return or exchange fails its
+# status check the second time (the agent must see that failure), and a repeated address
+# change applies again, which matters after another change in between (address A, then B,
+# then A again ends on A upstream; a deduplicated third call would leave B). None of the 74
+# gold tasks repeats an identical write, so both keys replay gold faithfully; this one also
+# stays faithful for agents that repeat themselves.
+#
+# The number counts identical calls within one :class:`hx.Episode` object, so a run that
+# resumes a crashed episode and replays its calls from the start renumbers them the same way
+# and every committed call is recognised (deduplicated), and a call left in doubt is matched
+# to its intent. (An agent that resumes without replaying gets number 0 for its first call of
+# any arguments, matching the first such call of the crashed session.)
+#
+# Keying is sound because every retail write is safe to run again after an unknown outcome:
+# the status-changing tools refuse an order whose status they already changed, and the
+# address tools write the same values again. So the actions are ``safe_to_repeat``.
 
 
 # -- building ----------------------------------------------------------------------------------
-
-
-def _delegate(tools: RetailTools, name: str) -> Callable[..., Record]:
-    """A function with the tool's exact signature and docstring that calls ``tools.<name>``.
-
-    The method is looked up at each call, so patching it on the instance (to inject a fault in
-    a test) reaches the action.
-    """
-    method = getattr(RetailTools, name)
-
-    def call(*args: Any, **kwargs: Any) -> Record:
-        result: Record = getattr(tools, name)(*args, **kwargs)
-        return result
-
-    functools.update_wrapper(call, method)  # name, docstring, annotations (and their module)
-    signature = inspect.signature(method)
-    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=list(signature.parameters.values())[1:]  # without self
-    )
-    return call
 
 
 def build_actions(tools: RetailTools, state: Any) -> dict[str, hx.Action[..., Record]]:
@@ -758,7 +711,7 @@ def build_actions(tools: RetailTools, state: Any) -> dict[str, hx.Action[..., Re
         ``{tool name: action}`` for the seven write tools, each with upstream's name, arguments
         and docstring, its scope, preconditions, postconditions, compensation and key.
     """
-    occurrences = _Occurrences()
+    occurrences = OccurrenceKeys()
 
     def compensate(ctx: hx.Context) -> None:
         restore_before(tools.conn, ctx)
@@ -766,7 +719,7 @@ def build_actions(tools: RetailTools, state: Any) -> dict[str, hx.Action[..., Re
     actions: dict[str, hx.Action[..., Record]] = {}
     for name in WRITE_TOOLS:
         act: hx.Action[..., Record] = hx.Action(
-            _delegate(tools, name),
+            delegate(tools, name),
             writes=_scope(state, name),
             idempotency_key=occurrences.key,
         )
