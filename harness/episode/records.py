@@ -73,28 +73,39 @@ class _Records:
         self._seq_row(txn, status, reason)
         self.log.info("precondition_failed", txn_id=ctx.txn_id, action=ctx.action, check=reason)
 
+    def _txn_row(self, txn: Transaction, **fields: Any) -> dict[str, Any]:
+        """A transaction row: the call's identity, then ``fields`` (outcome, timings...)."""
+        ctx = txn.ctx
+        return {
+            "id": ctx.txn_id,
+            "episode_id": self.id,
+            "seq": txn.seq,
+            "action": ctx.action,
+            "idem_key": ctx.idempotency_key,
+            "args": txn.args_json or dumps(txn.values),
+            "before": txn.before_json,
+            "mutating": txn.action.mutating,
+            "started_at": txn.started,
+            **fields,
+        }
+
     def _seq_row(self, txn: Transaction, status: str, reason: str) -> None:
         ctx = txn.ctx
         now = time.time()
         with self._writer.batch():
             self._writer.insert_txn(
-                {
-                    "id": ctx.txn_id,
-                    "episode_id": self.id,
-                    "seq": int(ctx.txn_id.rsplit(":", 1)[1]),
-                    "action": ctx.action,
-                    "idem_key": ctx.idempotency_key,
-                    "args": dumps(txn.action.call_values(ctx.args)),
-                    "status": status,
-                    "mutating": txn.action.mutating,
-                    "failure_class": "precondition",
-                    "decision": "continue",
-                    "reason": reason,
-                    "errors": "[]",
-                    "started_at": now,
-                    "ended_at": now,
-                    "duration": 0.0,
-                }
+                self._txn_row(
+                    txn,
+                    before=None,
+                    status=status,
+                    failure_class="precondition",
+                    decision="continue",
+                    reason=reason,
+                    errors="[]",
+                    started_at=now,
+                    ended_at=now,
+                    duration=0.0,
+                )
             )
             self._writer.append(
                 "precondition",
@@ -178,25 +189,17 @@ class _Records:
         )
         with self._writer.batch():
             self._writer.insert_txn(
-                {
-                    "id": ctx.txn_id,
-                    "episode_id": self.id,
-                    "seq": txn.seq,
-                    "action": ctx.action,
-                    "idem_key": ctx.idempotency_key,
-                    "args": txn.args_json or dumps(txn.values),
-                    "before": txn.before_json,
-                    "mutating": act.mutating,
-                    "started_at": txn.started,
-                    "status": status,
-                    "result": result_json,
-                    "diff": diff_json,
-                    "attempts": ctx.attempt,
-                    "errors": errors,
-                    "ended_at": now,
-                    "duration": duration,
-                    "step": step,
-                }
+                self._txn_row(
+                    txn,
+                    status=status,
+                    result=result_json,
+                    diff=diff_json,
+                    attempts=ctx.attempt,
+                    errors=errors,
+                    ended_at=now,
+                    duration=duration,
+                    step=step,
+                )
             )
             if step is not None:
                 self._writer.checkpoint(step, ctx.txn_id, digest)
@@ -245,7 +248,7 @@ class _Records:
         status: str = "failed",
     ) -> None:
         """The transaction did not commit (or its undo failed): its class, the decision, why."""
-        ctx, act = txn.ctx, txn.action
+        ctx = txn.ctx
         now = time.time()
         fields = {
             "status": status,
@@ -262,20 +265,7 @@ class _Records:
             if existing:
                 self._writer.update_txn(ctx.txn_id, fields)
             else:
-                self._writer.insert_txn(
-                    {
-                        "id": ctx.txn_id,
-                        "episode_id": self.id,
-                        "seq": txn.seq,
-                        "action": ctx.action,
-                        "idem_key": ctx.idempotency_key,
-                        "args": txn.args_json or dumps(txn.values),
-                        "before": txn.before_json,
-                        "mutating": act.mutating,
-                        "started_at": txn.started,
-                        **fields,
-                    }
-                )
+                self._writer.insert_txn(self._txn_row(txn, **fields))
             self._writer.append(
                 "decision",
                 ctx.txn_id,
