@@ -269,7 +269,9 @@ def test_retail_error_modes_fail_the_trial(tmp_path: Path):
             tasks=tasks,
             logs=tmp_path / mode,
         )
-        assert not any(r.passed for r in bad.results if r.steps), mode
+        judged = [r for r in bad.results if r.steps]
+        assert len(judged) == len(tasks), mode  # every chosen task has writes to get wrong
+        assert not any(r.passed for r in judged), mode
 
 
 @pytest.mark.parametrize("name", ["retail", "configs"])
