@@ -38,7 +38,8 @@ WINDOWS = (
     "after_intent",  # the intent is durable, the tool has not run
     "during_execution",  # inside the tool's database transaction (rolled back by the kill)
     "after_execution",  # the effect is committed in the database, its outcome is not recorded
-    "during_checkpoint",  # inside the outcome's batch: row and checkpoint written, not committed
+    "during_materialise",  # a later batch writes committed calls' rows and checkpoints: not
+    # committed yet (the commits' own records are)
     "during_compensation",  # inside a compensation's database transaction
     "after_compensation",  # the compensation is committed, its outcome is not recorded
 )
@@ -250,9 +251,9 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
                 os.write(wfd, f"{name}\n".encode())
                 time.sleep(60)  # until the parent's SIGKILL
 
-    intent, checkpoint, commit = (
+    intent, flush, commit = (
         Episode.record_intent,
-        EpisodeWriter.checkpoint,
+        EpisodeWriter.flush,
         Episode._commit_entry,
     )
 
@@ -260,9 +261,11 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
         intent(self, txn)
         hook("after_intent")
 
-    def write_checkpoint(self: EpisodeWriter, step: int, txn_id: str, digest: str) -> None:
-        checkpoint(self, step, txn_id, digest)
-        hook("during_checkpoint")
+    def materialise(self: EpisodeWriter) -> None:
+        rows = len(self.pending)
+        flush(self)
+        if rows:
+            hook("during_materialise")
 
     def commit_entry(self: Episode, *args: Any, **kw: Any) -> Any:
         entry = commit(self, *args, **kw)
@@ -270,7 +273,7 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
         return entry
 
     Episode.record_intent = record_intent  # type: ignore[method-assign]
-    EpisodeWriter.checkpoint = write_checkpoint  # type: ignore[method-assign]
+    EpisodeWriter.flush = materialise  # type: ignore[method-assign]
     Episode._commit_entry = commit_entry  # type: ignore[method-assign]
     env = LedgerEnvironment(folder / "env.db", hook)
     store = hx.Store(folder / "store.db")

@@ -84,11 +84,11 @@ def test_reordered_records_are_named(recorded: str):
 def test_rehashed_edit_is_still_caught(recorded: str):
     """Recomputing one record's hash after editing it breaks the link to the next record."""
     store = hx.Store(recorded)
-    row = store.log("e1")[2]
+    prev, row = store.log("e1")[1:3]
     from harness.store import record_hash
 
     payload = row.payload + " "
-    h = record_hash(row.prev_hash, row.episode_id, row.seq, row.kind, row.txn_id, payload, row.ts)
+    h = record_hash(prev.hash, row.episode_id, row.seq, row.kind, row.txn_id, payload, row.ts)
     with sqlite3.connect(db_path(recorded)) as conn:
         conn.execute(
             "UPDATE hx_log SET payload = ?, hash = ? WHERE episode_id = ? AND seq = ?",
@@ -170,9 +170,9 @@ def test_appended_record_is_named(recorded: str):
     h = record_hash(last.hash, "e1", last.seq + 1, "commit", None, "{}", 1.0)
     with sqlite3.connect(db_path(recorded)) as conn:
         conn.execute(
-            "INSERT INTO hx_log(episode_id, seq, txn_id, kind, payload, ts, prev_hash, hash) "
-            "VALUES ('e1', ?, NULL, 'commit', '{}', 1.0, ?, ?)",
-            (last.seq + 1, last.hash, h),
+            "INSERT INTO hx_log(id, episode_id, seq, txn_id, kind, payload, ts, hash) "
+            "VALUES (?, 'e1', ?, NULL, 'commit', '{}', 1.0, ?)",
+            (last.id + 1, last.seq + 1, h),
         )
     report = store.verify_chain()
     assert not report.ok and "appended outside the harness" in report.reason

@@ -139,8 +139,9 @@ class Episode(_Resume):
                 writer.close()
                 self._writer = None
                 raise StoreError(f"no episode {self.id!r} to resume in {self.store.url}")
-            self._load(existing.steps, existing.digest)
+            self._load()
             writer.load_head()
+            writer.adopt_tail()
             with writer.batch():
                 writer.append(
                     "resume", None, {"steps": self.steps, "in_doubt": len(self._in_doubt)}

@@ -117,19 +117,18 @@ class _Records:
     def record_intent(self, txn: Transaction) -> None:
         """Write-ahead: the intent is durable before the tool runs.
 
-        The intent is one log record (action, key, arguments, the scoped before snapshot); the
-        transaction's row is written with its outcome. The episode row's chain witness moves
-        with the outcome too. One B-tree write here keeps the hot path cheap.
+        The intent is one log record (action, key, arguments, the scoped before snapshot, the
+        start time), written as its own database transaction: one single-row append.
         """
         ctx = txn.ctx
         args = txn.args_json = dumps(txn.values)
         txn.before_json = dumps(ctx.before) if ctx.before else "{}"
-        text = (
+        self._writer.hot(
+            "intent",
+            ctx.txn_id,
             f'{{"action":{_quote(ctx.action)},"key":{_quote(ctx.idempotency_key)},'
-            f'"args":{args},"before":{txn.before_json}}}'
+            f'"args":{args},"before":{txn.before_json},"started":{txn.started!r}}}',
         )
-        with self._writer.batch():
-            self._writer.append_text("intent", ctx.txn_id, text)
 
     def record_retry(self, txn: Transaction, delay: float) -> None:
         """A retry decision, logged with the error that caused it."""
@@ -169,44 +168,32 @@ class _Records:
         recovered: bool,
     ) -> Committed:
         ctx, act = txn.ctx, txn.action
-        now = time.time()
         duration = self.clock.now() - txn.t0
-        result_json = txn.result_json
         diff_json = dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else "{}"
-        status = "recovered" if recovered else "committed"
         errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]) if txn.errors else "[]"
         step: int | None = None
         digest = self.digest
+        # The record is the outcome: the transaction row and the checkpoint are its projection
+        # (harness.store.projection), written with the episode's next batch. It is assembled
+        # as text: it is on the hot path, and every part is JSON already.
         if act.mutating:
             step = self.steps + 1
             digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
-        # The payload is assembled as text: it is on the hot path, and every part is JSON.
-        payload = (
-            f'{{"action":{_quote(ctx.action)},"step":{"null" if step is None else step},'
-            f'"digest":{"null" if step is None else _quote(digest)},"attempts":{ctx.attempt},'
-            f'"result_sha":"{hashlib.sha256(result_json.encode()).hexdigest()}",'
-            f'"diff_sha":"{hashlib.sha256(diff_json.encode()).hexdigest()}"}}'
+            call = f'"step":{step},"digest":"{digest}"'
+        else:
+            call = (
+                f'"step":null,"digest":null,"key":{_quote(ctx.idempotency_key)},'
+                f'"args":{txn.args_json or dumps(txn.values)},'
+                f'"before":{dumps(ctx.before) if ctx.before else "{}"},"started":{txn.started!r}'
+            )
+        status = "recovered" if recovered else "committed"
+        self._writer.hot(
+            status,
+            ctx.txn_id,
+            f'{{"action":{_quote(ctx.action)},{call},"attempts":{ctx.attempt},'
+            f'"duration":{duration!r},"result":{txn.result_json},"diff":{diff_json},'
+            f'"errors":{errors}}}',
         )
-        with self._writer.batch():
-            self._writer.insert_txn(
-                self._txn_row(
-                    txn,
-                    status=status,
-                    result=result_json,
-                    diff=diff_json,
-                    attempts=ctx.attempt,
-                    errors=errors,
-                    ended_at=now,
-                    duration=duration,
-                    step=step,
-                )
-            )
-            if step is not None:
-                self._writer.checkpoint(step, ctx.txn_id, digest)
-            self._writer.append_text(status, ctx.txn_id, payload)
-            self._writer.update_episode(
-                status=self.outcome, steps=step or self.steps, digest=digest
-            )
         if step is not None:
             self.steps, self.digest = step, digest
         entry = Committed(

@@ -39,9 +39,11 @@ class _Resume(_Rollback):
     _diverged: Diverged | None
 
     # --- resume ---
-    def _load(self, steps: int, digest: str) -> None:
+    def _load(self) -> None:
         """Rebuild the episode's memory from its records."""
-        self.steps, self.digest = steps, digest
+        checkpoints = self.store.checkpoints(self.id)
+        if checkpoints:
+            self.steps, self.digest = checkpoints[-1].step, checkpoints[-1].digest
         rows = self.store.transactions(self.id)
         log = self.store.log(self.id)
         finished = {r.id for r in rows}

@@ -17,15 +17,17 @@ import structlog
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, func, select
 
 from .._json import dumps
 from ..errors import StoreError
 from .jsonlines import JsonLines, _stamp
+from .projection import HOT_OUTCOMES, derive
 from .tables import (
     DEFAULT_URL,
     GENESIS,
     SCHEMA_VERSION,
+    SEQ_BITS,
     ChainReport,
     CheckpointRow,
     EpisodeRow,
@@ -36,9 +38,12 @@ from .tables import (
     TransactionRow,
     TrialRow,
     _Base,
+    log_key,
     record_hash,
 )
 from .writer import EpisodeWriter
+
+_HOT_KINDS = HOT_OUTCOMES | {"intent"}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -144,6 +149,13 @@ class Store:
                             f"store {self.url!r} has schema version {version}, newer than this "
                             f"harness understands ({SCHEMA_VERSION}); upgrade harness to read it"
                         )
+                    if version < SCHEMA_VERSION:
+                        raise StoreError(
+                            f"store {self.url!r} has schema version {version}, written by an "
+                            f"older harness (this one reads version {SCHEMA_VERSION}: its log "
+                            "is keyed by episode number); nothing was changed. Read it with "
+                            "the harness that wrote it, or give a new store file"
+                        )
                 _Base.metadata.create_all(conn)
                 if "hx_meta" not in existing:
                     conn.exec_driver_sql(
@@ -241,23 +253,56 @@ class Store:
         """An episode's finished transactions in the order they started.
 
         A transaction in flight (or in doubt after a crash) is its ``intent`` record in the
-        log until its outcome is written.
+        log until its outcome is written. Commits of a running (or crashed) episode whose rows
+        are not written yet are built from their log records (:mod:`.projection`).
         """
         with self.session() as s:
             q = select(TransactionRow).where(TransactionRow.episode_id == episode_id)
-            return list(s.exec(q.order_by(TransactionRow.seq)))  # type: ignore[arg-type]
+            rows = list(s.exec(q.order_by(TransactionRow.seq)))  # type: ignore[arg-type]
+        tail = self.unmaterialised(episode_id, {r.id for r in rows})
+        if tail is None or not tail[0]:
+            return rows
+        return sorted(rows + tail[0], key=lambda r: r.seq)
 
     def checkpoints(self, episode_id: str) -> list[CheckpointRow]:
-        """An episode's checkpoints in step order."""
+        """An episode's checkpoints in step order (built from the log where not yet written,
+        as :meth:`transactions` does)."""
         with self.session() as s:
             q = select(CheckpointRow).where(CheckpointRow.episode_id == episode_id)
-            return list(s.exec(q.order_by(CheckpointRow.step)))  # type: ignore[arg-type]
+            rows = list(s.exec(q.order_by(CheckpointRow.step)))  # type: ignore[arg-type]
+        tail = self.unmaterialised(episode_id, {c.txn_id for c in rows})
+        if tail is None or not tail[1]:
+            return rows
+        return sorted(rows + tail[1], key=lambda c: c.step)
+
+    def unmaterialised(
+        self, episode_id: str, materialised: set[str]
+    ) -> tuple[list[TransactionRow], list[CheckpointRow]] | None:
+        """Rows the log holds past the episode's witness and its tables do not (None: none)."""
+        ep = self.episode(episode_id)
+        if ep is None:
+            return None
+        lo, hi = self._log_range(ep)
+        with self.session() as s:
+            last = s.exec(select(func.max(LogRow.seq)).where(col(LogRow.id).between(lo, hi))).one()
+        if last is None or last <= ep.log_count:
+            return None
+        return derive(self.log(episode_id), materialised)
+
+    @staticmethod
+    def _log_range(ep: EpisodeRow) -> tuple[int, int]:
+        lo = log_key(ep.num, 0)
+        return lo, lo | ((1 << SEQ_BITS) - 1)
 
     def log(self, episode_id: str) -> list[LogRow]:
         """An episode's log records in chain order."""
+        ep = self.episode(episode_id)
+        if ep is None:
+            return []
+        lo, hi = self._log_range(ep)
         with self.session() as s:
-            q = select(LogRow).where(LogRow.episode_id == episode_id)
-            return list(s.exec(q.order_by(LogRow.seq)))  # type: ignore[arg-type]
+            q = select(LogRow).where(col(LogRow.id).between(lo, hi))
+            return list(s.exec(q.order_by(LogRow.id)))  # type: ignore[arg-type]
 
     def escalations(
         self, status: str | None = None, *, episode_id: str | None = None
@@ -370,17 +415,8 @@ class Store:
                         expected_seq,
                         f"record {expected_seq} is missing or out of order (found {row.seq})",
                     )
-                if row.prev_hash != prev:
-                    return ChainReport(
-                        False,
-                        len(episodes),
-                        total,
-                        ep.id,
-                        row.seq,
-                        "prev_hash does not match the previous record: removed or reordered",
-                    )
                 h = record_hash(
-                    row.prev_hash,
+                    prev,
                     row.episode_id,
                     row.seq,
                     row.kind,
@@ -407,8 +443,9 @@ class Store:
     def _witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
         """Check the chain against the episode row's witness (record count and head hash).
 
-        The witness moves with every outcome, not with intents, so a crashed episode may end
-        with intents past it; anything else past it, or a chain shorter than it, was tampered.
+        The witness moves with every write but the hot path's (intents and commits, whose rows
+        follow with the next write), so a crashed episode may end with those past it; anything
+        else past it, or a chain shorter than it, was tampered.
         """
         if len(rows) < ep.log_count:
             return (
@@ -419,7 +456,7 @@ class Store:
         if ep.log_count and rows[ep.log_count - 1].hash != ep.head_hash:
             return ep.log_count, "the episode's recorded head does not match this record"
         extra = rows[ep.log_count :]
-        if extra and (ep.status != "running" or any(r.kind != "intent" for r in extra)):
+        if extra and (ep.status != "running" or any(r.kind not in _HOT_KINDS for r in extra)):
             return (
                 ep.log_count + 1,
                 f"{len(extra)} record(s) after the episode's recorded head "

@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from sqlalchemy import BigInteger, Column, Integer
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 GENESIS = "0" * 64
 DEFAULT_URL = "sqlite:///logs/harness.db"
 
@@ -41,6 +42,8 @@ class EpisodeRow(_Base, table=True):
 
     __tablename__ = "hx_episode"
     id: str = Field(primary_key=True)
+    # The episode's number in this store: its log records' keys start at ``num << 32``.
+    num: int = Field(unique=True)
     run_id: str | None = Field(default=None, index=True)
     task_id: str | None = None
     trial: int | None = None
@@ -143,17 +146,26 @@ class EscalationRow(_Base, table=True):
 
 
 class LogRow(_Base, table=True):
-    """One record of an episode's hash-chained log."""
+    """One record of an episode's hash-chained log.
+
+    Keyed by ``id = (episode num << 32) | seq``: an integer key is SQLite's rowid, so one
+    append writes one B-tree (and at its right edge), and an episode's records are one range
+    of it, read in chain order without a second index.
+    """
 
     __tablename__ = "hx_log"
-    __table_args__ = {"sqlite_with_rowid": False}
-    episode_id: str = Field(primary_key=True)
-    seq: int = Field(primary_key=True)
+    id: int = Field(
+        # SQLite makes only a column declared exactly INTEGER the rowid; elsewhere, 64 bits.
+        sa_column=Column(
+            BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False
+        )
+    )
+    episode_id: str
+    seq: int
     txn_id: str | None = None
     kind: str
     payload: str
     ts: float
-    prev_hash: str
     hash: str
 
 
@@ -215,6 +227,14 @@ class LeaseRow(_Base, table=True):
     host: str
     acquired_at: float
     expires_at: float
+
+
+SEQ_BITS = 32
+
+
+def log_key(num: int, seq: int) -> int:
+    """The key of record ``seq`` of the episode numbered ``num``."""
+    return (num << SEQ_BITS) | seq
 
 
 def record_hash(

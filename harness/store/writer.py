@@ -1,4 +1,10 @@
-"""The hot path: prebuilt SQL on one driver connection per episode (:class:`EpisodeWriter`)."""
+"""The hot path: prebuilt SQL on one driver connection per episode (:class:`EpisodeWriter`).
+
+A call's intent and its outcome are one log record each, each its own database transaction
+(:meth:`EpisodeWriter.hot`). The transaction rows and checkpoints those records stand for are
+materialised in bulk (:mod:`.projection`) by the next other write of the episode, which also
+moves the episode row's chain witness.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._json import dumps
+from .._json import dumps, loads
+from .projection import HOT_OUTCOMES, checkpoint_row, committed_row
 from .tables import (
     GENESIS,
+    SEQ_BITS,
     CheckpointRow,
     EpisodeRow,
     EscalationRow,
@@ -19,6 +27,9 @@ from .tables import (
     TransactionRow,
     record_hash,
 )
+
+FLUSH_EVERY = 1024
+"""Hot-path commits held before their rows are materialised even without another write."""
 
 if TYPE_CHECKING:
     from .store import Store
@@ -48,7 +59,8 @@ class EpisodeWriter:
     """Prebuilt statements on one driver connection, for one episode's hot path.
 
     ``batch()`` groups writes into one database transaction; ``append`` extends the episode's
-    hash chain. Not thread-safe by design: an episode runs in one thread.
+    hash chain; ``hot`` writes one record as its own transaction. Not thread-safe by design:
+    an episode runs in one thread.
     """
 
     def __init__(self, store: Store, episode_id: str) -> None:
@@ -66,6 +78,9 @@ class EpisodeWriter:
         self._ins_ep, self._ep_cols = _insert_sql(EpisodeRow, style)
         self._ins_log, _ = _insert_sql(LogRow, style)
         self._ins_cp, _ = _insert_sql(CheckpointRow, style)
+        # Materialising is idempotent: a row another writer already wrote is left alone.
+        self._put_txn = self._ins_txn + " ON CONFLICT DO NOTHING"
+        self._put_cp = self._ins_cp + " ON CONFLICT DO NOTHING"
         self._ins_esc, self._esc_cols = _insert_sql(EscalationRow, style)
         self._upd_ep = (
             f"UPDATE hx_episode SET status={p('status')}, updated_at={p('updated_at')}, "
@@ -76,32 +91,140 @@ class EpisodeWriter:
         self._updates: dict[tuple[str, ...], str] = {}
         self.seq = 0
         self.head = GENESIS
+        self.num: int | None = None
+        self._base = 0
         self._cursor = self.conn.cursor()
         self._depth = 0
+        # Hot-path commits whose rows are not written yet: (txn_id, kind, payload, ts, intent).
+        self.pending: list[tuple[str, str, str, float, str | None]] = []
+        self._intents: dict[str, str] = {}
+        self._witnessed = False
 
     def _exec(self, sql: str, params: Mapping[str, Any]) -> None:
         self._cursor.execute(sql, params)
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """One database transaction; nested batches join the outer one."""
+        """One database transaction; nested batches join the outer one.
+
+        It first materialises the rows of the hot-path commits before it, and it ends by
+        moving the episode row's witness (record count and head hash) unless
+        :meth:`update_episode` did.
+        """
         self._depth += 1
-        chain = (self.seq, self.head)
-        if self._depth == 1 and self._sqlite:
-            self._exec("BEGIN IMMEDIATE", {})
+        chain = (self.seq, self.head, len(self.pending))
+        pending = self.pending
+        if self._depth == 1:
+            if self._sqlite:
+                self._exec("BEGIN IMMEDIATE", {})
+            self._witnessed = False
         try:
+            if self._depth == 1:
+                self.flush()
             yield
+            if self._depth == 1 and not self._witnessed and self.num is not None:
+                self.update_head()
         except BaseException:
             if self._depth == 1:
                 self.conn.rollback()
-                # The records of this batch are gone: so is their place in the chain.
-                self.seq, self.head = chain
+                # The records of this batch are gone: so is their place in the chain, and
+                # the rows it materialised are pending again.
+                self.seq, self.head = chain[0], chain[1]
+                self.pending = pending[: chain[2]]
             raise
         else:
             if self._depth == 1:
                 self.conn.commit()
         finally:
             self._depth -= 1
+
+    def hot(self, kind: str, txn_id: str, text: str) -> None:
+        """One record (an intent or a hot-path outcome) as its own database transaction.
+
+        Only the record is written: a single-row append. A commit's transaction row and
+        checkpoint follow with the next batch (or this one, past :data:`FLUSH_EVERY`).
+        """
+        if len(self.pending) >= FLUSH_EVERY:
+            with self.batch():
+                self.append_text(kind, txn_id, text)
+            return
+        chain = (self.seq, self.head, len(self.pending))
+        try:
+            self.append_text(kind, txn_id, text)
+            if not self._sqlite:
+                self.conn.commit()
+            # (SQLite: the connection is in autocommit mode, the INSERT committed itself.)
+        except BaseException:
+            if not self._sqlite:
+                self.conn.rollback()
+            self.seq, self.head = chain[0], chain[1]
+            del self.pending[chain[2] :]
+            raise
+
+    def flush(self) -> None:
+        """Write the rows of the hot-path commits so far (inside the caller's batch)."""
+        if not self.pending:
+            return
+        rows, checkpoints = [], []
+        for txn_id, kind, text, ts, intent in self.pending:
+            if intent is None and kind in HOT_OUTCOMES:
+                intent = self._stored_intent(txn_id)
+            payload = loads(text)
+            rows.append(
+                {
+                    **self._txn_cols,
+                    **committed_row(
+                        self.episode_id,
+                        txn_id,
+                        kind,
+                        payload,
+                        ts,
+                        None if intent is None else loads(intent),
+                    ),
+                }
+            )
+            cp = checkpoint_row(self.episode_id, txn_id, payload, ts)
+            if cp is not None:
+                checkpoints.append(cp)
+        self._cursor.executemany(self._put_txn, rows)
+        if checkpoints:
+            self._cursor.executemany(self._put_cp, checkpoints)
+        self.pending = []
+
+    def adopt_tail(self) -> int:
+        """Take over the commits a crashed writer left without rows (after :meth:`load_head`);
+        the next batch writes them. Returns how many."""
+        cur = self.conn.cursor()
+        cur.execute(
+            f"SELECT id FROM hx_transaction WHERE episode_id = {self._p('e')}",
+            {"e": self.episode_id},
+        )
+        have = {str(r[0]) for r in cur.fetchall()}
+        cur.execute(
+            f"SELECT txn_id, kind, payload, ts FROM hx_log WHERE id BETWEEN {self._p('lo')} "
+            f"AND {self._p('hi')} AND txn_id IS NOT NULL ORDER BY id",
+            {"lo": self._base, "hi": self._base | ((1 << SEQ_BITS) - 1)},
+        )
+        intents: dict[str, str] = {}
+        for txn_id, kind, text, ts in cur.fetchall():
+            if txn_id in have:
+                continue
+            if kind == "intent":
+                intents[txn_id] = text
+            elif kind in HOT_OUTCOMES:
+                self.pending.append((txn_id, kind, text, ts, intents.pop(txn_id, None)))
+        return len(self.pending)
+
+    def _stored_intent(self, txn_id: str) -> str | None:
+        """A write's intent written before this writer (by the process that crashed)."""
+        cur = self.conn.cursor()
+        cur.execute(
+            f"SELECT payload FROM hx_log WHERE id BETWEEN {self._p('lo')} AND {self._p('hi')} "
+            f"AND txn_id = {self._p('t')} AND kind = 'intent' ORDER BY id DESC LIMIT 1",
+            {"lo": self._base, "hi": self._base | ((1 << SEQ_BITS) - 1), "t": txn_id},
+        )
+        found = cur.fetchone()
+        return None if found is None else str(found[0])
 
     def select_escalation(self, escalation_id: str) -> EscalationRow | None:
         """Read one escalation on this connection (inside a batch: under its lock)."""
@@ -122,14 +245,22 @@ class EpisodeWriter:
             {**fields, "id_": escalation_id},
         )
 
+    def _set_num(self, num: int) -> None:
+        self.num = num
+        self._base = num << SEQ_BITS
+
     def load_head(self) -> None:
         """Continue an existing episode's chain from its last record."""
         cur = self.conn.cursor()
+        cur.execute(f"SELECT num FROM hx_episode WHERE id = {self._p('e')}", {"e": self.episode_id})
+        found = cur.fetchone()
+        if found is None:
+            return
+        self._set_num(int(found[0]))
         cur.execute(
-            "SELECT seq, hash FROM hx_log WHERE episode_id = "
-            + self._p("e")
-            + " ORDER BY seq DESC LIMIT 1",
-            {"e": self.episode_id},
+            f"SELECT seq, hash FROM hx_log WHERE id BETWEEN {self._p('lo')} AND {self._p('hi')} "
+            "ORDER BY id DESC LIMIT 1",
+            {"lo": self._base, "hi": self._base | ((1 << SEQ_BITS) - 1)},
         )
         row = cur.fetchone()
         if row is not None:
@@ -142,27 +273,36 @@ class EpisodeWriter:
     def append_text(self, kind: str, txn_id: str | None, text: str) -> str:
         """Add one record whose payload is already JSON text; returns its hash."""
         ts = time.time()
-        self.seq += 1
-        h = record_hash(self.head, self.episode_id, self.seq, kind, txn_id, text, ts)
+        seq = self.seq + 1
+        h = record_hash(self.head, self.episode_id, seq, kind, txn_id, text, ts)
         self._exec(
             self._ins_log,
             {
+                "id": self._base | seq,
                 "episode_id": self.episode_id,
-                "seq": self.seq,
+                "seq": seq,
                 "txn_id": txn_id,
                 "kind": kind,
                 "payload": text,
                 "ts": ts,
-                "prev_hash": self.head,
                 "hash": h,
             },
         )
-        self.head = h
+        self.seq, self.head = seq, h
+        if txn_id is not None:
+            if kind == "intent":
+                self._intents[txn_id] = text
+            elif kind in HOT_OUTCOMES:
+                self.pending.append((txn_id, kind, text, ts, self._intents.pop(txn_id, None)))
         return h
 
     def insert_episode(self, row: Mapping[str, Any]) -> None:
-        """Insert the episode's row."""
-        self._exec(self._ins_ep, {**self._ep_cols, **row})
+        """Insert the episode's row, numbered next in this store (inside a batch: locked)."""
+        cur = self.conn.cursor()
+        cur.execute("SELECT COALESCE(MAX(num), 0) + 1 FROM hx_episode")
+        num = int(cur.fetchone()[0])
+        self._exec(self._ins_ep, {**self._ep_cols, **row, "num": num})
+        self._set_num(num)
 
     def update_episode(self, *, status: str, steps: int, digest: str) -> None:
         """Record the episode's status, checkpoint and chain head."""
@@ -178,6 +318,7 @@ class EpisodeWriter:
                 "id": self.episode_id,
             },
         )
+        self._witnessed = True
 
     def update_head(self) -> None:
         """Record the chain head on the episode row, leaving its status alone."""
@@ -186,6 +327,7 @@ class EpisodeWriter:
             f"WHERE id={self._p('id')}",
             {"n": self.seq, "h": self.head, "id": self.episode_id},
         )
+        self._witnessed = True
 
     def insert_txn(self, row: Mapping[str, Any]) -> None:
         """Insert a transaction row (its intent, or a whole record for a read)."""
