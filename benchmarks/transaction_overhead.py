@@ -17,8 +17,10 @@ Everything runs in one process, on SQLite files in a fresh temporary folder:
     with SQLite as DBOS leaves it (rollback journal, ``synchronous=FULL``). Needs
     ``pip install 'harness[bench]'``; without it (a) and (b) still run and (c) says why not.
 
-Each measurement is timed around the loop of N calls only (opening the episode, launching
-DBOS and starting the workflow are outside), repeated after warm-up; medians are reported.
+Each measurement is timed around the N calls, and for the harness also the episode's end, where
+the transaction rows and checkpoints of its commits are written from their log records (opening
+the episode, launching DBOS and starting the workflow are outside); repeated after warm-up,
+medians are reported.
 Then, for the harness, where the time goes: one instrumented run that times every engine piece
 (exclusive time, the instrumentation's own cost subtracted) and a cProfile of one run.
 """
@@ -132,6 +134,18 @@ class _NullLog:
         return self
 
 
+class _NullCursor:
+    """A cursor stand-in that sends nothing (ablation: no SQLite)."""
+
+    def execute(self, *_: Any) -> None:
+        return None
+
+    executemany = execute
+
+    def close(self) -> None:
+        return None
+
+
 class _NullConn:
     """A connection stand-in whose COMMIT does nothing (ablation: no SQLite)."""
 
@@ -158,9 +172,12 @@ class HarnessBench:
         self.n = n
         self.state = DictState({f"k/{i}": {"i": i, "status": "open"} for i in range(n)})
         self.action = _build_action()
+        # One store for every episode, as a worker of a run holds it (DBOS too is launched
+        # once): an episode's end closes its own connection, not the database.
+        self.store = hx.Store(self.url)
 
     def episode(self) -> hx.Episode:
-        return hx.Episode(state=self.state, store=self.url)
+        return hx.Episode(state=self.state, store=self.store)
 
     def loop(self) -> float:
         """Seconds for the N calls (inside an open episode)."""
@@ -171,28 +188,26 @@ class HarnessBench:
         return time.perf_counter() - t0
 
     def run(self, mode: str = "full") -> float:
-        """Seconds per action; ``mode`` "no-log" drops the JSON line, "python" also SQLite."""
+        """Seconds per action, the episode's end included; ``mode`` "no-log" drops the JSON
+        line, "python" also SQLite."""
         with self.episode() as ep:
             writer = ep._writer
-            log, conn = ep.log, writer.conn
             if mode in ("no-log", "python"):
                 ep.log = _NullLog()
             if mode == "python":
-                writer._exec = lambda sql, params: None
-                writer.conn = _NullConn(conn)
-            try:
-                elapsed = self.loop()
-            finally:
-                ep.log = log
-                writer.conn = conn
-                writer.__dict__.pop("_exec", None)
+                writer._cursor = _NullCursor()
+                writer.conn = _NullConn(writer.conn)
+            t0 = time.perf_counter()
+            self.loop()
+        elapsed = time.perf_counter() - t0
         if ep.outcome != "committed" or ep.steps != self.n:
             raise RuntimeError(f"harness run went wrong: {ep!r}")
         return elapsed / self.n
 
-    def capture_sql(self) -> tuple[Path, list[tuple[str, dict[str, Any]]]]:
-        """The statements one run sends, and a copy of the database as it was before them."""
-        statements: list[tuple[str, dict[str, Any]]] = []
+    def capture_sql(self) -> tuple[Path, list[tuple[str, Any]]]:
+        """The statements one run sends (its end included), and a copy of the database as it
+        was before them."""
+        statements: list[tuple[str, Any]] = []
         pristine = self.folder / "replay-pristine.db"
         with self.episode() as ep:
             writer = ep._writer
@@ -201,25 +216,36 @@ class HarnessBench:
             src.backup(dst)
             src.close()
             dst.close()
-            execute = writer._exec
+            cursor = writer._cursor
 
-            def record(sql: str, params: Any) -> None:
-                statements.append((sql, dict(params)))
-                execute(sql, params)
+            class Recording:
+                def execute(self, sql: str, params: Any) -> None:
+                    statements.append((sql, dict(params)))
+                    cursor.execute(sql, params)
 
-            writer._exec = record
-            try:
-                self.loop()
-            finally:
-                writer.__dict__.pop("_exec", None)
+                def executemany(self, sql: str, rows: list[Any]) -> None:
+                    statements.append((sql, [dict(r) for r in rows]))
+                    cursor.executemany(sql, rows)
+
+                def close(self) -> None:
+                    cursor.close()
+
+            class RecordingConn(_NullConn):
+                def commit(self) -> None:
+                    statements.append(("COMMIT", None))
+                    self._conn.commit()
+
+            writer._cursor = Recording()
+            writer.conn = RecordingConn(writer.conn)
+            self.loop()
         return pristine, statements
 
 
-SKIP_LEAN = ("UPDATE hx_episode", "INSERT INTO hx_checkpoint")
+SKIP_LEAN = ("UPDATE hx_episode", "INSERT INTO hx_checkpoint", "INSERT INTO hx_transaction")
 
 
 def replay_sql(
-    pristine: Path, statements: list[tuple[str, dict[str, Any]]], n: int, skip: tuple[str, ...]
+    pristine: Path, statements: list[tuple[str, Any]], n: int, skip: tuple[str, ...]
 ) -> float:
     """Seconds per action to send the captured statements with plain sqlite3, no engine."""
     target = pristine.with_name("replay.db")
@@ -233,9 +259,13 @@ def replay_sql(
     todo = [(sql, p) for sql, p in statements if not sql.startswith(skip)] if skip else statements
     t0 = time.perf_counter()
     for sql, params in todo:
-        if conn.in_transaction and sql.startswith("BEGIN"):
-            conn.commit()  # every batch ends with a COMMIT before the next BEGIN
-        cur.execute(sql, params)
+        if sql == "COMMIT":
+            if conn.in_transaction:
+                conn.commit()
+        elif isinstance(params, list):
+            cur.executemany(sql, params)
+        else:
+            cur.execute(sql, params)
     if conn.in_transaction:
         conn.commit()
     elapsed = time.perf_counter() - t0
@@ -520,6 +550,8 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
     p.patch(EpisodeWriter, "insert_txn", "writer.insert_txn")
     p.patch(EpisodeWriter, "update_txn", "writer.update_txn")
     p.patch(EpisodeWriter, "checkpoint", "writer.checkpoint")
+    if hasattr(EpisodeWriter, "flush"):
+        p.patch(EpisodeWriter, "flush", "rows + checkpoints built and written at the end (flush)")
     p.patch(EpisodeWriter, "_exec", _sql_label)
     p.patch(hx_writer, "record_hash", "sha256: hash chain (record_hash)")
     if getattr(hx_records, "hashlib", None) is hashlib:
@@ -541,11 +573,11 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
             writer.conn = _TimedConn(writer.conn, p)
             ep.log = _TimedLog(ep.log, p)
             p.reset()
-            elapsed = bench.loop()
-            # Read before the episode closes: its closing records are not part of the loop.
-            rows = p.table(elapsed, bench.n)
-            total_calls = sum(p.calls.values())
-            writer.conn = writer.conn._conn
+            t0 = time.perf_counter()
+            bench.loop()
+        elapsed = time.perf_counter() - t0
+        rows = p.table(elapsed, bench.n)
+        total_calls = sum(p.calls.values())
     finally:
         p.undo()
         act.fn = tool_fn
@@ -576,8 +608,10 @@ def profile(bench: HarnessBench, top: int) -> tuple[list[tuple[str, float, float
     prof = cProfile.Profile()
     with bench.episode():
         prof.enable()
-        elapsed = bench.loop()
-        prof.disable()
+        t0 = time.perf_counter()
+        bench.loop()
+    elapsed = time.perf_counter() - t0
+    prof.disable()
     stats = pstats.Stats(prof, stream=io.StringIO())
     rows = []
     for (filename, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
@@ -761,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
             if prof is not None:
                 prof_rows, prof_total = prof
             micro_rows = _attempt("standalone costs", lambda: micro(folder), notes)
+        bench.store.close()
 
         dbos_t: dict[str, list[float]] = {}
         dbos_settings: dict[str, str] = {}
@@ -875,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"      per action: {stmts}")
         print(
-            f"    {'  the replay without UPDATE hx_episode and INSERT hx_checkpoint':74} "
+            f"    {'  the replay without the rows written at the end (transactions, checkpoints)':74} "
             f"{lean:8.1f}   -> they cost {as_is - lean:.1f}"
         )
         if python is not None and no_log is not None and no_log - python > as_is:

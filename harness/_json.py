@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import (  # type: ignore[attr-defined]
+    c_encode_basestring,
+    c_make_encoder,
+    encode_basestring,
+)
 from typing import Any
 
 from pydantic import BaseModel
@@ -24,10 +29,27 @@ def _default(value: Any) -> Any:
 _COMPACT = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_ascii=False)
 
 
+# The C encoder JSONEncoder.encode builds on every call, built once (the same arguments:
+# compact separators, not ASCII-escaped). Without circular-reference markers it cannot be
+# left in a bad state by a failed call; a cycle ends in RecursionError, turned back into the
+# ValueError JSONEncoder raises.
+_ENCODE = (
+    c_make_encoder(
+        None, _default, c_encode_basestring or encode_basestring, None, ":", ",", False, False, True
+    )
+    if c_make_encoder is not None
+    else None
+)
+
+
 def dumps(value: Any, **_: Any) -> str:
     """Compact JSON for storage; raises ``TypeError`` for values JSON cannot hold."""
-    # One encoder for every call: json.dumps builds a new one whenever options are given.
-    return _COMPACT.encode(value)
+    if _ENCODE is None:
+        return _COMPACT.encode(value)
+    try:
+        return "".join(_ENCODE(value, 0))
+    except RecursionError:
+        raise ValueError("Circular reference detected (or nesting too deep)") from None
 
 
 def canonical(value: Any) -> str:

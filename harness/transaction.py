@@ -59,7 +59,15 @@ class Sleep:
     seconds: float
 
 
-Steps = Generator[Call | Sleep, Any, Any]
+@dataclass(slots=True)
+class Await:
+    """A request to await what a user function returned (a check written ``async def``)."""
+
+    awaitable: Any
+    fn: Callable[..., Any]
+
+
+Steps = Generator[Call | Sleep | Await, Any, Any]
 
 # Classes a tool's exception may declare through a ``failure_class`` attribute.
 _TOOL_DECLARED = frozenset({"fail_stop", "fail_slow", "correlated", "planned"})
@@ -77,21 +85,28 @@ def drive(steps: Steps, clock: Any) -> Any:
                 if isinstance(request, Sleep):
                     clock.sleep(request.seconds)
                     value: Any = None
+                elif isinstance(request, Await):
+                    _refuse(request.fn, request.awaitable)
                 else:
                     value = request.fn(*request.args, **request.kwargs)
                     if value.__class__ not in _PLAIN and inspect.isawaitable(value):
-                        if hasattr(value, "close"):
-                            value.close()
-                        raise ConfigurationError(
-                            f"{getattr(request.fn, '__name__', request.fn)!r} is async but the "
-                            "action is sync; make the action async def, or the function sync"
-                        )
+                        _refuse(request.fn, value)
             except Exception as exc:
                 request = steps.throw(exc)
             else:
                 request = steps.send(value)
     except StopIteration as stop:
         return stop.value
+
+
+def _refuse(fn: Any, value: Any) -> None:
+    """A sync action's function returned an awaitable: close it and say what to change."""
+    if hasattr(value, "close"):
+        value.close()
+    raise ConfigurationError(
+        f"{getattr(fn, '__name__', fn)!r} is async but the action is sync; make the action "
+        "async def, or the function sync"
+    )
 
 
 async def adrive(steps: Steps, clock: Any) -> Any:
@@ -103,6 +118,8 @@ async def adrive(steps: Steps, clock: Any) -> Any:
                 if isinstance(request, Sleep):
                     await clock.asleep(request.seconds)
                     value: Any = None
+                elif isinstance(request, Await):
+                    value = await request.awaitable
                 else:
                     value = request.fn(*request.args, **request.kwargs)
                     if inspect.isawaitable(value):
@@ -163,9 +180,16 @@ def observed_changes(state: Any, mark: Any) -> dict[str, tuple[Any, Any]]:
 
 
 def run_check(action: Action[Any, Any], name: str, check: Any, ctx: Context, phase: str) -> Steps:
-    """Run one check; a raise becomes :class:`CheckError`, the answer a bool."""
+    """Run one check; a raise becomes :class:`CheckError`, the answer a bool.
+
+    The check is called here, not by the driver: most checks are plain functions, and a
+    round trip through the generators costs more than the check. What it returns is handed
+    to the driver only when it must be awaited.
+    """
     try:
-        verdict = yield Call(check, (ctx,))
+        verdict = check(ctx)
+        if verdict.__class__ not in _PLAIN and inspect.isawaitable(verdict):
+            verdict = yield Await(verdict, check)
     except Exception as exc:
         raise CheckError(action.name, name, phase, exc, txn_id=ctx.txn_id) from exc
     return bool(verdict)
@@ -249,7 +273,7 @@ class Transaction:
 
     def _attempts(
         self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
-    ) -> Generator[Call | Sleep, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
+    ) -> Generator[Call | Sleep | Await, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
         # The first attempt runs without tenacity: most calls succeed at once, and building a
         # Retrying costs more than the rest of the engine's control flow. A failure worth
         # retrying hands over to tenacity, which replays it as attempt 1 and drives the rest.
@@ -282,7 +306,7 @@ class Transaction:
 
     def _attempt(
         self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
-    ) -> Generator[Call | Sleep, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
+    ) -> Generator[Call | Sleep | Await, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
         act, ctx, clock = self.action, self.ctx, self.ep.clock
         ctx.attempt += 1
         ctx.result = None
@@ -366,7 +390,7 @@ class Transaction:
             ctx.before.setdefault(key, old)
         ctx.after = after
 
-    def recovered_result(self) -> Generator[Call | Sleep, Any, Any]:
+    def recovered_result(self) -> Generator[Call | Sleep | Await, Any, Any]:
         """The result of an effect found present without its answer (None if not rebuildable)."""
         self.ctx.result = None
         hook = self.action.recovered_result
@@ -381,7 +405,7 @@ class Transaction:
         self.ctx.result = result
         return result
 
-    def _postconditions_hold(self, *, quiet: bool) -> Generator[Call | Sleep, Any, bool]:
+    def _postconditions_hold(self, *, quiet: bool) -> Generator[Call | Sleep | Await, Any, bool]:
         act = self.action
         if not act.postconditions:
             return False
@@ -404,7 +428,7 @@ class Transaction:
         *,
         retryable: bool = False,
         error: ActionFailed | None = None,
-    ) -> Generator[Call | Sleep, Any, _Failed]:
+    ) -> Generator[Call | Sleep | Await, Any, _Failed]:
         """Revert this attempt's own effect where possible; classify what is left."""
         act = self.action
         exc = error or ActionFailed(act.name, str(failure), reason, txn_id=self.ctx.txn_id)

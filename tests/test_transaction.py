@@ -349,18 +349,25 @@ def test_pivot_turns_rollback_into_escalation(shop: Shop, store: hx.Store, clock
     assert shop.state["orders/o1"]["status"] == "cancelled"  # not rolled back
 
 
-def test_unserializable_result_is_undone(shop: Shop, store: hx.Store, clock: FakeClock):
-    """A result that cannot be stored is NotSerializable and its effect is compensated."""
+@pytest.mark.parametrize("kind", ["object", "cycle"])
+def test_unserializable_result_is_undone(shop: Shop, store: hx.Store, clock: FakeClock, kind: str):
+    """A result that cannot be stored (an object JSON cannot hold, a list that contains
+    itself) is NotSerializable and its effect is compensated; the next call stores fine."""
 
     def odd(order_id: str) -> Any:
         shop.set_status(order_id, "cancelled")
-        return object()
+        if kind == "object":
+            return object()
+        loop: list[Any] = []
+        loop.append(loop)
+        return loop
 
     cancel = cancel_action(shop, tool=odd)
     with episode(shop, store, clock):
-        with pytest.raises(hx.NotSerializable, match="not JSON-serializable"):
+        with pytest.raises(hx.NotSerializable, match="not JSON-serializable|Circular"):
             cancel("o1")
-    assert shop.state["orders/o1"]["status"] == "pending"
+        assert shop.state["orders/o1"]["status"] == "pending"
+        assert cancel_action(shop, name="plain")("o2") == {"order_id": "o2", "status": "cancelled"}
 
 
 def test_postcondition_that_raises_is_undone(shop: Shop, store: hx.Store, clock: FakeClock):
@@ -466,6 +473,31 @@ async def test_async_action_commits(shop: Shop, store: hx.Store, clock: FakeCloc
     async with episode(shop, store, clock) as ep:
         assert await cancel("o1") == {"order_id": "o1", "status": "cancelled"}
     assert ep.outcome == "committed" and statuses(store, ep) == ["committed"]
+
+
+async def test_async_checks_are_awaited(shop: Shop, store: hx.Store, clock: FakeClock):
+    """An async action's checks may be ``async def``: they are awaited, and a false one
+    refuses the call as a sync one would."""
+    cancel, calls = async_cancel(shop, clock)
+    seen: list[str] = []
+
+    @cancel.precondition
+    async def not_frozen(ctx: hx.Context) -> bool:
+        """Frozen orders wait for a person."""
+        seen.append(f"pre {ctx.args.order_id}")
+        return ctx.args.order_id != "o2"
+
+    @cancel.postcondition
+    async def logged(ctx: hx.Context) -> bool:
+        seen.append(f"post {ctx.args.order_id}")
+        return True
+
+    async with episode(shop, store, clock) as ep:
+        assert await cancel("o1") == {"order_id": "o1", "status": "cancelled"}
+        with pytest.raises(hx.PreconditionFailed, match="Frozen orders wait for a person"):
+            await cancel("o2")
+    assert seen == ["pre o1", "post o1", "pre o2"] and calls["n"] == 1
+    assert statuses(store, ep) == ["committed", "precondition"]
 
 
 async def test_async_transient_retry(shop: Shop, store: hx.Store, clock: FakeClock):

@@ -179,20 +179,47 @@ class _Records:
         if act.mutating:
             step = self.steps + 1
             digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
+            args, before = txn.args_json, txn.before_json
             call = f'"step":{step},"digest":"{digest}"'
         else:
+            args = txn.args_json or dumps(txn.values)
+            before = dumps(ctx.before) if ctx.before else "{}"
             call = (
                 f'"step":null,"digest":null,"key":{_quote(ctx.idempotency_key)},'
-                f'"args":{txn.args_json or dumps(txn.values)},'
-                f'"before":{dumps(ctx.before) if ctx.before else "{}"},"started":{txn.started!r}'
+                f'"args":{args},"before":{before},"started":{txn.started!r}'
             )
         status = "recovered" if recovered else "committed"
+        # The row the record projects to (harness.store.projection.committed_row), from the
+        # texts at hand; the writer adds the record's time as ended_at.
+        row = {
+            "id": ctx.txn_id,
+            "episode_id": self.id,
+            "seq": txn.seq,
+            "action": ctx.action,
+            "idem_key": ctx.idempotency_key,
+            "args": args,
+            "before": before,
+            "mutating": act.mutating,
+            "status": status,
+            "failure_class": None,
+            "decision": None,
+            "reason": None,
+            "result": txn.result_json,
+            "diff": diff_json,
+            "attempts": ctx.attempt,
+            "errors": errors,
+            "started_at": txn.started,
+            "ended_at": None,
+            "duration": duration,
+            "step": step,
+        }
         self._writer.hot(
             status,
             ctx.txn_id,
             f'{{"action":{_quote(ctx.action)},{call},"attempts":{ctx.attempt},'
             f'"duration":{duration!r},"result":{txn.result_json},"diff":{diff_json},'
             f'"errors":{errors}}}',
+            (row, None if step is None else digest),
         )
         if step is not None:
             self.steps, self.digest = step, digest

@@ -31,7 +31,7 @@ class InDoubt:
     key: str
     args: dict[str, Any]
     before: dict[str, Any]
-    ts: float
+    ts: float  # when the call started (its intent's "started")
 
     @property
     def seq(self) -> int:
@@ -46,7 +46,7 @@ class InDoubt:
             data["key"],
             data.get("args") or {},
             data.get("before") or {},
-            ts,
+            data.get("started", ts),
         )
 
 

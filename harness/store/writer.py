@@ -28,6 +28,9 @@ from .tables import (
     record_hash,
 )
 
+Projected = tuple[dict[str, Any], "str | None"]
+"""A commit's transaction row (all but ``ended_at``, the record's time) and its step digest."""
+
 FLUSH_EVERY = 1024
 """Hot-path commits held before their rows are materialised even without another write."""
 
@@ -95,8 +98,9 @@ class EpisodeWriter:
         self._base = 0
         self._cursor = self.conn.cursor()
         self._depth = 0
-        # Hot-path commits whose rows are not written yet: (txn_id, kind, payload, ts, intent).
-        self.pending: list[tuple[str, str, str, float, str | None]] = []
+        # Hot-path commits whose rows are not written yet: their records (txn_id, kind, payload,
+        # ts, intent payload) and, when the caller built it, the row they project to.
+        self.pending: list[tuple[str, str, str, float, str | None, Projected | None]] = []
         self._intents: dict[str, str] = {}
         self._witnessed = False
 
@@ -138,19 +142,22 @@ class EpisodeWriter:
         finally:
             self._depth -= 1
 
-    def hot(self, kind: str, txn_id: str, text: str) -> None:
+    def hot(self, kind: str, txn_id: str, text: str, projected: Projected | None = None) -> None:
         """One record (an intent or a hot-path outcome) as its own database transaction.
 
         Only the record is written: a single-row append. A commit's transaction row and
-        checkpoint follow with the next batch (or this one, past :data:`FLUSH_EVERY`).
+        checkpoint follow with the next batch (or this one, past :data:`FLUSH_EVERY`):
+        ``projected`` is the row and step digest the caller already holds, which must be what
+        :func:`~.projection.committed_row` makes of the records (the audit checks that it is);
+        without it, the row is built from the records.
         """
         if len(self.pending) >= FLUSH_EVERY:
             with self.batch():
-                self.append_text(kind, txn_id, text)
+                self.append_text(kind, txn_id, text, projected)
             return
         chain = (self.seq, self.head, len(self.pending))
         try:
-            self.append_text(kind, txn_id, text)
+            self.append_text(kind, txn_id, text, projected)
             if not self._sqlite:
                 self.conn.commit()
             # (SQLite: the connection is in autocommit mode, the INSERT committed itself.)
@@ -166,22 +173,34 @@ class EpisodeWriter:
         if not self.pending:
             return
         rows, checkpoints = [], []
-        for txn_id, kind, text, ts, intent in self.pending:
-            if intent is None and kind in HOT_OUTCOMES:
+        for txn_id, kind, text, ts, intent, projected in self.pending:
+            if projected is not None:
+                row, digest = projected
+                row["ended_at"] = ts
+                rows.append(row)
+                if row["step"] is not None:
+                    checkpoints.append(
+                        {
+                            "episode_id": self.episode_id,
+                            "step": row["step"],
+                            "txn_id": txn_id,
+                            "digest": digest,
+                            "created_at": ts,
+                        }
+                    )
+                continue
+            if intent is None:
                 intent = self._stored_intent(txn_id)
             payload = loads(text)
             rows.append(
-                {
-                    **self._txn_cols,
-                    **committed_row(
-                        self.episode_id,
-                        txn_id,
-                        kind,
-                        payload,
-                        ts,
-                        None if intent is None else loads(intent),
-                    ),
-                }
+                committed_row(
+                    self.episode_id,
+                    txn_id,
+                    kind,
+                    payload,
+                    ts,
+                    None if intent is None else loads(intent),
+                )
             )
             cp = checkpoint_row(self.episode_id, txn_id, payload, ts)
             if cp is not None:
@@ -212,7 +231,7 @@ class EpisodeWriter:
             if kind == "intent":
                 intents[txn_id] = text
             elif kind in HOT_OUTCOMES:
-                self.pending.append((txn_id, kind, text, ts, intents.pop(txn_id, None)))
+                self.pending.append((txn_id, kind, text, ts, intents.pop(txn_id, None), None))
         return len(self.pending)
 
     def _stored_intent(self, txn_id: str) -> str | None:
@@ -270,7 +289,9 @@ class EpisodeWriter:
         """Add one record to the chain; returns its hash."""
         return self.append_text(kind, txn_id, dumps(payload))
 
-    def append_text(self, kind: str, txn_id: str | None, text: str) -> str:
+    def append_text(
+        self, kind: str, txn_id: str | None, text: str, projected: Projected | None = None
+    ) -> str:
         """Add one record whose payload is already JSON text; returns its hash."""
         ts = time.time()
         seq = self.seq + 1
@@ -293,7 +314,8 @@ class EpisodeWriter:
             if kind == "intent":
                 self._intents[txn_id] = text
             elif kind in HOT_OUTCOMES:
-                self.pending.append((txn_id, kind, text, ts, self._intents.pop(txn_id, None)))
+                intent = self._intents.pop(txn_id, None)
+                self.pending.append((txn_id, kind, text, ts, intent, projected))
         return h
 
     def insert_episode(self, row: Mapping[str, Any]) -> None:
