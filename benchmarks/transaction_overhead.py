@@ -910,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"      per action: {stmts}")
         print(
-            f"    {'  the replay without the rows written at the end (transactions, checkpoints)':74} "
+            f"    {'  the replay without the rows written at the end':74} "
             f"{lean:8.1f}   -> they cost {as_is - lean:.1f}"
         )
         if python is not None and no_log is not None and no_log - python > as_is:
