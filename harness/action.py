@@ -8,6 +8,7 @@ registered on it. Calling it inside an episode runs one transaction
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import inspect
@@ -22,6 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from ._json import canonical
 from .errors import ConfigurationError, InvalidArguments, NotInEpisode
 from .policy import Retry
+
+# The episode active in this context (set by ``Episode.__enter__``); here, below the episode
+# package, so that calling an action needs no import.
+_CURRENT: contextvars.ContextVar[Any] = contextvars.ContextVar("harness_episode", default=None)
 
 __all__ = ["Action", "Context", "action", "current_context"]
 
@@ -340,9 +345,7 @@ class Action(Generic[P, R]):
         return [w.format_map(values) for w in self.writes]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        from .episode import current_episode
-
-        episode = current_episode()
+        episode = _CURRENT.get()
         if episode is None:
             raise NotInEpisode(self.name)
         return episode.call(self, args, kwargs)  # type: ignore[no-any-return]
@@ -437,9 +440,7 @@ def action(
 
 def current_context() -> Context | None:
     """The transaction context of the tool running now (to pass its idempotency key on)."""
-    from .episode import current_episode
-
-    episode = current_episode()
+    episode = _CURRENT.get()
     return None if episode is None else episode.active_context
 
 

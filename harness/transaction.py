@@ -316,7 +316,14 @@ class Transaction:
         result: Any = None
         self.ep.active_context = ctx
         try:
-            result = yield Call(act.fn, (), self.values, self.timeout)
+            if act.is_async:
+                result = yield Call(act.fn, (), self.values, self.timeout)
+            else:
+                # Called here, not by the driver: the common case needs no generator round
+                # trip (the driver would do exactly this).
+                result = act.fn(**self.values)
+                if result.__class__ not in _PLAIN and inspect.isawaitable(result):
+                    _refuse(act.fn, result)
         except ActionTimeout as exc:
             error, failure = exc, FailureClass.FAIL_SLOW
         except Exception as exc:

@@ -7,14 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._json import dumps, loads
-from ..action import Action
+from ..action import _CURRENT, Action
 
 if TYPE_CHECKING:
     from .core import Episode
 
-_current: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
-    "harness_episode", default=None
-)
+_current: contextvars.ContextVar[Episode | None] = _CURRENT
 
 
 def current_episode() -> Episode | None:
