@@ -23,13 +23,15 @@ from .tables import (
     CheckpointRow,
     EpisodeRow,
     EscalationRow,
-    LogRow,
     TransactionRow,
     record_hash,
 )
 
 Projected = tuple[dict[str, Any], "str | None"]
 """A commit's transaction row (all but ``ended_at``, the record's time) and its step digest."""
+
+_LOG_COLUMNS = ("id", "episode_id", "seq", "txn_id", "kind", "payload", "ts", "hash")
+"""The log row's columns, in the order :meth:`EpisodeWriter.append_text` gives them."""
 
 FLUSH_EVERY = 1024
 """Hot-path commits held before their rows are materialised even without another write."""
@@ -79,7 +81,13 @@ class EpisodeWriter:
 
         self._ins_txn, self._txn_cols = _insert_sql(TransactionRow, style)
         self._ins_ep, self._ep_cols = _insert_sql(EpisodeRow, style)
-        self._ins_log, _ = _insert_sql(LogRow, style)
+        # The log's INSERT takes its values in column order (a tuple: SQLite binds it faster
+        # than names); other drivers get the same order in their paramstyle.
+        log_style = "qmark" if self._sqlite else style
+        cols = list(_LOG_COLUMNS)
+        marks = ["?"] * len(cols) if log_style == "qmark" else _placeholders(style, cols)
+        self._ins_log = f"INSERT INTO hx_log ({', '.join(cols)}) VALUES ({', '.join(marks)})"
+        self._log_names = None if log_style == "qmark" else cols
         self._ins_cp, _ = _insert_sql(CheckpointRow, style)
         # Materialising is idempotent: a row another writer already wrote is left alone.
         self._put_txn = self._ins_txn + " ON CONFLICT DO NOTHING"
@@ -104,7 +112,7 @@ class EpisodeWriter:
         self._intents: dict[str, str] = {}
         self._witnessed = False
 
-    def _exec(self, sql: str, params: Mapping[str, Any]) -> None:
+    def _exec(self, sql: str, params: Mapping[str, Any] | tuple[Any, ...]) -> None:
         self._cursor.execute(sql, params)
 
     @contextmanager
@@ -296,18 +304,10 @@ class EpisodeWriter:
         ts = time.time()
         seq = self.seq + 1
         h = record_hash(self.head, self.episode_id, seq, kind, txn_id, text, ts)
+        values = (self._base | seq, self.episode_id, seq, txn_id, kind, text, ts, h)
         self._exec(
             self._ins_log,
-            {
-                "id": self._base | seq,
-                "episode_id": self.episode_id,
-                "seq": seq,
-                "txn_id": txn_id,
-                "kind": kind,
-                "payload": text,
-                "ts": ts,
-                "hash": h,
-            },
+            values if self._log_names is None else dict(zip(self._log_names, values, strict=True)),
         )
         self.seq, self.head = seq, h
         if txn_id is not None:
