@@ -46,6 +46,18 @@ def _placeholders(paramstyle: str, names: list[str]) -> list[str]:
     return [f"%({n})s" for n in names]
 
 
+def _put_sql(table: Any, paramstyle: str) -> tuple[str, list[str]]:
+    """An INSERT that leaves an existing row alone (materialising is idempotent), and its
+    columns in order."""
+    cols = [c.name for c in table.__table__.columns]
+    marks = ["?"] * len(cols) if paramstyle == "qmark" else _placeholders(paramstyle, cols)
+    sql = (
+        f"INSERT INTO {table.__tablename__} ({', '.join(cols)}) VALUES ({', '.join(marks)}) "
+        "ON CONFLICT DO NOTHING"
+    )
+    return sql, cols
+
+
 def _insert_sql(
     table: Any, paramstyle: str, skip: tuple[str, ...] = ()
 ) -> tuple[str, dict[str, Any]]:
@@ -90,8 +102,10 @@ class EpisodeWriter:
         self._log_names = None if log_style == "qmark" else cols
         self._ins_cp, _ = _insert_sql(CheckpointRow, style)
         # Materialising is idempotent: a row another writer already wrote is left alone.
-        self._put_txn = self._ins_txn + " ON CONFLICT DO NOTHING"
-        self._put_cp = self._ins_cp + " ON CONFLICT DO NOTHING"
+        # On SQLite the rows go as tuples in column order (positional binding is cheaper).
+        put_style = "qmark" if self._sqlite else style
+        self._put_txn, self._put_txn_cols = _put_sql(TransactionRow, put_style)
+        self._put_cp, self._put_cp_cols = _put_sql(CheckpointRow, put_style)
         self._ins_esc, self._esc_cols = _insert_sql(EscalationRow, style)
         self._upd_ep = (
             f"UPDATE hx_episode SET status={p('status')}, updated_at={p('updated_at')}, "
@@ -213,9 +227,17 @@ class EpisodeWriter:
             cp = checkpoint_row(self.episode_id, txn_id, payload, ts)
             if cp is not None:
                 checkpoints.append(cp)
-        self._cursor.executemany(self._put_txn, rows)
-        if checkpoints:
-            self._cursor.executemany(self._put_cp, checkpoints)
+        if self._sqlite:
+            cols, cp_cols = self._put_txn_cols, self._put_cp_cols
+            self._cursor.executemany(self._put_txn, [tuple(r[c] for c in cols) for r in rows])
+            if checkpoints:
+                self._cursor.executemany(
+                    self._put_cp, [tuple(c[k] for k in cp_cols) for c in checkpoints]
+                )
+        else:
+            self._cursor.executemany(self._put_txn, rows)
+            if checkpoints:
+                self._cursor.executemany(self._put_cp, checkpoints)
         self.pending = []
 
     def adopt_tail(self) -> int:
