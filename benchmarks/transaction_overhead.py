@@ -220,11 +220,11 @@ class HarnessBench:
 
             class Recording:
                 def execute(self, sql: str, params: Any) -> None:
-                    statements.append((sql, dict(params)))
+                    statements.append((sql, params if isinstance(params, tuple) else dict(params)))
                     cursor.execute(sql, params)
 
                 def executemany(self, sql: str, rows: list[Any]) -> None:
-                    statements.append((sql, [dict(r) for r in rows]))
+                    statements.append((sql, [r if isinstance(r, tuple) else dict(r) for r in rows]))
                     cursor.executemany(sql, rows)
 
                 def close(self) -> None:
