@@ -30,7 +30,7 @@ from sqlmodel import col, select
 from ._json import loads
 from .errors import StoreError
 from .faults import KINDS
-from .store import FaultEventRow, FaultTrialRow, Store, TransactionRow
+from .store import EpisodeRow, FaultEventRow, FaultTrialRow, Store, TransactionRow
 
 __all__ = [
     "EFFECTS",
@@ -206,11 +206,22 @@ def _flagged(txn: TransactionRow) -> bool:
 
 def _transactions(store: Store, episode_ids: Sequence[str]) -> list[TransactionRow]:
     out: list[TransactionRow] = []
+    running: list[str] = []
     with store.session() as s:
         for i in range(0, len(episode_ids), 500):
             chunk = list(episode_ids[i : i + 500])
             q = select(TransactionRow).where(col(TransactionRow.episode_id).in_(chunk))
             out.extend(s.exec(q))
+            eq = select(EpisodeRow.id).where(
+                col(EpisodeRow.id).in_(chunk), EpisodeRow.status == "running"
+            )
+            running.extend(s.exec(eq))
+    # An episode that never finished may hold commits whose rows were not written yet.
+    have = {t.id for t in out}
+    for episode_id in running:
+        tail = store.unmaterialised(episode_id, have)
+        if tail is not None:
+            out.extend(tail[0])
     return out
 
 

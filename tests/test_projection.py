@@ -179,3 +179,24 @@ def test_old_schema_is_refused_with_the_fix(tmp_path: Path):
     with sqlite3.connect(db) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert "hx_episode" not in tables
+
+
+def test_reliability_counts_commits_of_an_episode_that_never_finished(
+    shop: Shop, store_url: str
+):
+    """The reliability report reads transactions in bulk: a crashed episode's commits whose
+    rows were never written are in it too."""
+    from harness.reliability import _transactions
+
+    cancel = cancel_action(shop)
+    with hx.Episode(state=shop.state, store=store_url, episode_id="done"):
+        cancel("o1")
+    ep = hx.Episode(state=shop.state, store=store_url, episode_id="crashed")
+    with ep:
+        cancel("o2")
+        _crash(ep)
+    rows = _transactions(hx.Store(store_url), ["done", "crashed"])
+    assert sorted((r.episode_id, r.action, r.status) for r in rows) == [
+        ("crashed", "cancel_order", "committed"),
+        ("done", "cancel_order", "committed"),
+    ]
