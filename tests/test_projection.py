@@ -181,9 +181,7 @@ def test_old_schema_is_refused_with_the_fix(tmp_path: Path):
     assert "hx_episode" not in tables
 
 
-def test_reliability_counts_commits_of_an_episode_that_never_finished(
-    shop: Shop, store_url: str
-):
+def test_reliability_counts_commits_of_an_episode_that_never_finished(shop: Shop, store_url: str):
     """The reliability report reads transactions in bulk: a crashed episode's commits whose
     rows were never written are in it too."""
     from harness.reliability import _transactions
@@ -200,3 +198,21 @@ def test_reliability_counts_commits_of_an_episode_that_never_finished(
         ("crashed", "cancel_order", "committed"),
         ("done", "cancel_order", "committed"),
     ]
+
+
+def test_altered_commit_record_of_a_crashed_episode_is_a_clear_error(shop: Shop, store_url: str):
+    """Rows of a crashed episode are built from its log; a commit record edited so that it no
+    longer reads as one is a StoreError naming the record, not a traceback, and the chain
+    check names it too."""
+    cancel = cancel_action(shop)
+    ep = hx.Episode(state=shop.state, store=store_url, episode_id="e1")
+    with ep:
+        cancel("o1")
+        _crash(ep)
+    with sqlite3.connect(store_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE hx_log SET payload = '{\"action\": 1}' WHERE kind = 'committed'")
+    store = hx.Store(store_url)
+    with pytest.raises(hx.StoreError, match=r"log record 3 \(committed e1:1\).*audit --verify"):
+        store.transactions("e1")
+    report = store.verify_chain()
+    assert not report.ok and report.seq == 3 and "altered" in report.reason

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._json import dumps, loads
+from ..errors import StoreError
 from .tables import CheckpointRow, LogRow, TransactionRow
 
 HOT_OUTCOMES = frozenset({"committed", "recovered"})
@@ -86,18 +87,26 @@ def derive(
         if rec.kind == "intent":
             intents[txn] = rec.payload
         elif rec.kind in HOT_OUTCOMES:
-            payload = loads(rec.payload)
             intent = intents.get(txn)
-            row = committed_row(
-                rec.episode_id,
-                txn,
-                rec.kind,
-                payload,
-                rec.ts,
-                None if intent is None else loads(intent),
-            )
+            try:
+                payload = loads(rec.payload)
+                row = committed_row(
+                    rec.episode_id,
+                    txn,
+                    rec.kind,
+                    payload,
+                    rec.ts,
+                    None if intent is None else loads(intent),
+                )
+                cp = checkpoint_row(rec.episode_id, txn, payload, rec.ts)
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                raise StoreError(
+                    f"episode {rec.episode_id}: log record {rec.seq} ({rec.kind} {txn}) does "
+                    f"not read as a commit ({type(exc).__name__}: {exc}), or its intent "
+                    "record does not: the log was altered. `harness audit --verify` names the "
+                    "first altered record"
+                ) from exc
             rows.append(TransactionRow(**row))
-            cp = checkpoint_row(rec.episode_id, txn, payload, rec.ts)
             if cp is not None:
                 checkpoints.append(CheckpointRow(**cp))
     return rows, checkpoints
