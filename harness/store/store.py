@@ -3,8 +3,6 @@ leases."""
 
 from __future__ import annotations
 
-import os
-import socket
 import sqlite3
 import threading
 import time
@@ -21,39 +19,25 @@ from sqlmodel import Session, col, func, select
 
 from .._json import dumps
 from ..errors import StoreError
+from .chain import _Chain
 from .jsonlines import JsonLines, _stamp
-from .projection import HOT_OUTCOMES, derive
+from .leases import _Leases
+from .projection import derive
 from .tables import (
     DEFAULT_URL,
-    GENESIS,
     SCHEMA_VERSION,
     SEQ_BITS,
-    ChainReport,
     CheckpointRow,
     EpisodeRow,
     EscalationRow,
-    LeaseRow,
     LogRow,
     RunRow,
     TransactionRow,
     TrialRow,
     _Base,
     log_key,
-    record_hash,
 )
 from .writer import EpisodeWriter
-
-_HOT_KINDS = HOT_OUTCOMES | {"intent"}
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -70,7 +54,7 @@ def _normalise_url(url: str | Path) -> str:
     return text
 
 
-class Store:
+class Store(_Chain, _Leases):
     """A run's records, in SQLite under ``logs/`` by default or any SQLAlchemy URL.
 
     Args:
@@ -394,169 +378,6 @@ class Store:
         if found is None:
             raise StoreError(f"no escalation {escalation_id!r} in {self.url}")
         return found
-
-    def verify_chain(self, episode_id: str | None = None) -> ChainReport:
-        """Recompute each hash chain; report the first altered, missing or moved record."""
-        episodes = [self.episode(episode_id)] if episode_id else self.episodes()
-        total = 0
-        for ep in episodes:
-            if ep is None:
-                return ChainReport(False, 0, 0, episode_id, None, "episode not found")
-            prev = GENESIS
-            rows = self.log(ep.id)
-            for expected_seq, row in enumerate(rows, start=1):
-                total += 1
-                if row.seq != expected_seq:
-                    return ChainReport(
-                        False,
-                        len(episodes),
-                        total,
-                        ep.id,
-                        expected_seq,
-                        f"record {expected_seq} is missing or out of order (found {row.seq})",
-                    )
-                h = record_hash(
-                    prev,
-                    row.episode_id,
-                    row.seq,
-                    row.kind,
-                    row.txn_id,
-                    row.payload,
-                    row.ts,
-                )
-                if h != row.hash:
-                    return ChainReport(
-                        False,
-                        len(episodes),
-                        total,
-                        ep.id,
-                        row.seq,
-                        "content does not match its hash: the record was altered",
-                    )
-                prev = row.hash
-            problem = self._witness_problem(ep, rows)
-            if problem:
-                return ChainReport(False, len(episodes), total, ep.id, problem[0], problem[1])
-        return ChainReport(True, len(episodes), total)
-
-    @staticmethod
-    def _witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
-        """Check the chain against the episode row's witness (record count and head hash).
-
-        The witness moves with every write but the hot path's (intents and commits, whose rows
-        follow with the next write), so a crashed episode may end with those past it; anything
-        else past it, or a chain shorter than it, was tampered.
-        """
-        if len(rows) < ep.log_count:
-            return (
-                len(rows) + 1,
-                f"chain ends at record {len(rows)} but the episode recorded {ep.log_count}: "
-                "records were removed from the end",
-            )
-        if ep.log_count and rows[ep.log_count - 1].hash != ep.head_hash:
-            return ep.log_count, "the episode's recorded head does not match this record"
-        extra = rows[ep.log_count :]
-        if extra and (ep.status != "running" or any(r.kind not in _HOT_KINDS for r in extra)):
-            return (
-                ep.log_count + 1,
-                f"{len(extra)} record(s) after the episode's recorded head "
-                f"({ep.status}): appended outside the harness",
-            )
-        return None
-
-    # --- leases: one process executes an episode at a time ---
-    def acquire_lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> bool:
-        """Take (or renew) the lease on ``episode_id`` for ``seconds``; False if it is held.
-
-        Checked and written in one transaction under the write lock, so two processes cannot
-        both take it. A lease is free when it expired, or when its holder ran on this host and
-        its process is gone (a crashed run's leases do not block its resume).
-        """
-        now = time.time()
-        host, pid = socket.gethostname(), os.getpid()
-        with self._lease_lock:
-            conn = self._lease_connection()
-            sqlite = isinstance(conn, sqlite3.Connection)
-            mark = "?" if sqlite else "%s"
-            cur = conn.cursor()
-            try:
-                if sqlite:
-                    cur.execute("BEGIN IMMEDIATE")
-                else:
-                    cur.execute("LOCK TABLE hx_lease IN SHARE ROW EXCLUSIVE MODE")
-                cur.execute(
-                    f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
-                    (episode_id,),
-                )
-                held = cur.fetchone()
-                if (
-                    held is not None
-                    and held[0] != owner
-                    and held[3] > now
-                    and (held[2] != host or _pid_alive(int(held[1])))
-                ):
-                    conn.rollback()
-                    return False
-                cur.execute(f"DELETE FROM hx_lease WHERE episode_id = {mark}", (episode_id,))
-                cur.execute(
-                    "INSERT INTO hx_lease (episode_id, owner, pid, host, acquired_at, expires_at) "
-                    f"VALUES ({', '.join([mark] * 6)})",
-                    (episode_id, owner, pid, host, now, now + seconds),
-                )
-                conn.commit()
-                return True
-            except BaseException:
-                conn.rollback()
-                raise
-            finally:
-                cur.close()
-
-    def release_lease(self, episode_id: str, *, owner: str) -> None:
-        """Give the lease on ``episode_id`` back (only its owner can)."""
-        with self._lease_lock:
-            conn = self._lease_connection()
-            mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
-            cur = conn.cursor()
-            try:
-                cur.execute(
-                    f"DELETE FROM hx_lease WHERE episode_id = {mark} AND owner = {mark}",
-                    (episode_id, owner),
-                )
-                conn.commit()
-            finally:
-                cur.close()
-
-    @contextmanager
-    def lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> Iterator[bool]:
-        """Hold the lease on ``episode_id`` while the block runs, renewing it every third of
-        ``seconds``; yields False (and holds nothing) when another process has it."""
-        if not self.acquire_lease(episode_id, owner=owner, seconds=seconds):
-            yield False
-            return
-        stop = threading.Event()
-
-        def renew() -> None:
-            while not stop.wait(seconds / 3):
-                self.acquire_lease(episode_id, owner=owner, seconds=seconds)
-
-        keeper = threading.Thread(target=renew, name=f"lease-{episode_id}", daemon=True)
-        keeper.start()
-        try:
-            yield True
-        finally:
-            stop.set()
-            keeper.join()
-            self.release_lease(episode_id, owner=owner)
-
-    def leases(self) -> list[LeaseRow]:
-        """The leases held now (expired ones included)."""
-        with self.session() as s:
-            return list(s.exec(select(LeaseRow)))
-
-    def _lease_connection(self) -> Any:
-        if self._lease_conn is None:
-            self._lease_conn = self.raw_connection()
-        return self._lease_conn
 
     def flush_log(self) -> None:
         """Write the JSON lines queued so far."""

@@ -1,0 +1,90 @@
+"""The hash-chain check of the store's log (mixed into :class:`~.store.Store`)."""
+
+from __future__ import annotations
+
+from .projection import HOT_OUTCOMES
+from .tables import GENESIS, ChainReport, EpisodeRow, LogRow, record_hash
+
+_HOT_KINDS = HOT_OUTCOMES | {"intent"}
+
+
+class _Chain:
+    """``verify_chain`` and the episode witness check."""
+
+    def episode(self, episode_id: str) -> EpisodeRow | None:  # provided by Store
+        raise NotImplementedError
+
+    def episodes(self, run_id: str | None = None) -> list[EpisodeRow]:  # provided by Store
+        raise NotImplementedError
+
+    def log(self, episode_id: str) -> list[LogRow]:  # provided by Store
+        raise NotImplementedError
+
+    def verify_chain(self, episode_id: str | None = None) -> ChainReport:
+        """Recompute each hash chain; report the first altered, missing or moved record."""
+        episodes = [self.episode(episode_id)] if episode_id else self.episodes()
+        total = 0
+        for ep in episodes:
+            if ep is None:
+                return ChainReport(False, 0, 0, episode_id, None, "episode not found")
+            prev = GENESIS
+            rows = self.log(ep.id)
+            for expected_seq, row in enumerate(rows, start=1):
+                total += 1
+                if row.seq != expected_seq:
+                    return ChainReport(
+                        False,
+                        len(episodes),
+                        total,
+                        ep.id,
+                        expected_seq,
+                        f"record {expected_seq} is missing or out of order (found {row.seq})",
+                    )
+                h = record_hash(
+                    prev,
+                    row.episode_id,
+                    row.seq,
+                    row.kind,
+                    row.txn_id,
+                    row.payload,
+                    row.ts,
+                )
+                if h != row.hash:
+                    return ChainReport(
+                        False,
+                        len(episodes),
+                        total,
+                        ep.id,
+                        row.seq,
+                        "content does not match its hash: the record was altered",
+                    )
+                prev = row.hash
+            problem = self._witness_problem(ep, rows)
+            if problem:
+                return ChainReport(False, len(episodes), total, ep.id, problem[0], problem[1])
+        return ChainReport(True, len(episodes), total)
+
+    @staticmethod
+    def _witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
+        """Check the chain against the episode row's witness (record count and head hash).
+
+        The witness moves with every write but the hot path's (intents and commits, whose rows
+        follow with the next write), so a crashed episode may end with those past it; anything
+        else past it, or a chain shorter than it, was tampered.
+        """
+        if len(rows) < ep.log_count:
+            return (
+                len(rows) + 1,
+                f"chain ends at record {len(rows)} but the episode recorded {ep.log_count}: "
+                "records were removed from the end",
+            )
+        if ep.log_count and rows[ep.log_count - 1].hash != ep.head_hash:
+            return ep.log_count, "the episode's recorded head does not match this record"
+        extra = rows[ep.log_count :]
+        if extra and (ep.status != "running" or any(r.kind not in _HOT_KINDS for r in extra)):
+            return (
+                ep.log_count + 1,
+                f"{len(extra)} record(s) after the episode's recorded head "
+                f"({ep.status}): appended outside the harness",
+            )
+        return None
