@@ -216,3 +216,35 @@ def test_altered_commit_record_of_a_crashed_episode_is_a_clear_error(shop: Shop,
         store.transactions("e1")
     report = store.verify_chain()
     assert not report.ok and report.seq == 3 and "altered" in report.reason
+
+
+@pytest.mark.parametrize("kind", ["intent", "committed"])
+def test_interrupt_just_after_a_record_is_written_keeps_the_chain_whole(
+    shop: Shop, store_url: str, kind: str
+):
+    """Ctrl-C is raised when the database call returns, after the record was written (and,
+    on the hot path, committed). The episode still ends cleanly: the chain goes on after
+    that record, the commit is remembered as the log has it, and everything verifies."""
+    cancel = cancel_action(shop)
+    ep = hx.Episode(state=shop.state, store=store_url, episode_id="e1")
+    with pytest.raises(KeyboardInterrupt), ep:
+        cancel("o1")
+        writer = ep._writer
+        execute = writer._exec
+
+        def interrupted(sql: str, params: Any) -> None:
+            execute(sql, params)
+            if isinstance(params, tuple) and params[4] == kind:
+                raise KeyboardInterrupt
+
+        writer._exec = interrupted
+        cancel("o2")
+    store = hx.Store(store_url)
+    kinds = [r.kind for r in store.log("e1")]
+    assert kinds[-2:] == [kind, "end"] and kinds.count("committed") == (
+        2 if kind == "committed" else 1
+    )
+    rows = store.transactions("e1")
+    assert [r.step for r in rows] == ([1, 2] if kind == "committed" else [1])
+    assert store.episode("e1").steps == len(rows)  # type: ignore[union-attr]
+    _verified(store)

@@ -213,14 +213,43 @@ class _Records:
             "duration": duration,
             "step": step,
         }
-        self._writer.hot(
+        written = self._writer.seq
+        try:
+            self._writer.hot(
+                status,
+                ctx.txn_id,
+                f'{{"action":{_quote(ctx.action)},{call},"attempts":{ctx.attempt},'
+                f'"duration":{duration!r},"result":{txn.result_json},"diff":{diff_json},'
+                f'"errors":{errors}}}',
+                (row, None if step is None else digest),
+            )
+        except BaseException:
+            # Interrupted (Ctrl-C) after the record was written: the episode remembers the
+            # commit as the log has it, then the interruption goes on.
+            if self._writer.seq != written:
+                self._remember_commit(txn, result, diff, step, digest)
+            raise
+        entry = self._remember_commit(txn, result, diff, step, digest)
+        self.log.info(
             status,
-            ctx.txn_id,
-            f'{{"action":{_quote(ctx.action)},{call},"attempts":{ctx.attempt},'
-            f'"duration":{duration!r},"result":{txn.result_json},"diff":{diff_json},'
-            f'"errors":{errors}}}',
-            (row, None if step is None else digest),
+            txn_id=ctx.txn_id,
+            action=ctx.action,
+            step=step,
+            attempts=ctx.attempt,
+            duration=duration,
         )
+        return entry
+
+    def _remember_commit(
+        self,
+        txn: Transaction,
+        result: Any,
+        diff: dict[str, tuple[Any, Any]],
+        step: int | None,
+        digest: str,
+    ) -> Committed:
+        """The episode's memory of a written commit: step, digest, dedup and rollback entry."""
+        ctx, act = txn.ctx, txn.action
         if step is not None:
             self.steps, self.digest = step, digest
         entry = Committed(
@@ -240,14 +269,6 @@ class _Records:
             self._done[ctx.idempotency_key] = entry
             if act.pivot:
                 self.pivot = act.name
-        self.log.info(
-            status,
-            txn_id=ctx.txn_id,
-            action=ctx.action,
-            step=step,
-            attempts=ctx.attempt,
-            duration=duration,
-        )
         return entry
 
     def record_failure(

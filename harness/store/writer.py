@@ -8,6 +8,7 @@ moves the episode row's chain witness.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 import uuid
@@ -182,13 +183,25 @@ class EpisodeWriter:
             self.append_text(kind, txn_id, text, projected)
             if not self._sqlite:
                 self.conn.commit()
-            # (SQLite: the connection is in autocommit mode, the INSERT committed itself.)
+            # (SQLite: the connection is in autocommit mode, the INSERT committed itself, and
+            # append_text accounts for it even when an exception arrives just after.)
         except BaseException:
             if not self._sqlite:
-                self.conn.rollback()
-            self.seq, self.head = chain[0], chain[1]
-            del self.pending[chain[2] :]
+                with contextlib.suppress(Exception):
+                    self.conn.rollback()
+                if not self._landed(self._base | (chain[0] + 1)):
+                    self.seq, self.head = chain[0], chain[1]
+                    del self.pending[chain[2] :]
             raise
+
+    def _landed(self, key: int) -> bool:
+        """Whether the log record ``key`` is in the database (after an interrupted write)."""
+        try:
+            cur = self.conn.cursor()
+            cur.execute(f"SELECT 1 FROM hx_log WHERE id = {self._p('k')}", {"k": key})
+            return cur.fetchone() is not None
+        except Exception:  # the connection cannot say: the write did not complete
+            return False
 
     def flush(self) -> None:
         """Write the rows of the hot-path commits so far (inside the caller's batch)."""
@@ -327,10 +340,34 @@ class EpisodeWriter:
         seq = self.seq + 1
         h = record_hash(self.head, self.episode_id, seq, kind, txn_id, text, ts)
         values = (self._base | seq, self.episode_id, seq, txn_id, kind, text, ts, h)
-        self._exec(
-            self._ins_log,
-            values if self._log_names is None else dict(zip(self._log_names, values, strict=True)),
-        )
+        try:
+            self._exec(
+                self._ins_log,
+                values
+                if self._log_names is None
+                else dict(zip(self._log_names, values, strict=True)),
+            )
+        except BaseException:
+            # A KeyboardInterrupt is raised when the call returns, even if the record was
+            # written (and, in autocommit, committed): then the chain moves on all the same.
+            if not self._landed(values[0]):
+                raise
+            self._account(seq, h, kind, txn_id, text, ts, projected)
+            raise
+        self._account(seq, h, kind, txn_id, text, ts, projected)
+        return h
+
+    def _account(
+        self,
+        seq: int,
+        h: str,
+        kind: str,
+        txn_id: str | None,
+        text: str,
+        ts: float,
+        projected: Projected | None,
+    ) -> None:
+        """Move the chain past a written record; keep what its row needs."""
         self.seq, self.head = seq, h
         if txn_id is not None:
             if kind == "intent":
@@ -338,7 +375,6 @@ class EpisodeWriter:
             elif kind in HOT_OUTCOMES:
                 intent = self._intents.pop(txn_id, None)
                 self.pending.append((txn_id, kind, text, ts, intent, projected))
-        return h
 
     def insert_episode(self, row: Mapping[str, Any]) -> None:
         """Insert the episode's row, numbered next in this store (inside a batch: locked)."""
