@@ -127,6 +127,18 @@ def test_newer_schema_is_refused(store_url: str):
         hx.Store(store_url)
 
 
+def test_store_another_process_is_creating_opens(store_url: str):
+    """Tables are committed before the version row: a process that opens the store in
+    between sees no version yet, takes it as its own, and both agree afterwards."""
+    hx.Store(store_url).close()
+    edit(store_url, "DELETE FROM hx_meta")
+    hx.Store(store_url).close()
+    with sqlite3.connect(db_path(store_url)) as conn:
+        rows = conn.execute("SELECT key, value FROM hx_meta").fetchall()
+    assert rows == [("schema_version", "2")]
+    hx.Store(store_url).close()
+
+
 def test_plain_path_is_a_sqlite_store(tmp_path: Path):
     """A file path works as a store URL and lands in WAL mode."""
     store = hx.Store(tmp_path / "x.db")

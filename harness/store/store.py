@@ -123,29 +123,32 @@ class Store(_Chain, _Leases):
         try:
             with self.engine.begin() as conn:
                 existing = set(inspect(conn).get_table_names())
+                version: int | None = None
                 if "hx_meta" in existing:
                     row = conn.exec_driver_sql(
                         "SELECT value FROM hx_meta WHERE key = 'schema_version'"
                     ).fetchone()
-                    version = int(row[0]) if row else 0
-                    if version > SCHEMA_VERSION:
-                        raise StoreError(
-                            f"store {self.url!r} has schema version {version}, newer than this "
-                            f"harness understands ({SCHEMA_VERSION}); upgrade harness to read it"
-                        )
-                    if version < SCHEMA_VERSION:
-                        raise StoreError(
-                            f"store {self.url!r} has schema version {version}, written by an "
-                            f"older harness (this one reads version {SCHEMA_VERSION}: its log "
-                            "is keyed by episode number); nothing was changed. Read it with "
-                            "the harness that wrote it, or give a new store file"
-                        )
+                    # No row yet: another process is creating this store right now (its
+                    # tables are committed before its version row), so it is this version.
+                    version = int(row[0]) if row else None
+                if version is not None and version > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"store {self.url!r} has schema version {version}, newer than this "
+                        f"harness understands ({SCHEMA_VERSION}); upgrade harness to read it"
+                    )
+                if version is not None and version < SCHEMA_VERSION:
+                    raise StoreError(
+                        f"store {self.url!r} has schema version {version}, written by an "
+                        f"older harness (this one reads version {SCHEMA_VERSION}: its log "
+                        "is keyed by episode number); nothing was changed. Read it with "
+                        "the harness that wrote it, or give a new store file"
+                    )
                 _Base.metadata.create_all(conn)
-                if "hx_meta" not in existing:
+                if version is None:
+                    mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
                     conn.exec_driver_sql(
-                        "INSERT INTO hx_meta(key, value) VALUES ('schema_version', ?)"
-                        if self.engine.dialect.paramstyle == "qmark"
-                        else "INSERT INTO hx_meta(key, value) VALUES ('schema_version', %s)",
+                        "INSERT INTO hx_meta(key, value) VALUES ('schema_version', "
+                        f"{mark}) ON CONFLICT DO NOTHING",
                         (str(SCHEMA_VERSION),),
                     )
         except StoreError:
