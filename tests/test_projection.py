@@ -109,8 +109,8 @@ def test_crash_leaves_verifiable_records_and_resume_writes_the_rows(shop: Shop, 
 def test_many_commits_are_written_in_bounded_batches(
     shop: Shop, store_url: str, monkeypatch: pytest.MonkeyPatch
 ):
-    """Past FLUSH_EVERY pending commits, the next commit writes the rows itself: memory
-    stays bounded in a long episode, and the rows still equal their records."""
+    """Past FLUSH_EVERY pending commits, the next call writes the rows first: memory stays
+    bounded in a long episode, and the rows still equal their records."""
     monkeypatch.setattr(hx_writer, "FLUSH_EVERY", 2)
     for n in range(4, 8):
         shop.state[f"orders/o{n}"] = {"status": "pending", "total": n}
@@ -127,7 +127,7 @@ def test_many_commits_are_written_in_bounded_batches(
 
 def test_failed_batch_keeps_its_commits_pending(shop: Shop, store_url: str):
     """A batch that fails after writing earlier commits' rows rolls them back with itself
-    and keeps them pending: the next batch writes them, once."""
+    and keeps them pending: the next batch writes them."""
     cancel = cancel_action(shop)
     with hx.Episode(state=shop.state, store=store_url, episode_id="e1") as ep:
         cancel("o1")
@@ -248,3 +248,27 @@ def test_interrupt_just_after_a_record_is_written_keeps_the_chain_whole(
     assert [r.step for r in rows] == ([1, 2] if kind == "committed" else [1])
     assert store.episode("e1").steps == len(rows)  # type: ignore[union-attr]
     _verified(store)
+
+
+@pytest.mark.parametrize("calls", [("o1", "o2", "read"), ("o1", "o2", "o4")])
+def test_crash_after_bounded_batches_reads_and_verifies(
+    shop: Shop, store_url: str, monkeypatch: pytest.MonkeyPatch, calls: tuple[str, ...]
+):
+    """A crash after the rows were written in a bounded batch: every commit (writes and
+    reads) is still read back, and the episode row's step agrees with its witness."""
+    monkeypatch.setattr(hx_writer, "FLUSH_EVERY", 2)
+    shop.state["orders/o4"] = {"status": "pending", "total": 4}
+    cancel, lookup = cancel_action(shop), _lookup_action(shop)
+    ep = hx.Episode(state=shop.state, store=store_url, episode_id="e1")
+    with ep:
+        for call in calls:
+            lookup("o1") if call == "read" else cancel(call)
+        _crash(ep)
+    store = hx.Store(store_url)
+    assert len(store.transactions("e1")) == 3
+    _verified(store)
+    with hx.Episode(state=shop.state, store=store_url, episode_id="e1", resume=True):
+        for call in calls:
+            lookup("o1") if call == "read" else cancel(call)
+    assert len(shop.applied) == sum(c != "read" for c in calls)  # nothing ran twice
+    _verified(hx.Store(store_url))

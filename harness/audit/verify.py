@@ -104,12 +104,15 @@ def _commit_problem(
         return "its commit record does not hold the transaction (its intent record is missing)"
     if row.action != want["action"]:
         return f"its action {row.action!r} is not the committed {want['action']!r}"
-    for name in ("result", "diff", "args", "before"):
+    for name in ("result", "diff", "args", "before", "errors"):
         if _value(getattr(row, name)) != _value(want[name]):
             return f"its {name} does not match its commit record"
-    for name in ("step", "attempts", "idem_key"):
+    for name in ("step", "attempts", "idem_key", "mutating"):
         if getattr(row, name) != want[name]:
             return f"its {name} {getattr(row, name)!r} is not the committed {want[name]!r}"
+    for name in ("started_at", "ended_at", "duration"):
+        if getattr(row, name) != want[name]:
+            return f"its {name} is not the time its records hold"
     return None
 
 

@@ -140,8 +140,7 @@ class Episode(_Resume):
                 self._writer = None
                 raise StoreError(f"no episode {self.id!r} to resume in {self.store.url}")
             self._load()
-            writer.load_head()
-            writer.adopt_tail()
+            writer.load_head()  # (and takes over rows a crash left unwritten)
             with writer.batch():
                 writer.append(
                     "resume", None, {"steps": self.steps, "in_doubt": len(self._in_doubt)}
@@ -182,6 +181,12 @@ class Episode(_Resume):
 
     def _finish(self, error: BaseException | None) -> None:
         if self._writer is None:
+            return
+        if self._writer.num is None:  # the episode's row was never written: nothing to end
+            self._writer.close()
+            self._writer = None
+            if self._owns_store:
+                self.store.close()
             return
         if self.outcome == "running":
             if error is None:

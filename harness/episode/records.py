@@ -168,7 +168,7 @@ class _Records:
         recovered: bool,
     ) -> Committed:
         ctx, act = txn.ctx, txn.action
-        duration = self.clock.now() - txn.t0
+        duration = float(self.clock.now() - txn.t0)  # (a user clock may return numpy floats)
         diff_json = dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else "{}"
         errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]) if txn.errors else "[]"
         step: int | None = None

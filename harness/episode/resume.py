@@ -113,7 +113,10 @@ class _Resume(_Rollback):
                 self._in_doubt[key] = intent  # the action changed since: settle it when called
             except Escalated as exc:
                 # Held for a person: the agent's call raises it when the agent gets there.
+                # The episode itself runs on, and its row says so again.
                 self.outcome = "running"
+                with self._writer.batch():
+                    self._update_episode()
                 self._in_doubt[key] = intent
                 for row in self.store.escalations(episode_id=self.id):
                     if row.id == exc.escalation_id:

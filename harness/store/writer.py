@@ -124,7 +124,9 @@ class EpisodeWriter:
         # Hot-path commits whose rows are not written yet: their records (txn_id, kind, payload,
         # ts, intent payload) and, when the caller built it, the row they project to.
         self.pending: list[tuple[str, str, str, float, str | None, Projected | None]] = []
-        self._intents: dict[str, str] = {}
+        # The witness's step and digest: the last committed step this writer knows of.
+        self.steps = 0
+        self.digest = GENESIS
         self._witnessed = False
 
     def _exec(self, sql: str, params: Mapping[str, Any] | tuple[Any, ...]) -> None:
@@ -134,12 +136,13 @@ class EpisodeWriter:
     def batch(self) -> Iterator[None]:
         """One database transaction; nested batches join the outer one.
 
-        It first materialises the rows of the hot-path commits before it, and it ends by
-        moving the episode row's witness (record count and head hash) unless
-        :meth:`update_episode` did.
+        It materialises the rows of the hot-path commits before it (first, so the batch may
+        update them) and of any it wrote itself (last), and ends by moving the episode row's
+        witness (record count, head hash, step and digest) unless :meth:`update_episode` did:
+        every commit up to the witness has its row.
         """
         self._depth += 1
-        chain = (self.seq, self.head, len(self.pending))
+        chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
         pending = self.pending
         if self._depth == 1:
             if self._sqlite:
@@ -149,8 +152,10 @@ class EpisodeWriter:
             if self._depth == 1:
                 self.flush()
             yield
-            if self._depth == 1 and not self._witnessed and self.num is not None:
-                self.update_head()
+            if self._depth == 1:
+                self.flush()
+                if not self._witnessed and self.num is not None:
+                    self.update_head()
         except BaseException:
             if self._depth == 1:
                 self.conn.rollback()
@@ -158,6 +163,7 @@ class EpisodeWriter:
                 # the rows it materialised are pending again.
                 self.seq, self.head = chain[0], chain[1]
                 self.pending = pending[: chain[2]]
+                self.steps, self.digest = chain[3], chain[4]
             raise
         else:
             if self._depth == 1:
@@ -178,30 +184,34 @@ class EpisodeWriter:
             with self.batch():
                 self.append_text(kind, txn_id, text, projected)
             return
-        chain = (self.seq, self.head, len(self.pending))
+        if self._sqlite:
+            # Autocommit: the INSERT commits itself, and append_text accounts for it even when
+            # an exception arrives just after.
+            self.append_text(kind, txn_id, text, projected)
+            return
+        chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
         try:
             self.append_text(kind, txn_id, text, projected)
-            if not self._sqlite:
-                self.conn.commit()
-            # (SQLite: the connection is in autocommit mode, the INSERT committed itself, and
-            # append_text accounts for it even when an exception arrives just after.)
+            self.conn.commit()
         except BaseException:
-            if not self._sqlite:
-                with contextlib.suppress(Exception):
-                    self.conn.rollback()
-                if not self._landed(self._base | (chain[0] + 1)):
-                    self.seq, self.head = chain[0], chain[1]
-                    del self.pending[chain[2] :]
+            with contextlib.suppress(Exception):
+                self.conn.rollback()
+            if self.seq != chain[0] and not self._landed(self._base | self.seq, self.head):
+                self.seq, self.head = chain[0], chain[1]
+                del self.pending[chain[2] :]
+                self.steps, self.digest = chain[3], chain[4]
             raise
 
-    def _landed(self, key: int) -> bool:
-        """Whether the log record ``key`` is in the database (after an interrupted write)."""
+    def _landed(self, key: int, h: str) -> bool:
+        """Whether the log record ``key`` with hash ``h`` is in the database (after an
+        interrupted write): another writer's record under the same key is not ours."""
         try:
             cur = self.conn.cursor()
-            cur.execute(f"SELECT 1 FROM hx_log WHERE id = {self._p('k')}", {"k": key})
-            return cur.fetchone() is not None
+            cur.execute(f"SELECT hash FROM hx_log WHERE id = {self._p('k')}", {"k": key})
+            found = cur.fetchone()
         except Exception:  # the connection cannot say: the write did not complete
             return False
+        return found is not None and str(found[0]) == h
 
     def flush(self) -> None:
         """Write the rows of the hot-path commits so far (inside the caller's batch)."""
@@ -224,9 +234,9 @@ class EpisodeWriter:
                         }
                     )
                 continue
-            if intent is None:
-                intent = self._stored_intent(txn_id)
             payload = loads(text)
+            if intent is None and payload.get("step") is not None:  # a write has an intent
+                intent = self._stored_intent(txn_id)
             rows.append(
                 committed_row(
                     self.episode_id,
@@ -275,7 +285,13 @@ class EpisodeWriter:
                 intents[txn_id] = text
             elif kind in HOT_OUTCOMES:
                 self.pending.append((txn_id, kind, text, ts, intents.pop(txn_id, None), None))
+                self._stepped(loads(text))
         return len(self.pending)
+
+    def _stepped(self, payload: Mapping[str, Any]) -> None:
+        """Follow a commit record's step and digest (for the witness)."""
+        if payload.get("step") is not None:
+            self.steps, self.digest = int(payload["step"]), str(payload["digest"])
 
     def _stored_intent(self, txn_id: str) -> str | None:
         """A write's intent written before this writer (by the process that crashed)."""
@@ -312,13 +328,18 @@ class EpisodeWriter:
         self._base = num << SEQ_BITS
 
     def load_head(self) -> None:
-        """Continue an existing episode's chain from its last record."""
+        """Continue an existing episode's chain from its last record, taking over the commits
+        a crashed writer left without rows (:meth:`adopt_tail`)."""
         cur = self.conn.cursor()
-        cur.execute(f"SELECT num FROM hx_episode WHERE id = {self._p('e')}", {"e": self.episode_id})
+        cur.execute(
+            f"SELECT num, steps, digest FROM hx_episode WHERE id = {self._p('e')}",
+            {"e": self.episode_id},
+        )
         found = cur.fetchone()
         if found is None:
             return
         self._set_num(int(found[0]))
+        self.steps, self.digest = int(found[1]), str(found[2])
         cur.execute(
             f"SELECT seq, hash FROM hx_log WHERE id BETWEEN {self._p('lo')} AND {self._p('hi')} "
             "ORDER BY id DESC LIMIT 1",
@@ -327,6 +348,7 @@ class EpisodeWriter:
         row = cur.fetchone()
         if row is not None:
             self.seq, self.head = int(row[0]), str(row[1])
+        self.adopt_tail()
 
     def append(self, kind: str, txn_id: str | None, payload: Mapping[str, Any]) -> str:
         """Add one record to the chain; returns its hash."""
@@ -350,7 +372,7 @@ class EpisodeWriter:
         except BaseException:
             # A KeyboardInterrupt is raised when the call returns, even if the record was
             # written (and, in autocommit, committed): then the chain moves on all the same.
-            if not self._landed(values[0]):
+            if not self._landed(values[0], h):
                 raise
             self._account(seq, h, kind, txn_id, text, ts, projected)
             raise
@@ -369,16 +391,18 @@ class EpisodeWriter:
     ) -> None:
         """Move the chain past a written record; keep what its row needs."""
         self.seq, self.head = seq, h
-        if txn_id is not None:
-            if kind == "intent":
-                self._intents[txn_id] = text
-            elif kind in HOT_OUTCOMES:
-                intent = self._intents.pop(txn_id, None)
-                self.pending.append((txn_id, kind, text, ts, intent, projected))
+        if txn_id is not None and kind in HOT_OUTCOMES:
+            self.pending.append((txn_id, kind, text, ts, None, projected))
+            if projected is None:
+                self._stepped(loads(text))
+            elif projected[0]["step"] is not None:
+                self.steps, self.digest = projected[0]["step"], str(projected[1])
 
     def insert_episode(self, row: Mapping[str, Any]) -> None:
         """Insert the episode's row, numbered next in this store (inside a batch: locked)."""
         cur = self.conn.cursor()
+        if not self._sqlite:  # (SQLite: BEGIN IMMEDIATE holds the write lock already)
+            cur.execute("LOCK TABLE hx_episode IN SHARE ROW EXCLUSIVE MODE")
         cur.execute("SELECT COALESCE(MAX(num), 0) + 1 FROM hx_episode")
         num = int(cur.fetchone()[0])
         self._exec(self._ins_ep, {**self._ep_cols, **row, "num": num})
@@ -386,6 +410,7 @@ class EpisodeWriter:
 
     def update_episode(self, *, status: str, steps: int, digest: str) -> None:
         """Record the episode's status, checkpoint and chain head."""
+        self.steps, self.digest = steps, digest
         self._exec(
             self._upd_ep,
             {
@@ -401,11 +426,19 @@ class EpisodeWriter:
         self._witnessed = True
 
     def update_head(self) -> None:
-        """Record the chain head on the episode row, leaving its status alone."""
+        """Record the chain head, step and digest on the episode row, leaving its status
+        alone."""
+        p = self._p
         self._exec(
-            f"UPDATE hx_episode SET log_count={self._p('n')}, head_hash={self._p('h')} "
-            f"WHERE id={self._p('id')}",
-            {"n": self.seq, "h": self.head, "id": self.episode_id},
+            f"UPDATE hx_episode SET log_count={p('n')}, head_hash={p('h')}, steps={p('s')}, "
+            f"digest={p('d')} WHERE id={p('id')}",
+            {
+                "n": self.seq,
+                "h": self.head,
+                "s": self.steps,
+                "d": self.digest,
+                "id": self.episode_id,
+            },
         )
         self._witnessed = True
 
