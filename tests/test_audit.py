@@ -150,6 +150,12 @@ EDITS: dict[str, tuple[list[str], str, str, str]] = {
         f"{T0}:2",
         "diff does not match",
     ),
+    "transaction timing altered": (
+        [f"UPDATE hx_transaction SET duration = 99 WHERE id = '{T0}:2'"],
+        "hx_transaction",
+        f"{T0}:2",
+        "duration is not the time",
+    ),
     "transaction status altered": (
         [f"UPDATE hx_transaction SET status = 'compensated' WHERE id = '{T0}:2'"],
         "hx_transaction",

@@ -199,6 +199,31 @@ def test_in_doubt_unkeyed_action_escalates(shop: Shop, store_url: str, clock: Fa
     assert shop.applied == []
 
 
+def test_call_held_for_a_person_on_resume_leaves_the_episode_running(
+    shop: Shop, store_url: str, clock: FakeClock
+):
+    """An in-doubt call settled at resume by escalating is held for a person; the episode
+    itself runs on, and its row says so, so what it writes next is not taken for records
+    appended after its end."""
+    cancel = crash_during(shop, store_url, clock, after_effect=False, idempotency_key=None)
+    with hx.Episode(
+        state=shop.state,
+        store=store_url,
+        clock=clock,
+        episode_id="e1",
+        resume=True,
+        actions=[cancel],
+    ) as ep:
+        assert ep.outcome == "running"
+        assert hx.Store(store_url).episode("e1").status == "running"  # type: ignore[union-attr]
+        ep._writer.hot("intent", "e1:9", '{"action":"x","key":"k","args":{},"before":{}}')
+        ep._writer.close()  # and the process dies
+        ep._writer = None
+    store = hx.Store(store_url)
+    assert [e.status for e in store.escalations(episode_id="e1")] == ["pending"]
+    assert store.verify_chain().ok
+
+
 def test_resume_needs_an_existing_episode(shop: Shop, store_url: str):
     """Resuming an unknown episode, or reusing an id without resume, is a clear StoreError."""
     with pytest.raises(hx.StoreError, match="no episode 'ghost' to resume"):
