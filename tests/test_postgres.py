@@ -71,6 +71,7 @@ def test_commits_rows_and_chain(shop: Shop, pg_url: str):
         with hx.Episode(state=shop.state, store=store, episode_id="e1"):
             cancel("o1")
             cancel("o2")
+            assert _sql(pg_url, "SELECT COUNT(*) FROM hx_transaction") == [(0,)]
             running = [r.model_dump() for r in store.transactions("e1")]
             with pytest.raises(hx.PreconditionFailed):
                 cancel("o3")
@@ -83,6 +84,38 @@ def test_commits_rows_and_chain(shop: Shop, pg_url: str):
         ]
         assert [c.step for c in store.checkpoints("e1")] == [1, 2]
         _verified(store)
+    finally:
+        store.close()
+
+
+def test_episodes_opened_at_the_same_moment_get_their_own_numbers(pg_url: str):
+    """Threads opening episodes on one store at the same moment each get a number of their
+    own (taken under a lock), and every chain verifies."""
+    import threading
+
+    store = hx.Store(pg_url)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def worker(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(10):
+                with hx.Episode(state=hx.DictState(), store=store, episode_id=f"w{n}-{i}"):
+                    pass
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        nums = [r[0] for r in _sql(pg_url, "SELECT num FROM hx_episode")]
+        assert len(nums) == len(set(nums)) == 40
+        assert store.verify_chain().ok
     finally:
         store.close()
 
