@@ -9,6 +9,7 @@ moves the episode row's chain witness.
 from __future__ import annotations
 
 import contextlib
+import operator
 import sqlite3
 import time
 import uuid
@@ -107,6 +108,8 @@ class EpisodeWriter:
         put_style = "qmark" if self._sqlite else style
         self._put_txn, self._put_txn_cols = _put_sql(TransactionRow, put_style)
         self._put_cp, self._put_cp_cols = _put_sql(CheckpointRow, put_style)
+        self._txn_values = operator.itemgetter(*self._put_txn_cols)
+        self._cp_values = operator.itemgetter(*self._put_cp_cols)
         self._ins_esc, self._esc_cols = _insert_sql(EscalationRow, style)
         self._upd_ep = (
             f"UPDATE hx_episode SET status={p('status')}, updated_at={p('updated_at')}, "
@@ -251,12 +254,10 @@ class EpisodeWriter:
             if cp is not None:
                 checkpoints.append(cp)
         if self._sqlite:
-            cols, cp_cols = self._put_txn_cols, self._put_cp_cols
-            self._cursor.executemany(self._put_txn, [tuple(r[c] for c in cols) for r in rows])
+            txn_values, cp_values = self._txn_values, self._cp_values
+            self._cursor.executemany(self._put_txn, [txn_values(r) for r in rows])
             if checkpoints:
-                self._cursor.executemany(
-                    self._put_cp, [tuple(c[k] for k in cp_cols) for c in checkpoints]
-                )
+                self._cursor.executemany(self._put_cp, [cp_values(c) for c in checkpoints])
         else:
             self._cursor.executemany(self._put_txn, rows)
             if checkpoints:
