@@ -17,8 +17,10 @@ import multiprocessing
 import os
 import platform
 import re
+import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -437,6 +439,31 @@ class RunResult:
         }
 
 
+class _StopOnSigint:
+    """Ctrl-C stops a run between trials: the first SIGINT asks, the run ends after the trial
+    it is in; a second one interrupts at once (KeyboardInterrupt).
+
+    An interrupt raised at an arbitrary point can land where Python ignores it (a weakref
+    callback, a finaliser) and be lost; a flag read between trials cannot.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._ask)
+
+    def _ask(self, _signum: int, _frame: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
+
+    def restore(self) -> None:
+        """Put the handler back as it was."""
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
 def run_trials(
     suite: Suite | str | Path,
     *,
@@ -523,6 +550,7 @@ def run_trials(
     interrupted = False
     injection = None if plan is None else plan.for_run(run_id)
     init = (str(loaded.path), agent, agent_options, store_url, run_id, policy, injection)
+    stop = _StopOnSigint()
     try:
         if workers == 1:
             worker = (
@@ -531,6 +559,8 @@ def run_trials(
                 else _Worker(str(loaded.path), agent_obj, {}, store_url, run_id, policy, injection)
             )
             for job in jobs:
+                if stop.requested:
+                    raise KeyboardInterrupt
                 r = worker.trial(*job)
                 if r is None:  # another process holds its lease (a concurrent resume)
                     continue
@@ -545,6 +575,8 @@ def run_trials(
                 futures = [pool.submit(_run_job, job) for job in jobs]
                 try:
                     for fut in cf.as_completed(futures):
+                        if stop.requested:
+                            raise KeyboardInterrupt
                         r = fut.result()
                         if r is None:
                             continue
@@ -557,6 +589,8 @@ def run_trials(
                     raise
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        stop.restore()
     status = "interrupted" if interrupted else "finished"
     row = RunRow(
         id=run_id,
