@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .projection import HOT_OUTCOMES
 from .tables import GENESIS, ChainReport, EpisodeRow, LogRow, record_hash
 
@@ -11,14 +13,11 @@ _HOT_KINDS = HOT_OUTCOMES | {"intent"}
 class _Chain:
     """``verify_chain`` and the episode witness check."""
 
-    def episode(self, episode_id: str) -> EpisodeRow | None:  # provided by Store
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by Store
 
-    def episodes(self, run_id: str | None = None) -> list[EpisodeRow]:  # provided by Store
-        raise NotImplementedError
-
-    def log(self, episode_id: str) -> list[LogRow]:  # provided by Store
-        raise NotImplementedError
+        def episode(self, episode_id: str) -> EpisodeRow | None: ...
+        def episodes(self, run_id: str | None = None) -> list[EpisodeRow]: ...
+        def log(self, episode_id: str) -> list[LogRow]: ...
 
     def verify_chain(self, episode_id: str | None = None) -> ChainReport:
         """Recompute each hash chain; report the first altered, missing or moved record."""

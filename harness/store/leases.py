@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session, select
 
@@ -32,11 +32,10 @@ class _Leases:
     _lease_lock: threading.Lock
     _lease_conn: Any
 
-    def raw_connection(self) -> Any:  # provided by Store
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by Store
 
-    def session(self) -> AbstractContextManager[Session]:  # provided by Store
-        raise NotImplementedError
+        def raw_connection(self) -> Any: ...
+        def session(self) -> AbstractContextManager[Session]: ...
 
     # --- leases: one process executes an episode at a time ---
     def acquire_lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> bool:
