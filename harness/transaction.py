@@ -221,6 +221,22 @@ def compensate(action: Action[Any, Any], ctx: Context, diff: dict[str, tuple[Any
 class Transaction:
     """The steps of one call of ``action`` in ``episode``."""
 
+    __slots__ = (
+        "action",
+        "args_json",
+        "before_json",
+        "ctx",
+        "ep",
+        "errors",
+        "result_json",
+        "retry",
+        "seq",
+        "started",
+        "t0",
+        "timeout",
+        "values",
+    )
+
     def __init__(self, episode: Episode, action: Action[Any, Any], ctx: Context) -> None:
         self.ep = episode
         self.action = action

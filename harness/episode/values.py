@@ -48,7 +48,7 @@ class InDoubt:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class Committed:
     """A committed transaction as the episode remembers it (for dedup and rollback)."""
 
