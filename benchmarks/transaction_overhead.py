@@ -128,7 +128,10 @@ class _NullLog:
     def info(self, *_: Any, **__: Any) -> None:
         return None
 
-    warning = error = debug = info
+    warning = error = debug = later = info
+
+    def drain(self) -> None:
+        return None
 
     def bind(self, **_: Any) -> _NullLog:
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -286,3 +287,36 @@ def test_jsonl_lines_are_bound_to_episode_and_transaction(
     commit = next(x for x in lines if x["event"] == "committed")
     assert commit["episode_id"] == "e9" and commit["txn_id"] == "e9:1"
     assert commit["action"] == "cancel_order"
+
+
+def test_jsonl_lines_keep_their_order_and_times_when_sent_in_runs(
+    shop: Shop, store_url: str, clock: FakeClock, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """Commit lines are queued and sent in runs; every line still appears, in the order things
+    happened, each stamped with when it happened, and other lines never overtake them."""
+    from harness.store.jsonlines import EpisodeLog
+
+    monkeypatch.setattr(EpisodeLog, "RUN", 3)
+    for n in range(4, 9):
+        shop.state[f"orders/o{n}"] = {"status": "pending", "total": n}
+    cancel = cancel_action(shop)
+    with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e9") as ep:
+        for n in (1, 2, 4, 5, 6):
+            before = time.time()
+            cancel(f"o{n}")
+            queued = ep.log._queue
+            assert not queued or before <= queued[-1][1]["ts"] <= time.time()
+        with pytest.raises(hx.PreconditionFailed):
+            cancel("o3")  # a refusal's line comes after every commit's
+        cancel("o7")
+    lines = [json.loads(x) for x in (tmp_path / "logs" / "harness.jsonl").read_text().splitlines()]
+    mine = [x for x in lines if x.get("episode_id") == "e9"]
+    assert [(x["event"], x.get("txn_id")) for x in mine] == [
+        ("episode_start", None),
+        *[("committed", f"e9:{i}") for i in range(1, 6)],
+        ("precondition_failed", "e9:6"),
+        ("committed", "e9:7"),
+        ("episode_end", None),
+    ]
+    times = [x["ts"] for x in mine]
+    assert times == sorted(times)

@@ -230,7 +230,7 @@ class _Records:
                 self._remember_commit(txn, result, diff, step, digest)
             raise
         entry = self._remember_commit(txn, result, diff, step, digest)
-        self.log.info(
+        self.log.later(
             status,
             txn_id=ctx.txn_id,
             action=ctx.action,

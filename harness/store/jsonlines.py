@@ -57,7 +57,47 @@ class JsonLines:
 
 
 def _stamp(_logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Level and a Unix timestamp: a float is cheap to write and exact to read back."""
+    """Level and a Unix timestamp (when the line was queued, if it was): a float is cheap to
+    write and exact to read back."""
     event["level"] = method
-    event["ts"] = time.time()
+    if "ts" not in event:
+        event["ts"] = time.time()
     return event
+
+
+class EpisodeLog:
+    """An episode's structlog logger, with the hot path's lines queued and sent in runs.
+
+    ``later(event, **fields)`` queues an info line stamped with the time now. The queue goes
+    through structlog, in order, before any other call on this logger, when it holds
+    :attr:`RUN` lines or its oldest is a second old, and on :meth:`drain` (the episode's end).
+    Lines are the same, with the time they were queued; sending them in runs costs about half
+    of sending each between two database writes. Every other attribute is the logger's own.
+    """
+
+    __slots__ = ("_log", "_queue")
+    RUN = 64
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self._queue: list[tuple[str, dict[str, Any]]] = []
+
+    def later(self, event: str, **fields: Any) -> None:
+        """Queue one info line."""
+        fields["ts"] = now = time.time()
+        queue = self._queue
+        queue.append((event, fields))
+        if len(queue) >= self.RUN or now - queue[0][1]["ts"] > 1.0:
+            self.drain()
+
+    def drain(self) -> None:
+        """Send the queued lines."""
+        queue, self._queue = self._queue, []
+        if queue:
+            info = self._log.info
+            for event, fields in queue:
+                info(event, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        self.drain()
+        return getattr(self._log, name)

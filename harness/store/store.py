@@ -20,7 +20,7 @@ from sqlmodel import Session, col, func, select
 from .._json import dumps
 from ..errors import StoreError
 from .chain import _Chain
-from .jsonlines import JsonLines, _stamp
+from .jsonlines import EpisodeLog, JsonLines, _stamp
 from .leases import _Leases
 from .projection import derive
 from .tables import (
@@ -182,7 +182,8 @@ class Store(_Chain, _Leases):
         return self.engine.raw_connection()
 
     def jsonl(self, **bound: Any) -> Any:
-        """A structlog logger writing JSON lines beside the database, bound to ``bound``."""
+        """A structlog logger writing JSON lines beside the database, bound to ``bound``, in an
+        :class:`EpisodeLog` (which sends the hot path's lines in runs)."""
         with self._jsonl_lock:
             if self._jsonl_file is None:
                 target = (
@@ -192,10 +193,12 @@ class Store(_Chain, _Leases):
                 )
                 target.parent.mkdir(parents=True, exist_ok=True)
                 self._jsonl_file = JsonLines(target)
-        return structlog.wrap_logger(
-            self._jsonl_file,
-            processors=[_stamp, structlog.processors.JSONRenderer(serializer=dumps)],
-        ).bind(**bound)
+        return EpisodeLog(
+            structlog.wrap_logger(
+                self._jsonl_file,
+                processors=[_stamp, structlog.processors.JSONRenderer(serializer=dumps)],
+            ).bind(**bound)
+        )
 
     # --- queries ---
     @contextmanager
