@@ -333,15 +333,17 @@ class Action(Generic[P, R]):
         text = canonical(model.model_dump(mode="json"))
         return f"{self.name}:{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
-    def scope(self, model: BaseModel) -> list[str]:
-        """The resolved ``writes`` patterns for this call."""
+    def scope(self, model: BaseModel, values: dict[str, Any] | None = None) -> list[str]:
+        """The resolved ``writes`` patterns for this call (``values``: its
+        :meth:`call_values`, when the caller has them already)."""
         if self._static_scope is not None:
             return self._static_scope
         if self.writes is None:
             return []
         if callable(self.writes):
             return list(self.writes(model))
-        values = self.call_values(model)
+        if values is None:
+            values = self.call_values(model)
         return [w.format_map(values) for w in self.writes]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -266,7 +266,7 @@ class Transaction:
                 reason = (inspect.getdoc(check) or "").split("\n", 1)[0]
                 ep.record_refusal(self, "precondition", name if not reason else f"{name}: {reason}")
                 raise PreconditionFailed(act.name, name, reason)
-        scope = act.scope(ctx.args)
+        scope = act.scope(ctx.args, self.values)
         matcher = ScopeMatcher(scope)
         concrete = list(matcher.literal)
         mark = ctx.state.mark()
@@ -395,7 +395,7 @@ class Transaction:
                     )
                 )
         try:
-            self.result_json = dumps(result)
+            self.result_json = "null" if result is None else dumps(result)
         except (TypeError, ValueError) as exc:
             bad = NotSerializable(act.name, exc, txn_id=ctx.txn_id)
             raise (

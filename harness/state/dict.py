@@ -11,16 +11,19 @@ from .._json import digest
 __all__ = ["DictState"]
 
 _ATOMS = (str, int, float, bool, type(None))
+_ATOM_TYPES = frozenset(_ATOMS)
 
 
 def _copy(value: Any) -> Any:
-    """A deep copy, fast for the JSON-shaped values resources usually are."""
+    """A deep copy, fast for the JSON-shaped values resources usually are (plain values are
+    kept as they are without a call)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _ATOM_TYPES else _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _ATOM_TYPES else _copy(v) for v in value]
     if isinstance(value, _ATOMS):
         return value
-    if type(value) is dict:
-        return {k: _copy(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_copy(v) for v in value]
     return copy.deepcopy(value)
 
 
