@@ -193,12 +193,9 @@ class Store(_Chain, _Leases):
                 )
                 target.parent.mkdir(parents=True, exist_ok=True)
                 self._jsonl_file = JsonLines(target)
-        return EpisodeLog(
-            structlog.wrap_logger(
-                self._jsonl_file,
-                processors=[_stamp, structlog.processors.JSONRenderer(serializer=dumps)],
-            ).bind(**bound)
-        )
+        processors: list[Any] = [_stamp, structlog.processors.JSONRenderer(serializer=dumps)]
+        log = structlog.wrap_logger(self._jsonl_file, processors=processors).bind(**bound)
+        return EpisodeLog(log, processors, self._jsonl_file)
 
     # --- queries ---
     @contextmanager
