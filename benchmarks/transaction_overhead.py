@@ -552,7 +552,6 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
         p.patch(EpisodeWriter, "append_text", "writer.append/append_text: log record")
     p.patch(EpisodeWriter, "insert_txn", "writer.insert_txn")
     p.patch(EpisodeWriter, "update_txn", "writer.update_txn")
-    p.patch(EpisodeWriter, "checkpoint", "writer.checkpoint")
     if hasattr(EpisodeWriter, "flush"):
         p.patch(EpisodeWriter, "flush", "rows + checkpoints built and written at the end (flush)")
     p.patch(EpisodeWriter, "_exec", _sql_label)

@@ -102,7 +102,6 @@ class EpisodeWriter:
         marks = ["?"] * len(cols) if log_style == "qmark" else _placeholders(style, cols)
         self._ins_log = f"INSERT INTO hx_log ({', '.join(cols)}) VALUES ({', '.join(marks)})"
         self._log_names = None if log_style == "qmark" else cols
-        self._ins_cp, _ = _insert_sql(CheckpointRow, style)
         # Materialising is idempotent: a row another writer already wrote is left alone.
         # On SQLite the rows go as tuples in column order (positional binding is cheaper).
         put_style = "qmark" if self._sqlite else style
@@ -458,19 +457,6 @@ class EpisodeWriter:
                 f"WHERE episode_id={self._p('ep_')} AND seq={self._p('seq_')}"
             )
         self._exec(sql, {**fields, "ep_": self.episode_id, "seq_": int(txn_id.rsplit(":", 1)[1])})
-
-    def checkpoint(self, step: int, txn_id: str, digest: str) -> None:
-        """Insert a compact checkpoint."""
-        self._exec(
-            self._ins_cp,
-            {
-                "episode_id": self.episode_id,
-                "step": step,
-                "txn_id": txn_id,
-                "digest": digest,
-                "created_at": time.time(),
-            },
-        )
 
     def insert_escalation(self, row: Mapping[str, Any]) -> str:
         """Insert an escalation; returns its id."""
