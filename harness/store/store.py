@@ -26,7 +26,6 @@ from .projection import derive
 from .tables import (
     DEFAULT_URL,
     SCHEMA_VERSION,
-    SEQ_BITS,
     CheckpointRow,
     EpisodeRow,
     EscalationRow,
@@ -35,7 +34,7 @@ from .tables import (
     TransactionRow,
     TrialRow,
     _Base,
-    log_key,
+    log_range,
 )
 from .writer import EpisodeWriter
 
@@ -269,26 +268,24 @@ class Store(_Chain, _Leases):
         ep = self.episode(episode_id)
         if ep is None:
             return None
-        lo, hi = self._log_range(ep)
+        keys = log_range(ep.num)
         with self.session() as s:
-            last = s.exec(select(func.max(LogRow.seq)).where(col(LogRow.id).between(lo, hi))).one()
+            last = s.exec(
+                select(func.max(LogRow.seq)).where(col(LogRow.id).between(keys["lo"], keys["hi"]))
+            ).one()
         if last is None or last <= ep.log_count:
             return None
-        return derive(self.log(episode_id), materialised)
-
-    @staticmethod
-    def _log_range(ep: EpisodeRow) -> tuple[int, int]:
-        lo = log_key(ep.num, 0)
-        return lo, lo | ((1 << SEQ_BITS) - 1)
+        return derive(self._log_of(ep), materialised)
 
     def log(self, episode_id: str) -> list[LogRow]:
         """An episode's log records in chain order."""
         ep = self.episode(episode_id)
-        if ep is None:
-            return []
-        lo, hi = self._log_range(ep)
+        return [] if ep is None else self._log_of(ep)
+
+    def _log_of(self, ep: EpisodeRow) -> list[LogRow]:
+        keys = log_range(ep.num)
         with self.session() as s:
-            q = select(LogRow).where(col(LogRow.id).between(lo, hi))
+            q = select(LogRow).where(col(LogRow.id).between(keys["lo"], keys["hi"]))
             return list(s.exec(q.order_by(LogRow.id)))  # type: ignore[arg-type]
 
     def escalations(

@@ -237,6 +237,12 @@ def log_key(num: int, seq: int) -> int:
     return (num << SEQ_BITS) | seq
 
 
+def log_range(num: int) -> dict[str, int]:
+    """The keys of the episode numbered ``num``'s records, as ``lo`` and ``hi`` parameters."""
+    lo = log_key(num, 0)
+    return {"lo": lo, "hi": lo | ((1 << SEQ_BITS) - 1)}
+
+
 def record_hash(
     prev: str, episode_id: str, seq: int, kind: str, txn_id: str | None, payload: str, ts: float
 ) -> str:

@@ -21,11 +21,12 @@ from .._json import dumps, loads
 from .projection import HOT_OUTCOMES, checkpoint_row, committed_row
 from .tables import (
     GENESIS,
-    SEQ_BITS,
     CheckpointRow,
     EpisodeRow,
     EscalationRow,
     TransactionRow,
+    log_key,
+    log_range,
     record_hash,
 )
 
@@ -48,16 +49,18 @@ def _placeholders(paramstyle: str, names: list[str]) -> list[str]:
     return [f"%({n})s" for n in names]
 
 
+def _values_sql(name: str, cols: list[str], paramstyle: str, tail: str = "") -> str:
+    """An INSERT of ``cols`` into ``name``: positional marks for ``qmark`` (values given as a
+    tuple in column order), named ones otherwise."""
+    marks = ["?"] * len(cols) if paramstyle == "qmark" else _placeholders(paramstyle, cols)
+    return f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join(marks)}){tail}"
+
+
 def _put_sql(table: Any, paramstyle: str) -> tuple[str, list[str]]:
     """An INSERT that leaves an existing row alone (materialising is idempotent), and its
     columns in order."""
     cols = [c.name for c in table.__table__.columns]
-    marks = ["?"] * len(cols) if paramstyle == "qmark" else _placeholders(paramstyle, cols)
-    sql = (
-        f"INSERT INTO {table.__tablename__} ({', '.join(cols)}) VALUES ({', '.join(marks)}) "
-        "ON CONFLICT DO NOTHING"
-    )
-    return sql, cols
+    return _values_sql(table.__tablename__, cols, paramstyle, " ON CONFLICT DO NOTHING"), cols
 
 
 def _insert_sql(
@@ -97,11 +100,9 @@ class EpisodeWriter:
         self._ins_ep, self._ep_cols = _insert_sql(EpisodeRow, style)
         # The log's INSERT takes its values in column order (a tuple: SQLite binds it faster
         # than names); other drivers get the same order in their paramstyle.
-        log_style = "qmark" if self._sqlite else style
         cols = list(_LOG_COLUMNS)
-        marks = ["?"] * len(cols) if log_style == "qmark" else _placeholders(style, cols)
-        self._ins_log = f"INSERT INTO hx_log ({', '.join(cols)}) VALUES ({', '.join(marks)})"
-        self._log_names = None if log_style == "qmark" else cols
+        self._ins_log = _values_sql("hx_log", cols, "qmark" if self._sqlite else style)
+        self._log_names = None if self._sqlite else cols
         # Materialising is idempotent: a row another writer already wrote is left alone.
         # On SQLite the rows go as tuples in column order (positional binding is cheaper).
         put_style = "qmark" if self._sqlite else style
@@ -121,6 +122,7 @@ class EpisodeWriter:
         self.head = GENESIS
         self.num: int | None = None
         self._base = 0
+        self._range: dict[str, int] = {}
         self._cursor = self.conn.cursor()
         self._depth = 0
         # Hot-path commits whose rows are not written yet: their records (txn_id, kind, payload,
@@ -225,16 +227,11 @@ class EpisodeWriter:
                 row, digest = projected
                 row["ended_at"] = ts
                 rows.append(row)
-                if row["step"] is not None:
-                    checkpoints.append(
-                        {
-                            "episode_id": self.episode_id,
-                            "step": row["step"],
-                            "txn_id": txn_id,
-                            "digest": digest,
-                            "created_at": ts,
-                        }
-                    )
+                cp = checkpoint_row(
+                    self.episode_id, txn_id, {"step": row["step"], "digest": digest}, ts
+                )
+                if cp is not None:
+                    checkpoints.append(cp)
                 continue
             payload = loads(text)
             if intent is None and payload.get("step") is not None:  # a write has an intent
@@ -275,7 +272,7 @@ class EpisodeWriter:
         cur.execute(
             f"SELECT txn_id, kind, payload, ts FROM hx_log WHERE id BETWEEN {self._p('lo')} "
             f"AND {self._p('hi')} AND txn_id IS NOT NULL ORDER BY id",
-            {"lo": self._base, "hi": self._base | ((1 << SEQ_BITS) - 1)},
+            self._range,
         )
         intents: dict[str, str] = {}
         for txn_id, kind, text, ts in cur.fetchall():
@@ -299,7 +296,7 @@ class EpisodeWriter:
         cur.execute(
             f"SELECT payload FROM hx_log WHERE id BETWEEN {self._p('lo')} AND {self._p('hi')} "
             f"AND txn_id = {self._p('t')} AND kind = 'intent' ORDER BY id DESC LIMIT 1",
-            {"lo": self._base, "hi": self._base | ((1 << SEQ_BITS) - 1), "t": txn_id},
+            {**self._range, "t": txn_id},
         )
         found = cur.fetchone()
         return None if found is None else str(found[0])
@@ -325,7 +322,8 @@ class EpisodeWriter:
 
     def _set_num(self, num: int) -> None:
         self.num = num
-        self._base = num << SEQ_BITS
+        self._base = log_key(num, 0)
+        self._range = log_range(num)
 
     def load_head(self) -> None:
         """Continue an existing episode's chain from its last record, taking over the commits
@@ -343,7 +341,7 @@ class EpisodeWriter:
         cur.execute(
             f"SELECT seq, hash FROM hx_log WHERE id BETWEEN {self._p('lo')} AND {self._p('hi')} "
             "ORDER BY id DESC LIMIT 1",
-            {"lo": self._base, "hi": self._base | ((1 << SEQ_BITS) - 1)},
+            self._range,
         )
         row = cur.fetchone()
         if row is not None:
