@@ -203,3 +203,216 @@ def test_file_state_nested_windows_keep_their_own_before_values(tmp_path: Path):
     assert state.changes(inner) == {"b": "1"}
     state.release(inner)
     assert state.changes(outer) == {"a": "1", "b": "1"}
+
+
+def hx_objects(path: Path) -> list[str]:
+    """The names of the tables, indexes and triggers the adapter adds (``_hx_...``)."""
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%hx%'").fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def change_rows(path: Path) -> int:
+    """How many rows the change table holds (0 when it does not exist)."""
+    with sqlite3.connect(path) as conn:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = '_hx_changes'").fetchone():
+            return 0
+        return int(conn.execute("SELECT COUNT(*) FROM _hx_changes").fetchone()[0])
+
+
+def captures(state: hx.SQLState, sql: str) -> list[str]:
+    """The keys a change window sees when ``sql`` runs on the adapter's connection."""
+    mark = state.mark()
+    state.connection.execute(sql)
+    keys = list(state.changes(mark))
+    state.release(mark)
+    return keys
+
+
+def update_many(path: Path, times: int, *, rows: int = 1) -> None:
+    """The application's own writes, through a connection of its own."""
+    with sqlite3.connect(path) as conn:
+        for n in range(times):
+            conn.execute("UPDATE orders SET status = ? WHERE id = ?", (f"s{n}", f"o{n % rows}"))
+            conn.commit()
+
+
+def test_sql_state_close_removes_what_it_installed(tmp_path: Path):
+    """After close(), twice even, nothing of the adapter is left and later writes leave nothing."""
+    path = tmp_path / "s.db"
+    state = make_db(path)
+    assert captures(state, "UPDATE orders SET status = 'x' WHERE id = 'o1'") == ["orders/o1"]
+    state.close()
+    state.close()
+    assert hx_objects(path) == []
+    update_many(path, 500)
+    assert hx_objects(path) == [] and change_rows(path) == 0
+
+
+def test_sql_state_keeps_the_journal_mode_unless_asked(tmp_path: Path):
+    """The database keeps its journal mode; journal_mode= changes it when asked."""
+    path = tmp_path / "s.db"
+    make_db(path).close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    hx.SQLState(path, journal_mode="wal").close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_sql_state_records_nothing_outside_windows(tmp_path: Path):
+    """While open, writes outside a change window leave no row in the change table."""
+    path = tmp_path / "s.db"
+    state = make_db(path)
+    update_many(path, 500, rows=3)
+    assert change_rows(path) == 0
+    mark = state.mark()
+    state.release(mark)
+    update_many(path, 100, rows=3)
+    assert change_rows(path) == 0
+    state.close()
+
+
+def test_sql_state_window_sees_other_connections_and_is_emptied(tmp_path: Path):
+    """A window sees every write another connection makes in it, records each row once however
+    often it is written, and the rows are deleted when the window is released."""
+    path = tmp_path / "s.db"
+    state = make_db(path)
+    mark = state.mark()
+    update_many(path, 300, rows=2)
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO orders VALUES ('o9', 'new', '[]')")
+    assert change_rows(path) == 3
+    assert state.changes(mark) == {
+        "orders/o0": {"id": "o0", "status": "pending", "items": ["a"]},
+        "orders/o1": {"id": "o1", "status": "pending", "items": ["a"]},
+        "orders/o9": None,
+    }
+    state.release(mark)
+    assert change_rows(path) == 0
+    state.close()
+
+
+def test_sql_state_nested_windows_opened_later_see_rewrites(tmp_path: Path):
+    """A window opened after a row was already recorded for an outer window still sees that
+    row's next write, with the value it had when the inner window opened."""
+    state = make_db(tmp_path / "s.db")
+    c = state.connection
+    outer = state.mark()
+    c.execute("UPDATE orders SET status = 'first' WHERE id = 'o1'")
+    inner = state.mark()
+    c.execute("UPDATE orders SET status = 'second' WHERE id = 'o1'")
+    c.execute("UPDATE orders SET status = 'third' WHERE id = 'o1'")
+    assert state.changes(inner)["orders/o1"]["status"] == "first"
+    state.release(inner)
+    c.execute("DELETE FROM orders WHERE id = 'o2'")
+    outer_changes = state.changes(outer)
+    assert outer_changes["orders/o1"]["status"] == "pending"
+    assert outer_changes["orders/o2"]["status"] == "pending"
+    state.release(outer)
+    state.close()
+
+
+def test_sql_state_leftovers_of_a_crash_stay_bounded_and_are_cleaned(tmp_path: Path):
+    """Triggers left by a process killed inside a window record a row once, not per write, and
+    the next adapter cleans them up and removes them on close."""
+    path = tmp_path / "s.db"
+    make_db(path).close()
+    pid = os.fork()
+    if pid == 0:  # the child: opens a window and dies without closing
+        code = 1
+        try:
+            state = hx.SQLState(path)
+            state.mark()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert "_hx_changes" in hx_objects(path)
+    update_many(path, 500)
+    assert change_rows(path) == 1
+    state = hx.SQLState(path)  # the dead process's window is closed
+    assert change_rows(path) == 0
+    assert captures(state, "UPDATE orders SET status = 'x' WHERE id = 'o2'") == ["orders/o2"]
+    state.close()
+    assert hx_objects(path) == []
+
+
+def test_sql_state_replaces_unguarded_triggers_left_behind(tmp_path: Path):
+    """A capture trigger that fires on every write, left by an earlier version, is replaced
+    on open and removed on close."""
+    path = tmp_path / "s.db"
+    make_db(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE _hx_changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, "
+            "pk TEXT NOT NULL, before TEXT)"
+        )
+        conn.execute(
+            'CREATE TRIGGER "_hx_u_orders" AFTER UPDATE ON orders BEGIN INSERT INTO '
+            "_hx_changes(tbl, pk, before) VALUES ('orders', OLD.id, NULL); END"
+        )
+    update_many(path, 10)
+    assert change_rows(path) == 10
+    state = hx.SQLState(path)
+    assert change_rows(path) == 0
+    update_many(path, 10)
+    assert change_rows(path) == 0
+    state.close()
+    assert "_hx_u_orders" not in hx_objects(path) and "_hx_changes" not in hx_objects(path)
+
+
+def test_sql_state_two_adapters_share_the_capture(tmp_path: Path):
+    """Closing one of two adapters on a file keeps the other's capture; the last removes it."""
+    path = tmp_path / "s.db"
+    first = make_db(path)
+    second = hx.SQLState(path)
+    first.close()
+    assert captures(second, "UPDATE orders SET status = 'x' WHERE id = 'o1'") == ["orders/o1"]
+    second.close()
+    assert hx_objects(path) == []
+
+
+def test_sql_state_quotes_names_everywhere(tmp_path: Path):
+    """Tables and columns with quotes in their names are tracked like any other."""
+    path = tmp_path / "q.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute('CREATE TABLE "o\'brien" ("it\'s" TEXT PRIMARY KEY, "say ""hi""" TEXT)')
+        conn.execute("INSERT INTO \"o'brien\" VALUES ('k', 'v')")
+    state = hx.SQLState(path)
+    mark = state.mark()
+    state.connection.execute('UPDATE "o\'brien" SET "say ""hi""" = \'w\'')
+    assert state.changes(mark) == {"o'brien/k": {"it's": "k", 'say "hi"': "v"}}
+    state.release(mark)
+    state.close()
+    assert hx_objects(path) == []
+
+
+def test_sql_state_table_name_cannot_inject_sql(tmp_path: Path):
+    """A table whose name closes the string literal and adds a statement is only a name: its
+    writes are captured and the statement in its name never runs, during a window or after."""
+    path = tmp_path / "evil.db"
+    evil = "x', 0, NULL); DELETE FROM victim; SELECT max('"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE victim (id INTEGER PRIMARY KEY)")
+        conn.executemany("INSERT INTO victim VALUES (?)", [(1,), (2,), (3,)])
+        conn.execute(f'CREATE TABLE "{evil}" (v TEXT)')
+    state = hx.SQLState(path)
+    mark = state.mark()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"INSERT INTO \"{evil}\" VALUES ('a')")
+    assert state.changes(mark) == {f"{evil}/1": None}
+    state.release(mark)
+    state.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"INSERT INTO \"{evil}\" VALUES ('b')")
+        assert conn.execute("SELECT COUNT(*) FROM victim").fetchone()[0] == 3
+
+
+def test_sql_state_dropped_without_close_cleans_up(tmp_path: Path):
+    """An adapter garbage-collected without close() removes its triggers and tables too."""
+    path = tmp_path / "s.db"
+    state = make_db(path)
+    state.release(state.mark())
+    del state
+    assert hx_objects(path) == []

@@ -3,16 +3,36 @@
 Changes are captured by triggers into a side table (``_hx_changes``) that records each written
 row's key and its value before the write, so the diff of one action reads only the rows that
 action touched, whatever the size of the database.
+
+What the adapter adds to the user's database is kept small and taken away again:
+
+- ``_hx_open`` has one row per open adapter: who it is and how many change windows it has
+  open. The triggers fire only while some adapter has a window open, so the application's own
+  writes between actions cost nothing and leave nothing.
+- A trigger records a row at most once per window: a write to a row already recorded since the
+  latest window opened is skipped. Even triggers left by a process that died with a window open
+  therefore record each row once, not once per write.
+- ``_hx_changes`` is emptied when no window is open, and ``close()`` by the last adapter on the
+  database drops the triggers and both tables. Opening cleans up after adapters of this host
+  whose process has died, and replaces triggers left by an earlier version.
+
+The triggers are ordinary (not ``TEMP``) so that writes through any connection to the file are
+seen; the bookkeeping runs on :attr:`SQLState.connection`, the one tools are given, so it never
+waits for a transaction a tool holds open on it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
+import uuid
+import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -24,6 +44,13 @@ from ..errors import ConfigurationError
 __all__ = ["SQLState"]
 
 CHANGES = "_hx_changes"
+OPEN = "_hx_open"
+_TRIGGER_PREFIXES = ("_hx_i_", "_hx_u_", "_hx_d_")
+_JOURNAL_MODES = frozenset({"delete", "truncate", "persist", "memory", "wal", "off"})
+# A window is open when some adapter counts one; the latest mark among them bounds what a
+# trigger must record (a row recorded after it is already in every open window).
+_WINDOW_OPEN = f"EXISTS (SELECT 1 FROM {OPEN} WHERE windows > 0)"
+_LATEST_MARK = f"(SELECT MAX(mark) FROM {OPEN} WHERE windows > 0)"
 
 
 @dataclass(frozen=True)
@@ -42,9 +69,106 @@ class _Table:
                 out[col] = json.loads(value)
         return out
 
+    def key(self, alias: str) -> str:
+        """The SQL expression of a row's resource key (``NEW`` or ``OLD``), as text: compared
+        as text, it finds the recorded key through the index."""
+        if not self.pk:
+            return f"CAST({alias}.rowid AS TEXT)"
+        return "CAST(" + " || ',' || ".join(f"{alias}.{_quote(c)}" for c in self.pk) + " AS TEXT)"
+
+    def image(self, alias: str) -> str:
+        """The SQL expression of a row's value as a JSON object."""
+        pairs = ", ".join(f"{_literal(col)}, {alias}.{_quote(col)}" for col in self.columns)
+        return f"json_object({pairs})"
+
+    def record(self, alias: str, before: str, when: str = "") -> str:
+        """The trigger statement recording the row ``alias`` names, unless recorded already."""
+        name, key = _literal(self.name), self.key(alias)
+        return (
+            f"INSERT INTO {CHANGES}(tbl, pk, before) SELECT {name}, {key}, {before} "
+            f"WHERE {when}NOT EXISTS (SELECT 1 FROM {CHANGES} WHERE tbl = {name} "
+            f"AND pk = {key} AND seq > {_LATEST_MARK});"
+        )
+
+    def triggers(self) -> Iterator[str]:
+        """The statements creating the insert, update and delete triggers."""
+        q = _quote(self.name)
+        old, new = self.key("OLD"), self.key("NEW")
+        bodies = {
+            ("_hx_i_", "INSERT"): self.record("NEW", "NULL"),
+            ("_hx_u_", "UPDATE"): self.record("OLD", self.image("OLD"))
+            + self.record("NEW", "NULL", when=f"{new} IS NOT {old} AND "),
+            ("_hx_d_", "DELETE"): self.record("OLD", self.image("OLD")),
+        }
+        for (prefix, event), body in bodies.items():
+            yield (
+                f"CREATE TRIGGER {_quote(prefix + self.name)} AFTER {event} ON {q} "
+                f"WHEN {_WINDOW_OPEN} BEGIN {body} END"
+            )
+
 
 def _quote(name: str) -> str:
+    """``name`` as an SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+@contextmanager
+def _atomic(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One transaction, also inside a transaction a tool has open on the connection."""
+    connection.execute("SAVEPOINT _hx")
+    try:
+        yield connection
+    except BaseException:
+        connection.execute("ROLLBACK TO _hx")
+        connection.execute("RELEASE _hx")
+        raise
+    connection.execute("RELEASE _hx")
+
+
+def _drop_triggers(c: sqlite3.Connection) -> None:
+    """Drop every capture trigger, ours or left by an earlier adapter or version."""
+    for (name,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        if name.startswith(_TRIGGER_PREFIXES):
+            c.execute(f"DROP TRIGGER {_quote(name)}")
+
+
+def _clear_if_idle(c: sqlite3.Connection) -> None:
+    """Empty the change table when no adapter has a window open."""
+    if not c.execute(f"SELECT {_WINDOW_OPEN}").fetchone()[0]:
+        c.execute(f"DELETE FROM {CHANGES}")
+
+
+def _leave(connection: sqlite3.Connection, owner: str) -> None:
+    """Unregister ``owner``; the last adapter out removes what the adapters installed. Then
+    close the connection (also when that fails)."""
+    try:
+        with _atomic(connection) as c:
+            c.execute(f"DELETE FROM {OPEN} WHERE owner = ?", (owner,))
+            if c.execute(f"SELECT EXISTS (SELECT 1 FROM {OPEN})").fetchone()[0]:
+                _clear_if_idle(c)
+            else:
+                _drop_triggers(c)
+                c.execute(f"DROP TABLE {CHANGES}")
+                c.execute(f"DROP TABLE {OPEN}")
+    except sqlite3.ProgrammingError:  # the connection was closed by hand: nothing to do
+        pass
+    finally:
+        connection.close()
 
 
 class SQLState:
@@ -54,27 +178,60 @@ class SQLState:
     composite key is joined with ``,``); tables without one are addressed by ``rowid``.
     Tools write through :attr:`connection` (or any other connection to the same database).
 
+    The adapter installs change-capture triggers and two ``_hx_`` tables while it is open and
+    removes them on :meth:`close` (the last adapter open on the file does). Close it, or use
+    it as a context manager; one that is garbage-collected or still open at interpreter exit
+    is closed then.
+
     Args:
-        url: a SQLAlchemy URL (``sqlite:///path.db``) or a path to a SQLite file.
+        url: a SQLAlchemy URL (``sqlite:///path.db``), a path to a SQLite file, or
+            ``":memory:"``.
+        journal_mode: set the database's journal mode (``"wal"``, ``"delete"``, ...), which
+            persists in the file; by default the database keeps the mode it has.
+
+    Raises:
+        ConfigurationError: a wrong journal mode, a URL that is not SQLite, or a file that is
+            not a SQLite database.
     """
 
-    def __init__(self, url: str | Path) -> None:
-        self.url = str(url)
+    def __init__(self, url: str | os.PathLike[str], *, journal_mode: str | None = None) -> None:
+        if journal_mode is not None and (
+            not isinstance(journal_mode, str) or journal_mode.lower() not in _JOURNAL_MODES
+        ):
+            raise ConfigurationError(
+                f"SQLState(journal_mode={journal_mode!r}): give one of "
+                f"{', '.join(sorted(_JOURNAL_MODES))}, or None to keep the database's mode"
+            )
+        self.url = os.fspath(url)
         self.path = self._sqlite_path(self.url)
+        self._owner = uuid.uuid4().hex
+        self._windows: Counter[int] = Counter()
+        self._tables: dict[str, _Table] = {}
         try:
             self.connection = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
             )
-            self.connection.execute("PRAGMA journal_mode=WAL")
-            self.connection.execute("PRAGMA synchronous=NORMAL")
-            self._tables = self._load_tables()
-            self._install_capture()
         except sqlite3.Error as exc:
-            raise ConfigurationError(
-                f"SQLState({self.url!r}) could not open the database: {exc}; "
-                "check that the file exists and is a SQLite database"
-            ) from exc
-        self._windows: Counter[int] = Counter()
+            raise self._unopenable(exc) from exc
+        # From here on the adapter unregisters and closes its connection however it ends.
+        self._closer = weakref.finalize(self, _leave, self.connection, self._owner)
+        try:
+            if journal_mode is not None:
+                self.connection.execute(f"PRAGMA journal_mode={journal_mode.lower()}")
+            if self.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                # Safe against a process crash in WAL mode (not in the rollback-journal modes).
+                self.connection.execute("PRAGMA synchronous=NORMAL")
+            self._install()
+        except sqlite3.Error as exc:
+            self._closer.detach()  # nothing was installed: the transaction rolled back
+            self.connection.close()
+            raise self._unopenable(exc) from exc
+
+    def _unopenable(self, exc: sqlite3.Error) -> ConfigurationError:
+        return ConfigurationError(
+            f"SQLState({self.url!r}) could not open the database: {exc}; "
+            "check that the file is a SQLite database you may write to"
+        )
 
     @staticmethod
     def _sqlite_path(url: str) -> str:
@@ -110,45 +267,40 @@ class SQLState:
             tables[name] = _Table(name, columns, pk, json_cols, select)
         return tables
 
-    def _install_capture(self) -> None:
-        c = self.connection
-        c.execute(
-            f"CREATE TABLE IF NOT EXISTS {CHANGES} "
-            "(seq INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, pk TEXT NOT NULL, "
-            "before TEXT)"
-        )
-        for t in self._tables.values():
-
-            def key(alias: str, t: _Table = t) -> str:
-                if not t.pk:
-                    return f"{alias}.rowid"
-                return " || ',' || ".join(f"{alias}.{_quote(col)}" for col in t.pk)
-
-            def row(alias: str, t: _Table = t) -> str:
-                pairs = ", ".join(f"'{col}', {alias}.{_quote(col)}" for col in t.columns)
-                return f"json_object({pairs})"
-
-            q = _quote(t.name)
-            ins = f"INSERT INTO {CHANGES}(tbl, pk, before) VALUES ('{t.name}', "
+    def _install(self) -> None:
+        """Register this adapter and (re)create the capture tables and triggers, in one
+        transaction: other connections see the old triggers or the new ones, never none."""
+        host, pid = socket.gethostname(), os.getpid()
+        with _atomic(self.connection) as c:
             c.execute(
-                f"CREATE TRIGGER IF NOT EXISTS {_quote('_hx_i_' + t.name)} AFTER INSERT ON {q} "
-                f"BEGIN {ins}{key('NEW')}, NULL); END"
+                f"CREATE TABLE IF NOT EXISTS {CHANGES} (seq INTEGER PRIMARY KEY, "
+                "tbl TEXT NOT NULL, pk TEXT NOT NULL, before TEXT)"
             )
+            c.execute(f"CREATE INDEX IF NOT EXISTS _hx_changes_key ON {CHANGES}(tbl, pk, seq)")
             c.execute(
-                f"CREATE TRIGGER IF NOT EXISTS {_quote('_hx_u_' + t.name)} AFTER UPDATE ON {q} "
-                f"BEGIN {ins}{key('OLD')}, {row('OLD')}); "
-                f"INSERT INTO {CHANGES}(tbl, pk, before) SELECT '{t.name}', {key('NEW')}, NULL "
-                f"WHERE {key('NEW')} IS NOT {key('OLD')}; END"
+                f"CREATE TABLE IF NOT EXISTS {OPEN} (owner TEXT PRIMARY KEY, host TEXT NOT NULL, "
+                "pid INTEGER NOT NULL, windows INTEGER NOT NULL DEFAULT 0, "
+                "mark INTEGER NOT NULL DEFAULT 0)"
             )
+            others = c.execute(
+                f"SELECT owner, pid FROM {OPEN} WHERE host = ? AND owner != ?", (host, self._owner)
+            ).fetchall()
+            dead = [(owner,) for owner, other in others if not _alive(other)]
+            c.executemany(f"DELETE FROM {OPEN} WHERE owner = ?", dead)
             c.execute(
-                f"CREATE TRIGGER IF NOT EXISTS {_quote('_hx_d_' + t.name)} AFTER DELETE ON {q} "
-                f"BEGIN {ins}{key('OLD')}, {row('OLD')}); END"
+                f"INSERT OR IGNORE INTO {OPEN}(owner, host, pid) VALUES (?, ?, ?)",
+                (self._owner, host, pid),
             )
+            _clear_if_idle(c)
+            self._tables = self._load_tables()
+            _drop_triggers(c)
+            for table in self._tables.values():
+                for statement in table.triggers():
+                    c.execute(statement)
 
     def refresh(self) -> None:
-        """Pick up tables created after the adapter was opened."""
-        self._tables = self._load_tables()
-        self._install_capture()
+        """Pick up tables created (or altered) after the adapter was opened."""
+        self._install()
 
     @property
     def tables(self) -> list[str]:
@@ -173,8 +325,16 @@ class SQLState:
         return {k: self.get(k) for k in keys}
 
     def mark(self) -> int:
-        seq = self.connection.execute(f"SELECT COALESCE(MAX(seq), 0) FROM {CHANGES}").fetchone()
-        mark = int(seq[0])
+        rows = self.connection.execute(
+            f"UPDATE {OPEN} SET windows = windows + 1, "
+            f"mark = (SELECT COALESCE(MAX(seq), 0) FROM {CHANGES}) WHERE owner = ? RETURNING mark",
+            (self._owner,),
+        ).fetchall()
+        if not rows:
+            # Our registration is gone (the database was restored, or cleaned by hand).
+            self._install()
+            return self.mark()
+        mark = int(rows[0][0])
         self._windows[mark] += 1
         return mark
 
@@ -182,24 +342,31 @@ class SQLState:
         out: dict[str, Any] = {}
         for tbl, pk, before in self.connection.execute(
             f"SELECT tbl, pk, before FROM {CHANGES} WHERE seq > ? ORDER BY seq", (mark,)
-        ):
+        ).fetchall():
             key = f"{tbl}/{pk}"
             if key in out:
                 continue
             if before is None:
                 out[key] = None
-            else:
-                table = self._tables[tbl]
-                values = json.loads(before)
-                out[key] = table.decode(values[c] for c in table.columns)
+                continue
+            if tbl not in self._tables:  # created, and captured, by another adapter
+                self._tables = self._load_tables()
+            table = self._tables[tbl]
+            values = json.loads(before)
+            out[key] = table.decode(values.get(c) for c in table.columns)
         return out
 
     def release(self, mark: int) -> None:
+        if mark not in self._windows:
+            return
         self._windows[mark] -= 1
-        if self._windows[mark] <= 0:
+        if self._windows[mark] == 0:
             del self._windows[mark]
-        if not self._windows:
-            self.connection.execute(f"DELETE FROM {CHANGES}")
+        with _atomic(self.connection) as c:
+            c.execute(
+                f"UPDATE {OPEN} SET windows = MAX(windows - 1, 0) WHERE owner = ?", (self._owner,)
+            )
+            _clear_if_idle(c)
 
     def fingerprint(self) -> str:
         everything: dict[str, Any] = {}
@@ -211,5 +378,12 @@ class SQLState:
         return digest(everything)
 
     def close(self) -> None:
-        """Close the adapter's connection."""
-        self.connection.close()
+        """Remove the capture triggers and tables (when no other adapter has the database
+        open) and close the connection. Closing again does nothing."""
+        self._closer()
+
+    def __enter__(self) -> SQLState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -66,7 +66,8 @@ class RetailEnvironment(FolderEnvironment):
         root = self._open_folder(folder, "harness-retail-")
         try:
             self.path = db.fresh_copy(root / DB_FILE, db_json_path=db_json_path)
-            self.state = hx.SQLState(self.path)
+            # The copy is the environment's own: WAL suits its many small writes.
+            self.state = hx.SQLState(self.path, journal_mode="wal")
         except BaseException:
             self._remove_folder()
             raise
