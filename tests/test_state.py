@@ -101,6 +101,23 @@ def test_sql_state_refuses_what_it_cannot_track(tmp_path: Path):
         hx.SQLState(bad)
 
 
+def test_sql_state_refuses_a_missing_file_unless_asked_to_create(tmp_path: Path):
+    """A missing database file is refused, naming the file and create=True, and nothing is
+    created; create=True creates it; an in-memory database needs no file."""
+    missing = tmp_path / "typo.db"
+    for url in (missing, str(missing), f"sqlite:///{missing}"):
+        with pytest.raises(hx.ConfigurationError, match=r"typo\.db.*pass create=True"):
+            hx.SQLState(url)
+    assert not missing.exists()
+    hx.SQLState(missing, create=True).close()
+    assert missing.is_file()
+    for memory in (":memory:", "sqlite://", "sqlite:///:memory:"):
+        with hx.SQLState(memory) as state:
+            state.connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+            state.refresh()
+            assert captures(state, "INSERT INTO t VALUES (1)") == ["t/1"]
+
+
 def test_sql_state_fingerprint_follows_content(tmp_path: Path):
     """The fingerprint changes with the content and comes back when the content does."""
     state = make_db(tmp_path / "s.db")

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -186,15 +187,19 @@ class SQLState:
     Args:
         url: a SQLAlchemy URL (``sqlite:///path.db``), a path to a SQLite file, or
             ``":memory:"``.
+        create: create the database file when it does not exist (otherwise a missing file is a
+            :class:`ConfigurationError`, so a mistyped path is not silently a new database).
         journal_mode: set the database's journal mode (``"wal"``, ``"delete"``, ...), which
             persists in the file; by default the database keeps the mode it has.
 
     Raises:
-        ConfigurationError: a wrong journal mode, a URL that is not SQLite, or a file that is
-            not a SQLite database.
+        ConfigurationError: a missing file without ``create=True``, a wrong journal mode, a URL
+            that is not SQLite, or a file that is not a SQLite database.
     """
 
-    def __init__(self, url: str | os.PathLike[str], *, journal_mode: str | None = None) -> None:
+    def __init__(
+        self, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
+    ) -> None:
         if journal_mode is not None and (
             not isinstance(journal_mode, str) or journal_mode.lower() not in _JOURNAL_MODES
         ):
@@ -204,6 +209,11 @@ class SQLState:
             )
         self.url = os.fspath(url)
         self.path = self._sqlite_path(self.url)
+        if self.path != ":memory:" and not create and not Path(self.path).is_file():
+            raise ConfigurationError(
+                f"SQLState({self.url!r}): no database file {self.path}; give the path of an "
+                "existing SQLite database, or pass create=True to create a new one"
+            )
         self._owner = uuid.uuid4().hex
         self._windows: Counter[int] = Counter()
         self._tables: dict[str, _Table] = {}
