@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["canonical", "digest", "dumps", "loads"]
+__all__ = ["canonical", "digest", "dumps", "encodable", "loads", "storable"]
 
 
 def _default(value: Any) -> Any:
@@ -65,3 +65,19 @@ def digest(value: Any) -> str:
 
 
 loads = json.loads
+
+
+def encodable(text: str) -> bool:
+    """Whether ``text`` can be stored as UTF-8 (it holds no lone surrogates)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def storable(text: str) -> str:
+    """``text`` with what UTF-8 cannot hold (lone surrogates) escaped as ``\\udc80``."""
+    return text if encodable(text) else text.encode("utf-8", "backslashreplace").decode()

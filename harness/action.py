@@ -18,15 +18,21 @@ import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-from ._json import canonical
+from ._json import canonical, dumps, encodable
 from .errors import ConfigurationError, InvalidArguments, NotInEpisode
 from .policy import Retry
+from .state.base import escape_glob
 
 # The episode active in this context (set by ``Episode.__enter__``); here, below the episode
 # package, so that calling an action needs no import.
 _CURRENT: contextvars.ContextVar[Any] = contextvars.ContextVar("harness_episode", default=None)
+# The transaction whose tool is running in this context (set around each attempt), so that
+# calls running at once in threads or tasks each see their own.
+_ACTIVE: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+    "harness_active_context", default=None
+)
 
 __all__ = ["Action", "Context", "action", "current_context"]
 
@@ -111,10 +117,11 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return " ".join(" ".join(summary).split()), args
 
 
-_MODELS: dict[tuple[Any, ...], tuple[type[BaseModel], list[str], str]] = {}
+_Built = tuple[type[BaseModel], list[str], str, Any]
+_MODELS: dict[tuple[Any, ...], _Built] = {}
 
 
-def _build_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], list[str], str]:
+def _build_model(name: str, fn: Callable[..., Any]) -> _Built:
     """The arguments' pydantic model, names and the docstring summary (cached per function).
 
     Environments build their actions afresh for every trial, often from bound methods or
@@ -132,7 +139,7 @@ def _build_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], li
     return cached
 
 
-def _make_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], list[str], str]:
+def _make_model(name: str, fn: Callable[..., Any]) -> _Built:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
@@ -160,7 +167,64 @@ def _make_model(name: str, fn: Callable[..., Any]) -> tuple[type[BaseModel], lis
     model = create_model(
         name, __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
     )
-    return model, names, summary
+    return model, names, summary, hints.get("return")
+
+
+_PLAIN_ATOMS = frozenset({str, int, float, bool, type(None)})
+_RESULT_CONFIG = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is JSON as it is: it comes back from the record unchanged."""
+    try:
+        return _plain_value(value)
+    except RecursionError:  # a cycle (or absurd nesting): not JSON
+        return False
+
+
+def _plain_value(value: Any) -> bool:
+    kind = type(value)
+    if kind in _PLAIN_ATOMS:
+        return True
+    if kind is dict:
+        return all(type(k) is str and _plain_value(v) for k, v in value.items())
+    if kind is list:
+        return all(_plain_value(v) for v in value)
+    return False
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _plain_return(annotation: Any) -> bool:
+    """Whether a return annotation needs no decoding (JSON gives its values back as they are)."""
+    return annotation in (None, Any, inspect.Signature.empty, type(None)) or annotation in (
+        dict,
+        list,
+        str,
+        int,
+        float,
+        bool,
+    )
+
+
+class _Literal:
+    """An argument value substituted into a ``writes`` pattern, glob characters escaped."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        return escape_glob(format(self.value, spec))
+
+    def __getattr__(self, name: str) -> _Literal:
+        return _Literal(getattr(self.value, name))
+
+    def __getitem__(self, item: Any) -> _Literal:
+        return _Literal(self.value[item])
 
 
 class Action(Generic[P, R]):
@@ -187,6 +251,13 @@ class Action(Generic[P, R]):
         self.name: str = name or str(getattr(fn, "__name__", "action"))
         if timeout is not None and timeout <= 0:
             raise ConfigurationError(f"@action on {self.name!r}: timeout must be > 0 seconds")
+        if timeout is not None and not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(
+                f"@action on {self.name!r}: timeout= needs an async def tool; a sync call cannot "
+                "be interrupted, so a timeout would only be noticed after the call returned. "
+                "Make the tool async def, or bound the wait inside the tool (e.g. the client's "
+                "own timeout)"
+            )
         if retry is not None and not isinstance(retry, Retry):
             raise ConfigurationError(f"@action on {self.name!r}: retry must be an hx.Retry(...)")
         if writes is not None and isinstance(writes, str):
@@ -195,7 +266,8 @@ class Action(Generic[P, R]):
                 f"e.g. writes=[{writes!r}]"
             )
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.model, self.arg_names, summary = _build_model(self.name, fn)
+        self.model, self.arg_names, summary, returns = _build_model(self.name, fn)
+        self.returns: Any = None if _plain_return(returns) else returns
         self.description = description or summary
         self.writes = writes
         self.mutating = writes is not None and (callable(writes) or len(writes) > 0)
@@ -297,7 +369,100 @@ class Action(Generic[P, R]):
         """Whether running it again after an unknown outcome cannot apply the effect twice."""
         return self.idempotent or self.idempotency_key is not None
 
+    @property
+    def identity(self) -> str:
+        """Where the tool function is defined (``module.qualname``): what tells two actions of
+        the same name apart."""
+        fn = getattr(self.fn, "__func__", self.fn)
+        return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
     # --- per call ---
+    def encode_args(self, model: BaseModel) -> str:
+        """The arguments as stored JSON, checked to come back equal on resume.
+
+        Plain JSON values are stored as they are. Others go through pydantic's JSON mode
+        (``datetime``, ``Decimal``, ``UUID``, enums...) and must validate back to the same
+        arguments; text must be storable (no lone surrogates).
+
+        Raises:
+            InvalidArguments: a value cannot be stored so that it comes back the same; nothing
+                has run.
+        """
+        values = {n: getattr(model, n) for n in self.arg_names}
+        if _plain(values):
+            text = dumps(values)
+        else:
+            try:
+                data = model.model_dump(mode="json")
+                same = self.model.model_validate(data) == model
+            except Exception as exc:  # pydantic cannot serialize or re-read the value
+                raise InvalidArguments(
+                    self.name, [f"the arguments cannot be stored as JSON ({exc})"]
+                ) from None
+            if not same:
+                bad = [
+                    n
+                    for n in self.arg_names
+                    if getattr(self.model.model_validate(data), n) != values[n]
+                ]
+                raise InvalidArguments(
+                    self.name,
+                    [
+                        f"{n}: a {type(values[n]).__name__} value would not come back the same "
+                        "from the record (resume would call with something else); annotate the "
+                        "argument with its type, or pass JSON values (str keys)"
+                        for n in bad
+                    ],
+                )
+            text = dumps(data)
+        if not encodable(text):
+            raise InvalidArguments(
+                self.name, ["the arguments hold text that is not valid Unicode (lone surrogates)"]
+            )
+        return text
+
+    def encode_result(self, result: Any) -> str:
+        """The result as stored JSON, checked to come back equal on resume (see
+        :meth:`decode_result`); raises ``TypeError`` naming the fix when it would not."""
+        if result is None:
+            return "null"
+        if _plain(result):
+            text = dumps(result)
+        else:
+            adapter = self._result_adapter()
+            try:
+                data = adapter.dump_python(result, mode="json")
+                back = adapter.validate_python(data)
+            except Exception as exc:
+                raise TypeError(
+                    f"{type(result).__name__} cannot be stored as JSON ({exc})"
+                ) from None
+            if back != result:
+                raise TypeError(
+                    f"a {type(result).__name__} result would come back from the record as "
+                    f"{type(back).__name__} {back!r:.60}; annotate the tool's return type "
+                    f"(-> {type(result).__name__}) or return JSON values (str keys)"
+                )
+            text = dumps(data)
+        if not encodable(text):
+            raise TypeError("it holds text that is not valid Unicode (lone surrogates)")
+        return text
+
+    def decode_result(self, data: Any) -> Any:
+        """A stored result as the tool returned it (typed by its return annotation)."""
+        if data is None or self.returns is None:
+            return data
+        return self._result_adapter().validate_python(data)
+
+    def _result_adapter(self) -> TypeAdapter[Any]:
+        adapter = self.__dict__.get("_adapter")
+        if adapter is None:
+            adapter = self.__dict__["_adapter"] = TypeAdapter(
+                Any if self.returns is None else self.returns,
+                config=None if _is_model(self.returns) else _RESULT_CONFIG,
+            )
+        return adapter
+
     def validate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseModel:
         """Bind and validate a call's arguments; raises :class:`InvalidArguments`."""
         if len(args) > len(self.arg_names):
@@ -327,9 +492,28 @@ class Action(Generic[P, R]):
         return {n: getattr(model, n) for n in self.arg_names}
 
     def key_for(self, model: BaseModel) -> str:
-        """The idempotency key: the key function's value, or a hash of name and arguments."""
+        """The idempotency key: the key function's value, or a hash of name and arguments.
+
+        Raises:
+            ConfigurationError: the key function raised, or returned something other than a
+                non-empty string.
+        """
         if self.idempotency_key is not None:
-            return f"{self.name}:{self.idempotency_key(model)}"
+            try:
+                key = self.idempotency_key(model)
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"the idempotency_key of action {self.name!r} raised "
+                    f"{type(exc).__name__}: {exc}; nothing ran. Fix the key function: it "
+                    "receives the validated arguments (a.order_id, ...)"
+                ) from exc
+            if not isinstance(key, str) or not key:
+                raise ConfigurationError(
+                    f"the idempotency_key of action {self.name!r} returned {key!r}; nothing ran. "
+                    "It must return a non-empty string naming the effect, e.g. "
+                    "idempotency_key=lambda a: f'{a.order_id}'"
+                )
+            return f"{self.name}:{key}"
         text = canonical(model.model_dump(mode="json"))
         return f"{self.name}:{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
@@ -344,7 +528,10 @@ class Action(Generic[P, R]):
             return list(self.writes(model))
         if values is None:
             values = self.call_values(model)
-        return [w.format_map(values) for w in self.writes]
+        # Argument values are literals: a value "*" names the resource "*", it does not widen
+        # the scope. Only the pattern the developer wrote may glob.
+        literal = {k: _Literal(v) for k, v in values.items()}
+        return [w.format_map(literal) for w in self.writes]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         episode = _CURRENT.get()
@@ -442,8 +629,7 @@ def action(
 
 def current_context() -> Context | None:
     """The transaction context of the tool running now (to pass its idempotency key on)."""
-    episode = _CURRENT.get()
-    return None if episode is None else episode.active_context
+    return _ACTIVE.get()
 
 
 AsyncTool = Callable[..., Awaitable[Any]]

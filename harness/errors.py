@@ -8,6 +8,7 @@ The tree::
     ├── StoreError              the store cannot be opened, read or written
     ├── NotInEpisode            an action was called outside ``with Episode(...)``
     ├── InvalidArguments        arguments do not match the action's schema; nothing ran
+    ├── IdempotencyConflict     a committed key was reused with other arguments; nothing ran
     ├── PreconditionFailed      a precondition was false against live state; nothing ran
     ├── ActionFailed            the action ran (or tried to) and did not commit
     │   ├── ScopeViolation      it changed resources outside its declared ``writes``
@@ -40,6 +41,7 @@ __all__ = [
     "EpisodeClosed",
     "Escalated",
     "HarnessError",
+    "IdempotencyConflict",
     "InvalidArguments",
     "NotInEpisode",
     "NotSerializable",
@@ -82,6 +84,28 @@ class InvalidArguments(HarnessError):
         super().__init__(
             f"invalid arguments for action {action!r}: {'; '.join(self.errors)}; "
             f"call it with arguments matching {action}.schema"
+        )
+
+
+class IdempotencyConflict(HarnessError):
+    """A call's idempotency key already committed with other arguments; nothing was executed.
+
+    The key names the effect, so the same key with other arguments is either a different
+    effect wrongly keyed alike, or the same one asked for differently: either way, answering it
+    with the first call's result would be a lie.
+    """
+
+    def __init__(self, action: str, key: str, txn_id: str, first: Any, now: Any) -> None:
+        self.action = action
+        self.key = key
+        self.txn_id = txn_id
+        self.first = first
+        self.now = now
+        super().__init__(
+            f"action {action!r} was called with idempotency key {key!r}, which transaction "
+            f"{txn_id} committed with other arguments ({first} then {now}); nothing ran. Make "
+            "the key function name everything that makes the effect different, or call it with "
+            "the same arguments"
         )
 
 

@@ -119,16 +119,46 @@ _DEFAULT_DECISIONS: Mapping[FailureClass, Decision] = MappingProxyType(
 )
 
 
+# Decisions that cannot be carried out for a class, and why (the constructor refuses them,
+# so every mapping a policy holds takes effect).
+_REFUSED: Mapping[FailureClass, tuple[frozenset[Decision], str]] = MappingProxyType(
+    {
+        FailureClass.PRECONDITION: (
+            frozenset({Decision.RETRY}),
+            "nothing ran, so there is nothing to retry; the agent is told and may call again "
+            "(use continue, rollback or escalate)",
+        ),
+        FailureClass.COMPENSATION: (
+            frozenset({Decision.CONTINUE, Decision.RETRY, Decision.ROLLBACK}),
+            "a failed compensation leaves a change in the state that only a person can judge "
+            "(use escalate)",
+        ),
+    }
+)
+
+
 def _frozen_decisions(value: Mapping[Any, Any]) -> Mapping[FailureClass, Decision]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            "Policy(decisions=...) takes a mapping of failure class to decision, e.g. "
+            "{'fail_stop': 'retry'}"
+        )
     merged = dict(_DEFAULT_DECISIONS)
     for key, decision in value.items():
         try:
-            merged[FailureClass(key)] = Decision(decision)
+            failure, chosen = FailureClass(key), Decision(decision)
         except ValueError:
             raise ConfigurationError(
                 f"Policy(decisions={{{key!r}: {decision!r}}}): failure classes are "
                 f"{', '.join(FailureClass)}; decisions are {', '.join(Decision)}"
             ) from None
+        refused = _REFUSED.get(failure)
+        if refused is not None and chosen in refused[0]:
+            raise ConfigurationError(
+                f"Policy(decisions={{{str(failure)!r}: {str(chosen)!r}}}) cannot be carried out: "
+                f"{refused[1]}"
+            )
+        merged[failure] = chosen
     return MappingProxyType(merged)
 
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import tenacity
 
-from ._json import dumps
-from .action import Action, Context
+from .action import _ACTIVE, Action, Context
 from .errors import (
     ActionFailed,
     CheckError,
@@ -28,6 +27,7 @@ from .errors import (
     NotSerializable,
     PreconditionFailed,
     ScopeViolation,
+    StoreError,
 )
 from .policy import Decision, FailureClass
 from .state.base import ScopeMatcher
@@ -151,12 +151,14 @@ class _Failed(Exception):
         retryable: bool,
         effect_remains: bool = False,
         diff: dict[str, Any] | None = None,
+        unobserved: bool = False,
     ) -> None:
         super().__init__(error.reason)
         self.failure_class = failure_class
         self.error = error
         self.retryable = retryable
         self.effect_remains = effect_remains
+        self.unobserved = unobserved
         self.diff = diff or {}
 
 
@@ -223,11 +225,14 @@ class Transaction:
 
     __slots__ = (
         "action",
+        "approved",
         "args_json",
         "before_json",
         "ctx",
         "ep",
         "errors",
+        "intended",
+        "recorded",
         "result_json",
         "retry",
         "seq",
@@ -237,13 +242,18 @@ class Transaction:
         "values",
     )
 
-    def __init__(self, episode: Episode, action: Action[Any, Any], ctx: Context) -> None:
+    def __init__(
+        self, episode: Episode, action: Action[Any, Any], ctx: Context, *, approved: bool = False
+    ) -> None:
+        self.approved = approved  # a person approved this call: a refusal just continues
         self.ep = episode
         self.action = action
         self.ctx = ctx
         self.retry = action.retry or episode.policy.retry
         self.timeout = action.timeout or episode.policy.timeout
         self.errors: list[BaseException] = []
+        self.intended = False  # its intent record is written
+        self.recorded = False  # its outcome record is written
         self.started = time.time()
         self.t0 = episode.clock.now()
         self.values = action.call_values(ctx.args)
@@ -259,13 +269,15 @@ class Transaction:
             try:
                 ok = yield from run_check(act, name, check, ctx, "precondition")
             except CheckError as exc:
-                exc.decision = Decision.CONTINUE
-                ep.record_refusal(self, "check_error", str(exc))
-                raise
+                yield from self._refuse(exc, "check_error", str(exc))
+                raise  # pragma: no cover - _refuse raises
             if not ok:
                 reason = (inspect.getdoc(check) or "").split("\n", 1)[0]
-                ep.record_refusal(self, "precondition", name if not reason else f"{name}: {reason}")
-                raise PreconditionFailed(act.name, name, reason)
+                yield from self._refuse(
+                    PreconditionFailed(act.name, name, reason),
+                    "precondition",
+                    name if not reason else f"{name}: {reason}",
+                )
         scope = act.scope(ctx.args, self.values)
         matcher = ScopeMatcher(scope)
         concrete = list(matcher.literal)
@@ -273,7 +285,13 @@ class Transaction:
         try:
             ctx.before = ctx.state.snapshot(concrete) if concrete else {}
             if act.mutating:
-                ep.record_intent(self)
+                try:
+                    ep.record_intent(self)
+                except StoreError as exc:
+                    raise StoreError(
+                        f"the intent of action {act.name!r} ({ctx.txn_id}) could not be "
+                        f"recorded, so the tool did not run: {exc}"
+                    ) from exc
             try:
                 result, diff = yield from self._attempts(mark, matcher, concrete)
             except _Failed as failed:
@@ -284,8 +302,28 @@ class Transaction:
                 return result
             ep.record_commit(self, result, diff, recovered=False)
             return result
+        except StoreError as exc:
+            if act.mutating and self.intended and not self.recorded:
+                # The tool ran, its outcome is not in the store: the call is in doubt, and is
+                # settled against the state before the episode does anything else.
+                raise ep.leave_in_doubt(self, exc) from exc
+            raise
         finally:
             ctx.state.release(mark)
+
+    def _refuse(self, error: PreconditionFailed | CheckError, status: str, reason: str) -> Steps:
+        """Nothing ran: record the refusal with the policy's decision, carry it out, raise."""
+        ep = self.ep
+        decision = Decision.CONTINUE if self.approved else ep.policy.decide("precondition")
+        if decision is Decision.ROLLBACK and ep.pivot is not None:
+            decision = Decision.ESCALATE
+        error.decision = str(decision)
+        ep.record_refusal(self, status, reason, decision)
+        if decision is Decision.ROLLBACK:
+            yield from ep.rollback_steps(reason=f"{self.action.name}: {reason}")
+        elif decision is Decision.ESCALATE:
+            raise ep.escalate(self, FailureClass.PRECONDITION, str(error), {}) from error
+        raise error
 
     def _attempts(
         self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
@@ -330,7 +368,7 @@ class Transaction:
         error: BaseException | None = None
         failure = FailureClass.FAIL_STOP
         result: Any = None
-        self.ep.active_context = ctx
+        active = _ACTIVE.set(ctx)
         try:
             if act.is_async:
                 result = yield Call(act.fn, (), self.values, self.timeout)
@@ -350,12 +388,19 @@ class Transaction:
             if declared in _TOOL_DECLARED:
                 failure = FailureClass(declared)
         finally:
-            self.ep.active_context = None
+            _ACTIVE.reset(active)
         elapsed = clock.now() - started
         if self.timeout is not None and elapsed > self.timeout and error is None:
             error = ActionTimeout(f"attempt took {elapsed:.3f}s, over its timeout {self.timeout}s")
             failure = FailureClass.FAIL_SLOW
-        diff = observed_changes(ctx.state, mark)
+        try:
+            diff = observed_changes(ctx.state, mark)
+        except Exception as exc:
+            # The adapter cannot say what changed: nothing about the state can be promised.
+            self.errors.append(exc)
+            reason = f"its changes could not be observed ({type(exc).__name__}: {exc})"
+            lost = ActionFailed(act.name, "fail_stop", reason, txn_id=ctx.txn_id)
+            raise _Failed(FailureClass.FAIL_STOP, lost, retryable=False, unobserved=True) from exc
         self._observe(concrete, diff)
         if error is not None:
             self.errors.append(error)
@@ -376,7 +421,12 @@ class Transaction:
         outside = matcher.outside(diff)
         if outside:
             err = ScopeViolation(act.name, outside, txn_id=ctx.txn_id)
-            raise (yield from self._undo(FailureClass.SCOPE, err.reason, diff, error=err))
+            retry = self.ep.policy.decide(FailureClass.SCOPE) is Decision.RETRY
+            raise (
+                yield from self._undo(
+                    FailureClass.SCOPE, err.reason, diff, retryable=retry, error=err
+                )
+            )
         for name, check in act.postconditions:
             try:
                 ok = yield from run_check(act, name, check, ctx, "postcondition")
@@ -395,7 +445,7 @@ class Transaction:
                     )
                 )
         try:
-            self.result_json = "null" if result is None else dumps(result)
+            self.result_json = act.encode_result(result)
         except (TypeError, ValueError) as exc:
             bad = NotSerializable(act.name, exc, txn_id=ctx.txn_id)
             raise (
@@ -421,7 +471,7 @@ class Transaction:
             return None
         try:
             result = yield Call(hook, (self.ctx,))
-            self.result_json = dumps(result)
+            self.result_json = self.action.encode_result(result)
         except Exception as exc:  # the effect stands; only the courtesy result is missing
             self.errors.append(exc)
             return None
@@ -472,14 +522,14 @@ class Transaction:
                     diff=diff,
                 )
             return _Failed(failure, exc, retryable=retryable and not unsafe)
+        # A change left in the state forbids a retry, keyed or not: the next attempt would
+        # apply the effect on top of it. Only a compensated, verified attempt is tried again.
         remains = bool(diff)
-        if unsafe:
-            return _Failed(failure, exc, retryable=False, effect_remains=True, diff=diff)
         return _Failed(
             failure,
             exc,
-            retryable=retryable and (not remains or act.safe_to_repeat),
-            effect_remains=remains,
+            retryable=retryable and not remains and not unsafe,
+            effect_remains=remains or unsafe,
             diff=diff,
         )
 
@@ -490,7 +540,18 @@ class Transaction:
         reason = failed.error.reason
         unsafe = act.mutating and not act.compensable and not act.safe_to_repeat
         if failed.failure_class is FailureClass.COMPENSATION:
-            decision = policy.decide(FailureClass.COMPENSATION)
+            decision = Decision.ESCALATE
+        elif failed.unobserved:
+            decision = Decision.ESCALATE
+            reason += "; what it left in the state is unknown"
+        elif failed.diff:
+            # Its change is still in the state: continuing would call that a failure with no
+            # effect, and rolling back would call the episode undone. Only a person can say.
+            decision = Decision.ESCALATE
+            reason += (
+                f"; its change to {', '.join(sorted(failed.diff))} is still in the state and "
+                "the action has no compensation to undo it"
+            )
         elif unsafe:
             decision = policy.unsafe
             reason += (

@@ -228,7 +228,10 @@ def agent(ep: Episode, env: LedgerEnvironment, n: int) -> None:
     with contextlib.suppress(hx.PreconditionFailed):
         env.add(f"missing{n}", 1)
         raise AssertionError("add on a missing key must be refused")
-    assert env.put(keys[0], values[0]) == {"key": keys[0], "value": values[0]}  # same key
+    assert env.put(keys[0], values[0], flaky[0]) == {
+        "key": keys[0],
+        "value": values[0],
+    }  # same call
     assert env.add(keys[0], 5) == values[0] + 5
     assert env.put(keys[2], values[2], flaky[2]) == {"key": keys[2], "value": values[2]}
     if n % 4 == 3:

@@ -79,9 +79,24 @@ def test_same_key_twice_applies_once(shop: Shop, store: hx.Store, clock: FakeClo
     cancel = cancel_action(shop)
     with episode(shop, store, clock):
         first = cancel("o1")
-        second = cancel("o1", reason="again")
+        second = cancel("o1")
     assert first == second
     assert shop.applied == [("o1", "cancelled")]
+
+
+def test_same_key_with_other_arguments_is_refused_and_recorded(
+    shop: Shop, store: hx.Store, clock: FakeClock
+):
+    """A committed key reused with other arguments raises IdempotencyConflict; nothing runs."""
+    cancel = cancel_action(shop)
+    with episode(shop, store, clock) as ep:
+        cancel("o1")
+        with pytest.raises(hx.IdempotencyConflict, match="other arguments") as info:
+            cancel("o1", reason="again")
+    assert info.value.key == "cancel_order:o1" and ep.outcome == "committed"
+    assert shop.applied == [("o1", "cancelled")]
+    assert statuses(store, ep) == ["committed", "invalid"]
+    assert store.verify_chain().ok
 
 
 def test_invalid_arguments_are_rejected_and_recorded(shop: Shop, store: hx.Store, clock: FakeClock):
@@ -192,14 +207,21 @@ def test_slow_attempt_is_fail_slow_undone_and_retried(
             clock.advance(5.0)
         return result
 
-    cancel = cancel_action(shop, tool=slow_then_fast, timeout=1.0)
-    with episode(shop, store, clock) as ep:
+    cancel = cancel_action(shop, tool=slow_then_fast)
+    policy = hx.Policy(timeout=1.0, retry=hx.Retry(attempts=3, backoff=0.5, jitter=False))
+    with episode(shop, store, clock, policy=policy) as ep:
         cancel("o1")
     assert calls["n"] == 2
     (txn,) = store.transactions(ep.id)
     assert txn.status == "committed" and txn.attempts == 2
     assert "ActionTimeout" in txn.errors
     assert shop.state["orders/o1"]["status"] == "cancelled"
+
+
+def test_timeout_on_a_sync_action_is_refused_with_the_reason():
+    """timeout= on a sync tool is refused: a sync call cannot be interrupted."""
+    with pytest.raises(hx.ConfigurationError, match="needs an async def tool"):
+        hx.action(writes=["c/x"], timeout=0.3)(lambda: None)
 
 
 def test_silent_failure_is_caught_by_postcondition(shop: Shop, store: hx.Store, clock: FakeClock):

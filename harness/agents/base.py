@@ -111,7 +111,7 @@ class Toolbox:
                 if isinstance(tool, Action):
                     specs.append(tool.openai_tool)
                 else:
-                    model, _, summary = _build_model(name, tool)
+                    model, _, summary, _ = _build_model(name, tool)
                     schema = model.model_json_schema()
                     schema.pop("title", None)
                     for prop in schema.get("properties", {}).values():

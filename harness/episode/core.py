@@ -14,13 +14,15 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from .._json import dumps
-from ..action import Action, Context
+from .._json import dumps, loads
+from ..action import _ACTIVE, Action, Context
 from ..clock import Clock, SystemClock
 from ..errors import (
     ConfigurationError,
     EpisodeClosed,
     Escalated,
+    HarnessError,
+    IdempotencyConflict,
     InvalidArguments,
     StoreError,
 )
@@ -28,6 +30,7 @@ from ..policy import Policy
 from ..record import Diverged, RecordedStep, recorded_steps
 from ..store import GENESIS, EscalationRow, Store
 from ..transaction import Steps, Transaction, adrive, drive
+from .gate import Gate
 from .resume import _Resume
 from .values import Committed, InDoubt, _current, _jsonable, dumps_args
 
@@ -68,7 +71,9 @@ class Episode(_Resume):
             raise ConfigurationError("Episode(policy=...) takes an hx.Policy(...)")
         self.state = state
         self._owns_store = not isinstance(store, Store)
-        self.store = store if isinstance(store, Store) else Store(store or "logs/harness.db")
+        self.store = (
+            store if isinstance(store, Store) else Store(store or "logs/harness.db", create=True)
+        )
         self.policy = policy or Policy()
         self.clock: Clock = clock or SystemClock()
         self.id = episode_id or uuid.uuid4().hex[:16]
@@ -79,12 +84,14 @@ class Episode(_Resume):
         self.committed: list[Committed] = []
         self.escalation_id: str | None = None
         self.pivot: str | None = None
-        self.active_context: Context | None = None
+        self._gate = Gate()
         self.steps = 0
         self.digest = GENESIS
         self._actions = {a.name: a for a in actions}
         self._done: dict[str, Committed] = {}
         self._in_doubt: dict[str, InDoubt] = {}
+        # Calls whose outcome could not be recorded (the store failed): settled first thing.
+        self._unsettled: dict[str, Action[Any, Any]] = {}
         self._resolutions: dict[str, EscalationRow] = {}
         self._seq = 0
         # On resume: the agent's recorded steps its re-executed calls are matched against.
@@ -188,6 +195,13 @@ class Episode(_Resume):
             if self._owns_store:
                 self.store.close()
             return
+        if self._unsettled and self.outcome == "running":
+            # Calls the store could not record are settled before the episode says how it ended.
+            try:
+                with self._gate.held():
+                    drive(self._settle_unsettled(False), self.clock)
+            except HarnessError as exc:
+                error = exc if error is None else error
         if self.outcome == "running":
             if error is None:
                 self.outcome = "committed"
@@ -220,11 +234,21 @@ class Episode(_Resume):
 
     # --- calls ---
     def call(self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run one call of ``action`` as a transaction (a coroutine for async actions)."""
-        steps = self._call_steps(action, args, kwargs)
+        """Run one call of ``action`` as a transaction (a coroutine for async actions).
+
+        Calls of one episode made at once (threads, tasks) run one at a time (:mod:`.gate`),
+        so each is attributed exactly its own changes.
+        """
         if action.is_async:
-            return adrive(steps, self.clock)
-        return drive(steps, self.clock)
+            return self._acall(action, args, kwargs)
+        with self._gate.held():
+            return drive(self._call_steps(action, args, kwargs), self.clock)
+
+    async def _acall(
+        self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        async with self._gate.aheld():
+            return await adrive(self._call_steps(action, args, kwargs), self.clock)
 
     def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
         """Run ``action`` with arguments given as a mapping (a model's tool call)."""
@@ -242,53 +266,86 @@ class Episode(_Resume):
             raise self._diverged
         if self.outcome != "running":
             raise EpisodeClosed(self.id, self.outcome)
-        self._actions.setdefault(action.name, action)
+        if self._unsettled:
+            yield from self._settle_unsettled(action.is_async)
         try:
+            self._know(action)
             model = action.validate(args, kwargs)
-        except InvalidArguments as exc:
+            args_json = action.encode_args(model)
+            key = action.key_for(model)
+        except (InvalidArguments, ConfigurationError) as exc:
             raw = dumps_args(args, kwargs)
             if not self._record or not self._replay_invalid(action.name, raw):
                 self._record_simple(action.name, "", raw, "invalid", str(exc))
             raise
-        key = action.key_for(model)
         if self._record:
-            step = self._expect_call(action, model, key)
+            step = self._expect_call(action, loads(args_json), key)
             if step is not None and not step.live:
                 return (yield from self._replayed(action, key, step))
-        if action.mutating:
-            done = self._done.get(key)
-            if done is not None:
-                return self._dedup(action, key, done)
-            resolution = self._resolutions.get(key)
-            if resolution is not None:
-                model = yield from self._apply_resolution(action, model, resolution)
-                if resolution.status == "edited":
-                    key = action.key_for(model)
-                    done = self._done.get(key)
-                    if done is not None:
-                        return self._dedup(action, key, done)
-            in_doubt = self._in_doubt.pop(resolution.idem_key if resolution else key, None)
-            if in_doubt is not None:
-                recovered = yield from self._resolve_in_doubt(action, in_doubt, approved=resolution)
-                if recovered is not None:
-                    return recovered.result
+        done = self._done.get(key) if action.mutating else None
+        if done is not None:
+            return self._dedup(action, key, done, model, args_json)
+        resolution = self._resolutions.get(key)
+        if resolution is not None:
+            model = yield from self._apply_resolution(action, model, resolution)
+            if resolution.status == "edited":
+                args_json = action.encode_args(model)
+                key = action.key_for(model)
+                done = self._done.get(key) if action.mutating else None
+                if done is not None:
+                    return self._dedup(action, key, done, model, args_json)
+        in_doubt = self._in_doubt.pop(resolution.idem_key if resolution else key, None)
+        if in_doubt is not None:
+            recovered = yield from self._resolve_in_doubt(action, in_doubt, approved=resolution)
+            if recovered is not None:
+                return recovered.result
         self._seq += 1
         ctx = Context(action.name, model, self.state, self.id)
         ctx.idempotency_key = key
         ctx.txn_id = f"{self.id}:{self._seq}"
-        txn = Transaction(self, action, ctx)
+        txn = Transaction(self, action, ctx, approved=resolution is not None)
+        txn.args_json = args_json
         return (yield from txn.run())
 
-    def _dedup(self, action: Action[Any, Any], key: str, done: Committed) -> Any:
+    def _know(self, action: Action[Any, Any]) -> None:
+        """Remember ``action`` by name; a different action under a known name is refused
+        (their idempotency keys would collide, and resume could not tell them apart)."""
+        known = self._actions.setdefault(action.name, action)
+        if known is not action and known.identity != action.identity:
+            raise ConfigurationError(
+                f"two different actions are named {action.name!r} in episode {self.id} "
+                f"({known.identity} and {action.identity}); nothing ran. Give one another name "
+                "with @hx.action(name=...)"
+            )
+
+    def _dedup(
+        self, action: Action[Any, Any], key: str, done: Committed, model: Any, args_json: str
+    ) -> Any:
         """A call whose key already committed: the recorded result, nothing executed."""
         if done.impl is None:
             done.impl = action
+        try:
+            same = action.validate_mapping(dict(done.args)) == model
+        except InvalidArguments:
+            same = False
+        if not same:
+            conflict = IdempotencyConflict(
+                action.name, key, done.txn_id, _jsonable(done.args), args_json
+            )
+            self._record_simple(action.name, key, args_json, "invalid", str(conflict))
+            raise conflict
         with self._writer.batch():
             self._writer.append("dedup", done.txn_id, {"action": action.name, "key": key})
             self._update_episode()
-        return done.result
+        return done.result_for(action)
 
     # --- introspection ---
+    @property
+    def active_context(self) -> Context | None:
+        """The context of this episode's call whose tool is running in this thread or task."""
+        ctx = _ACTIVE.get()
+        return ctx if ctx is not None and ctx.episode_id == self.id else None
+
     @property
     def in_doubt(self) -> list[str]:
         """Idempotency keys of actions with an intent and no outcome (after a resume)."""

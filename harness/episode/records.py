@@ -11,12 +11,13 @@ import time
 from json.encoder import encode_basestring as _quote
 from typing import Any
 
-from .._json import dumps
+from .._json import dumps, loads, storable
+from ..action import Action
 from ..clock import Clock
-from ..errors import Escalated
+from ..errors import Escalated, StoreError
 from ..policy import Decision, FailureClass
 from ..transaction import Transaction
-from .values import Committed, _jsonable
+from .values import Committed, InDoubt, _jsonable
 
 
 class _Records:
@@ -34,12 +35,15 @@ class _Records:
     _writer: Any
     _seq: int
     _done: dict[str, Committed]
+    _in_doubt: dict[str, InDoubt]
+    _unsettled: dict[str, Action[Any, Any]]
 
     # --- records (the hot path) ---
     def _update_episode(self) -> None:
         self._writer.update_episode(status=self.outcome, steps=self.steps, digest=self.digest)
 
     def _record_simple(self, action: str, key: str, args: str, status: str, reason: str) -> None:
+        args, reason = _jsonable(loads(args)), storable(reason)
         self._seq += 1
         txn_id = f"{self.id}:{self._seq}"
         now = time.time()
@@ -67,10 +71,12 @@ class _Records:
             self._update_episode()
         self.log.info(status, txn_id=txn_id, action=action, reason=reason)
 
-    def record_refusal(self, txn: Transaction, status: str, reason: str) -> None:
+    def record_refusal(
+        self, txn: Transaction, status: str, reason: str, decision: Decision = Decision.CONTINUE
+    ) -> None:
         """A precondition was false or raised: nothing ran."""
         ctx = txn.ctx
-        self._seq_row(txn, status, reason)
+        self._seq_row(txn, status, reason, str(decision))
         self.log.info("precondition_failed", txn_id=ctx.txn_id, action=ctx.action, check=reason)
 
     def _txn_row(self, txn: Transaction, **fields: Any) -> dict[str, Any]:
@@ -89,7 +95,7 @@ class _Records:
             **fields,
         }
 
-    def _seq_row(self, txn: Transaction, status: str, reason: str) -> None:
+    def _seq_row(self, txn: Transaction, status: str, reason: str, decision: str) -> None:
         ctx = txn.ctx
         now = time.time()
         with self._writer.batch():
@@ -99,7 +105,7 @@ class _Records:
                     before=None,
                     status=status,
                     failure_class="precondition",
-                    decision="continue",
+                    decision=decision,
                     reason=reason,
                     errors="[]",
                     started_at=now,
@@ -110,7 +116,7 @@ class _Records:
             self._writer.append(
                 "precondition",
                 ctx.txn_id,
-                {"action": ctx.action, "check": reason, "decision": "continue"},
+                {"action": ctx.action, "check": reason, "decision": decision},
             )
             self._update_episode()
 
@@ -121,13 +127,35 @@ class _Records:
         start time), written as its own database transaction: one single-row append.
         """
         ctx = txn.ctx
-        args = txn.args_json = dumps(txn.values)
+        args = txn.args_json = txn.args_json or txn.action.encode_args(ctx.args)
         txn.before_json = dumps(ctx.before) if ctx.before else "{}"
         self._writer.hot(
             "intent",
             ctx.txn_id,
             f'{{"action":{_quote(ctx.action)},"key":{_quote(ctx.idempotency_key)},'
             f'"args":{args},"before":{txn.before_json},"started":{txn.started!r}}}',
+        )
+        txn.intended = True
+
+    def leave_in_doubt(self, txn: Transaction, error: StoreError) -> StoreError:
+        """The tool ran but its outcome could not be recorded: remember the call as in doubt,
+        to be settled against the state on the episode's next call (or its end, or resume)."""
+        ctx = txn.ctx
+        intent = InDoubt(
+            ctx.txn_id,
+            ctx.action,
+            ctx.idempotency_key,
+            loads(txn.args_json),
+            loads(txn.before_json),
+            txn.started,
+        )
+        self._in_doubt[ctx.idempotency_key] = intent
+        self._unsettled[ctx.idempotency_key] = txn.action
+        self.log.warning("in_doubt", txn_id=ctx.txn_id, action=ctx.action, error=str(error))
+        return StoreError(
+            f"the outcome of action {ctx.action!r} ({ctx.txn_id}) could not be recorded "
+            f"({error}); the call is in doubt: the episode settles it against the state (probe, "
+            "compensate or escalate) before its next call, at its end, or on resume"
         )
 
     def record_retry(self, txn: Transaction, delay: float) -> None:
@@ -214,6 +242,7 @@ class _Records:
             "step": step,
         }
         written = self._writer.seq
+        txn.recorded = False
         try:
             self._writer.hot(
                 status,
@@ -227,8 +256,10 @@ class _Records:
             # Interrupted (Ctrl-C) after the record was written: the episode remembers the
             # commit as the log has it, then the interruption goes on.
             if self._writer.seq != written:
+                txn.recorded = True
                 self._remember_commit(txn, result, diff, step, digest)
             raise
+        txn.recorded = True
         entry = self._remember_commit(txn, result, diff, step, digest)
         self.log.later(
             status,
@@ -313,6 +344,7 @@ class _Records:
                 },
             )
             self._update_episode()
+        txn.recorded = True
         self.log.warning(
             "failed",
             txn_id=ctx.txn_id,
@@ -348,7 +380,7 @@ class _Records:
                     "txn_id": ctx.txn_id,
                     "action": act.name,
                     "idem_key": ctx.idempotency_key,
-                    "args": dumps(act.call_values(ctx.args)),
+                    "args": txn.args_json or act.encode_args(ctx.args),
                     "failure_class": str(failure_class),
                     "reason": reason,
                     "evidence": _jsonable(evidence),

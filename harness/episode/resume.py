@@ -14,6 +14,7 @@ from ..errors import (
     Escalated,
     InvalidArguments,
     Rejected,
+    StoreError,
 )
 from ..policy import Decision, FailureClass
 from ..record import REMEMBERED, Diverged, RecordedStep, call_step, rebuilt_error
@@ -68,6 +69,7 @@ class _Resume(_Rollback):
                     r.mutating,
                     compensated=r.status == "compensated",
                     impl=self._actions.get(r.action),
+                    stored=True,
                 )
                 self.committed.append(entry)
                 if r.mutating and not entry.compensated:
@@ -122,6 +124,23 @@ class _Resume(_Rollback):
                     if row.id == exc.escalation_id:
                         self._resolutions[key] = row
 
+    def _settle_unsettled(self, can_await: bool) -> Steps:
+        """Settle the calls whose outcome the store could not take (probe, compensate or
+        escalate), before anything else runs; async ones wait for an async call."""
+        for key, action in list(self._unsettled.items()):
+            if action.is_async and not can_await:
+                continue
+            del self._unsettled[key]
+            intent = self._in_doubt.pop(key, None)
+            if intent is None:
+                continue
+            try:
+                yield from self._resolve_in_doubt(action, intent)
+            except StoreError:
+                self._in_doubt[key] = intent
+                self._unsettled[key] = action
+                raise
+
     # --- replay (on resume) ---
     def _expect(
         self, actual: dict[str, Any], same: Callable[[RecordedStep], bool]
@@ -136,8 +155,9 @@ class _Resume(_Rollback):
         self._at += 1
         return step
 
-    def _expect_call(self, action: Action[Any, Any], model: Any, key: str) -> RecordedStep | None:
-        values = action.call_values(model)
+    def _expect_call(
+        self, action: Action[Any, Any], values: dict[str, Any], key: str
+    ) -> RecordedStep | None:
         return self._expect(
             call_step(self._at + 1, action.name, values, key),
             lambda s: s.matches_action(action.name, values, key),
@@ -181,7 +201,7 @@ class _Resume(_Rollback):
                         "dedup", step.txn_id, {"action": action.name, "key": key, "replay": True}
                     )
                     self._update_episode()
-            return entry.result if entry is not None else step.result
+            return entry.result_for(action) if entry is not None else step.result
         row = step.row
         if row is None:  # pragma: no cover - steps without a row are live
             raise ConfigurationError(f"step {step.step} of episode {self.id} has no outcome")

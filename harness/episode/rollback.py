@@ -8,6 +8,7 @@ from ..action import Action, Context
 from ..errors import CompensationFailed, ConfigurationError
 from ..policy import Decision, FailureClass
 from ..transaction import Steps, Transaction, adrive, compensate, drive
+from .gate import Gate
 from .records import _Records
 from .values import Committed, _missing_action
 
@@ -22,15 +23,18 @@ class _Rollback(_Records):
     _actions: dict[str, Action[Any, Any]]
     _compensating: set[str]
     _rolled_back: bool
+    _gate: Gate
 
     # --- rollback ---
     def rollback(self) -> None:
         """Compensate every committed action, newest first, and verify the state is back."""
-        drive(self.rollback_steps(reason="requested"), self.clock)
+        with self._gate.held():
+            drive(self.rollback_steps(reason="requested"), self.clock)
 
     async def arollback(self) -> None:
         """``rollback`` for episodes whose compensations are async."""
-        await adrive(self.rollback_steps(reason="requested"), self.clock)
+        async with self._gate.aheld():
+            await adrive(self.rollback_steps(reason="requested"), self.clock)
 
     def rollback_steps(self, *, reason: str) -> Steps:
         """The saga: compensate in reverse order; a failed undo escalates."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextvars
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._json import dumps, loads
+from .._json import dumps, encodable, loads
 from ..action import _CURRENT, Action
 
 if TYPE_CHECKING:
@@ -63,13 +64,24 @@ class Committed:
     mutating: bool
     compensated: bool = False
     impl: Action[Any, Any] | None = None
+    stored: bool = False  # result read back from the store, not yet typed by its action
+
+    def result_for(self, action: Action[Any, Any]) -> Any:
+        """The result as the tool returned it (a stored one typed by ``action``'s return)."""
+        if self.stored:
+            self.result = action.decode_result(self.result)
+            self.stored = False
+        return self.result
 
 
 def _jsonable(value: Any) -> str:
+    """JSON for the record whatever ``value`` is: storable text (lone surrogates escaped), or
+    the value's repr when JSON cannot hold it."""
     try:
-        return dumps(value)
+        text = dumps(value)
     except (TypeError, ValueError):
-        return dumps(repr(value))
+        text = dumps(repr(value))
+    return text if encodable(text) else json.dumps(loads(text))
 
 
 def dumps_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

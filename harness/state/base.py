@@ -7,12 +7,27 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Change", "ScopeMatcher", "StateAdapter", "diff"]
+__all__ = ["Change", "ScopeMatcher", "StateAdapter", "diff", "escape_glob"]
 
 Change = tuple[Any, Any]
 """``(before, after)`` values of one resource; ``None`` means absent."""
 
 _GLOB = re.compile(r"[*?\[]")
+_ESCAPED = re.compile(r"\[([*?\[])\]")
+
+
+def escape_glob(text: str) -> str:
+    """``text`` as a pattern that matches only itself (``*`` becomes ``[*]``, as fnmatch reads)."""
+    if not _GLOB.search(text):
+        return text
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _literal(pattern: str) -> str | None:
+    """The one key ``pattern`` matches when its only glob characters are escaped, else None."""
+    if _GLOB.search(_ESCAPED.sub("", pattern)):
+        return None
+    return _ESCAPED.sub(r"\1", pattern)
 
 
 @runtime_checkable
@@ -68,10 +83,11 @@ class ScopeMatcher:
         self.literal: set[str] = set()
         self.globs: list[re.Pattern[str]] = []
         for pattern in patterns:
-            if _GLOB.search(pattern):
+            literal = _literal(pattern) if _GLOB.search(pattern) else pattern
+            if literal is None:
                 self.globs.append(re.compile(fnmatch.translate(pattern)))
             else:
-                self.literal.add(pattern)
+                self.literal.add(literal)
 
     def __contains__(self, key: object) -> bool:
         if key in self.literal:

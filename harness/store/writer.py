@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .._json import dumps, loads
+from ..errors import StoreError
 from .projection import HOT_OUTCOMES, checkpoint_row, committed_row
 from .tables import (
     GENESIS,
@@ -41,6 +43,11 @@ FLUSH_EVERY = 1024
 
 if TYPE_CHECKING:
     from .store import Store
+
+
+def _unwritable(exc: BaseException) -> StoreError:
+    """A driver's error while writing, as the store's own."""
+    return StoreError(f"the store could not be written ({type(exc).__name__}: {exc})")
 
 
 def _placeholders(paramstyle: str, names: list[str]) -> list[str]:
@@ -81,8 +88,8 @@ class EpisodeWriter:
     """Prebuilt statements on one driver connection, for one episode's hot path.
 
     ``batch()`` groups writes into one database transaction; ``append`` extends the episode's
-    hash chain; ``hot`` writes one record as its own transaction. Not thread-safe by design:
-    an episode runs in one thread.
+    hash chain; ``hot`` writes one record as its own transaction. A batch or a hot write holds
+    the writer's lock, so an episode's threads never share its connection at once.
     """
 
     def __init__(self, store: Store, episode_id: str) -> None:
@@ -124,6 +131,14 @@ class EpisodeWriter:
         self._base = 0
         self._range: dict[str, int] = {}
         self._cursor = self.conn.cursor()
+        self._lock = threading.RLock()
+        # What the driver raises when a write fails (and text UTF-8 cannot hold).
+        dbapi = getattr(store.engine.dialect, "dbapi", None)
+        self._driver_errors: tuple[type[BaseException], ...] = (
+            sqlite3.Error,
+            UnicodeEncodeError,
+            getattr(dbapi, "Error", sqlite3.Error),
+        )
         self._depth = 0
         # Hot-path commits whose rows are not written yet: their records (txn_id, kind, payload,
         # ts, intent payload) and, when the caller built it, the row they project to.
@@ -145,6 +160,10 @@ class EpisodeWriter:
         witness (record count, head hash, step and digest) unless :meth:`update_episode` did:
         every commit up to the witness has its row.
         """
+        with self._lock:
+            yield from self._batch()
+
+    def _batch(self) -> Iterator[None]:
         self._depth += 1
         chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
         pending = self.pending
@@ -160,14 +179,17 @@ class EpisodeWriter:
                 self.flush()
                 if not self._witnessed and self.num is not None:
                     self.update_head()
-        except BaseException:
+        except BaseException as exc:
             if self._depth == 1:
-                self.conn.rollback()
+                with contextlib.suppress(Exception):
+                    self.conn.rollback()
                 # The records of this batch are gone: so is their place in the chain, and
                 # the rows it materialised are pending again.
                 self.seq, self.head = chain[0], chain[1]
                 self.pending = pending[: chain[2]]
                 self.steps, self.digest = chain[3], chain[4]
+            if isinstance(exc, self._driver_errors):
+                raise _unwritable(exc) from exc
             raise
         else:
             if self._depth == 1:
@@ -184,6 +206,10 @@ class EpisodeWriter:
         :func:`~.projection.committed_row` makes of the records (the audit checks that it is);
         without it, the row is built from the records.
         """
+        with self._lock:
+            self._hot(kind, txn_id, text, projected)
+
+    def _hot(self, kind: str, txn_id: str, text: str, projected: Projected | None) -> None:
         if len(self.pending) >= FLUSH_EVERY:
             with self.batch():
                 self.append_text(kind, txn_id, text, projected)
@@ -191,19 +217,24 @@ class EpisodeWriter:
         if self._sqlite:
             # Autocommit: the INSERT commits itself, and append_text accounts for it even when
             # an exception arrives just after.
-            self.append_text(kind, txn_id, text, projected)
+            try:
+                self.append_text(kind, txn_id, text, projected)
+            except self._driver_errors as exc:
+                raise _unwritable(exc) from exc
             return
         chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
         try:
             self.append_text(kind, txn_id, text, projected)
             self.conn.commit()
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(Exception):
                 self.conn.rollback()
             if self.seq != chain[0] and not self._landed(self._base | self.seq, self.head):
                 self.seq, self.head = chain[0], chain[1]
                 del self.pending[chain[2] :]
                 self.steps, self.digest = chain[3], chain[4]
+            if isinstance(exc, self._driver_errors):
+                raise _unwritable(exc) from exc
             raise
 
     def _landed(self, key: int, h: str) -> bool:

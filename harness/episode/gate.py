@@ -1,0 +1,96 @@
+"""The episode's gate: calls of one episode made at once run one at a time.
+
+Model APIs return several tool calls per turn, and frameworks run them at once: in threads
+(LangGraph's ``ToolNode``, Pydantic AI) or as tasks (``asyncio.gather``). A transaction observes
+the state between its mark and its commit and attributes every change in that window to its
+call; two windows open at once would each see the other's writes. So each call holds the gate
+from its first check to its outcome record, and the others wait: threads on a condition, tasks
+on a future (the event loop keeps running). Calls made from inside a running call (a tool
+calling another action, in the same task, a child task or a thread it started with a copy of
+its context) are part of that call and pass through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+__all__ = ["Gate"]
+
+# The gates the current call chain holds (a tool's own calls pass through its gate).
+_HELD: contextvars.ContextVar[tuple[Gate, ...]] = contextvars.ContextVar(
+    "harness_gates_held", default=()
+)
+
+
+class Gate:
+    """A lock over one episode's calls, shared by threads and asyncio tasks."""
+
+    __slots__ = ("_busy", "_cond", "_waiters")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = False
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def _take(self) -> bool:
+        if self._busy:
+            return False
+        self._busy = True
+        return True
+
+    def _release(self) -> None:
+        with self._cond:
+            self._busy = False
+            waiters, self._waiters = self._waiters, []
+            self._cond.notify()
+        for loop, future in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_wake, future)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the gate in this thread (blocking), unless this call chain holds it already."""
+        held = _HELD.get()
+        if self in held:
+            yield
+            return
+        with self._cond:
+            while not self._take():
+                self._cond.wait()
+        token = _HELD.set((*held, self))
+        try:
+            yield
+        finally:
+            _HELD.reset(token)
+            self._release()
+
+    @asynccontextmanager
+    async def aheld(self) -> AsyncIterator[None]:
+        """Hold the gate in this task, waiting without blocking the event loop."""
+        held = _HELD.get()
+        if self in held:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                if self._take():
+                    break
+                future: asyncio.Future[None] = loop.create_future()
+                self._waiters.append((loop, future))
+            await future
+        token = _HELD.set((*held, self))
+        try:
+            yield
+        finally:
+            _HELD.reset(token)
+            self._release()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

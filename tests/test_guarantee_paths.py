@@ -1,0 +1,622 @@
+"""The promise on the paths that broke it: truthful outcomes, no doubled effects, calls at once,
+a store that cannot be written, values that must come back the same, policies that take effect."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import enum
+import sqlite3
+import threading
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+import harness as hx
+from harness.testing import FakeClock
+
+
+class Ledger:
+    """Accounts on a DictState, and a count of every effect the tools applied."""
+
+    def __init__(self, *names: str) -> None:
+        self.state = hx.DictState({f"acct/{n}": {"balance": 0} for n in names or ("a", "b")})
+        self.applied = 0
+
+    def add(self, name: str, amount: int) -> None:
+        acct = self.state[f"acct/{name}"]
+        acct["balance"] += amount
+        self.state[f"acct/{name}"] = acct
+        self.applied += 1
+
+    def balance(self, name: str) -> int:
+        return int(self.state[f"acct/{name}"]["balance"])
+
+
+def episode(ledger: Ledger, store: hx.Store, **kw: Any) -> hx.Episode:
+    """An episode on the ledger with a fake clock and a fast retry policy."""
+    kw.setdefault("policy", hx.Policy(retry=hx.Retry(attempts=3, backoff=0.1, jitter=False)))
+    return hx.Episode(state=ledger.state, store=store, clock=FakeClock(), **kw)
+
+
+def escalations(store: hx.Store, ep: hx.Episode) -> list[hx.store.EscalationRow]:
+    """The episode's escalations."""
+    return list(store.escalations(episode_id=ep.id))
+
+
+# --- 1. a change that stays is never called rolled back ---
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        {"writes": ["acct/{name}"], "idempotency_key": lambda a: a.name},
+        {"writes": ["acct/{name}"], "idempotent": True},
+        {},
+    ],
+    ids=["keyed", "idempotent", "no-writes"],
+)
+def test_scope_violation_without_compensation_escalates_not_rolled_back(
+    store: hx.Store, kind: dict[str, Any]
+):
+    """An uncompensable call that wrote outside its scope escalates; its change is evidence."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(**kind)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        ledger.add("b", 1)
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.Escalated):
+            deposit("a")
+    assert ep.outcome == "escalated"
+    (esc,) = escalations(store, ep)
+    assert "acct/b" in esc.reason and "still in the state" in esc.reason
+    assert "acct/b" in (esc.evidence or "")
+    assert ledger.balance("b") == 1  # the change stays, and the outcome says so
+
+
+def test_scope_violation_with_compensation_rolls_back_truly(store: hx.Store):
+    """A compensable call that wrote outside its scope is undone: rolled_back is true."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        ledger.add("b", 1)
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.ScopeViolation):
+            deposit("a")
+    assert ep.outcome == "rolled_back"
+    assert ledger.balance("a") == 0 and ledger.balance("b") == 0
+
+
+# --- 2. a failed attempt's change forbids a retry ---
+
+
+def test_failed_postcondition_with_change_is_not_retried_but_escalated(store: hx.Store):
+    """A keyed uncompensable tool whose postcondition fails runs once and escalates."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+
+    @deposit.postcondition
+    def never(ctx: hx.Context) -> bool:
+        return False
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.Escalated):
+            deposit("a")
+    assert ledger.balance("a") == 10 and ledger.applied == 1
+    assert ep.outcome == "escalated"
+    (txn,) = store.transactions(ep.id)
+    assert txn.attempts == 1 and txn.decision == "escalate"
+
+
+def test_failed_attempt_compensated_is_retried(store: hx.Store):
+    """A failed attempt whose change was compensated and verified gone is tried again."""
+    ledger = Ledger("a")
+    calls = {"n": 0}
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        calls["n"] += 1
+        ledger.add(name, 10 if calls["n"] > 1 else 3)
+
+    @deposit.postcondition
+    def added(ctx: hx.Context) -> bool:
+        key = f"acct/{ctx.args.name}"
+        return bool(ctx.after[key]["balance"] - ctx.before[key]["balance"] == 10)
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    with episode(ledger, store) as ep:
+        deposit("a")
+    assert ep.outcome == "committed" and ledger.balance("a") == 10 and calls["n"] == 2
+
+
+# --- 3. calls at once ---
+
+
+async def test_concurrent_async_calls_are_each_attributed_their_own_change(store: hx.Store):
+    """asyncio.gather of two calls in one episode commits both, each with its own diff."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    async def deposit(name: str, amount: int) -> int:
+        before = ledger.balance(name)
+        await asyncio.sleep(0)  # the other call gets the loop here
+        ledger.add(name, amount)
+        await asyncio.sleep(0)
+        return before + amount
+
+    @deposit.postcondition
+    def added(ctx: hx.Context) -> bool:
+        key = f"acct/{ctx.args.name}"
+        return bool(ctx.after[key]["balance"] - ctx.before[key]["balance"] == ctx.args.amount)
+
+    async with episode(ledger, store) as ep:
+        assert await asyncio.gather(deposit("a", 5), deposit("b", 7)) == [5, 7]
+    assert ep.outcome == "committed"
+    diffs = {t.action + t.args: t.diff for t in store.transactions(ep.id)}
+    assert all(t.status == "committed" for t in store.transactions(ep.id))
+    assert ledger.balance("a") == 5 and ledger.balance("b") == 7
+    assert len(diffs) == 2 and all(d and d.count("acct/") == 1 for d in diffs.values())
+    assert store.verify_chain().ok
+
+
+def test_calls_from_threads_at_once_commit_each_once(store: hx.Store):
+    """Sync calls of one episode from several threads at once all commit, the store intact."""
+    ledger = Ledger(*[f"t{i}" for i in range(8)])
+    started = threading.Barrier(8)
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 1)
+
+    @deposit.postcondition
+    def added(ctx: hx.Context) -> bool:
+        return bool(ctx.after[f"acct/{ctx.args.name}"]["balance"] == 1)
+
+    errors: list[BaseException] = []
+    with episode(ledger, store) as ep:
+
+        def work(i: int) -> None:
+            started.wait()
+            try:
+                for _ in range(3):
+                    deposit(f"t{i}")  # the second and third are answered from the record
+            except BaseException as exc:  # pragma: no cover - the failure this test looks for
+                errors.append(exc)
+
+        import contextvars
+
+        threads = [
+            threading.Thread(target=contextvars.copy_context().run, args=(work, i))
+            for i in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert ep.outcome == "committed" and ledger.applied == 8
+    assert [t.status for t in store.transactions(ep.id)] == ["committed"] * 8
+    assert store.verify_chain().ok
+
+
+async def test_a_tool_calling_another_action_passes_through_the_gate(store: hx.Store):
+    """An action called from inside a running tool does not wait for its own caller."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(writes=["acct/b"], idempotency_key=lambda a: "fee")
+    async def fee() -> None:
+        ledger.add("b", 1)
+
+    @hx.action(writes=["acct/{name}", "acct/b"], idempotency_key=lambda a: a.name)
+    async def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        await fee()
+
+    async with episode(ledger, store) as ep:
+        await asyncio.wait_for(deposit("a"), 5)
+    assert ep.outcome == "committed" and ledger.balance("b") == 1
+
+
+# --- 4. the store cannot take the outcome ---
+
+
+def _fail_kind(ep: hx.Episode, kind: str, times: int = 1) -> None:
+    """Make the episode's next ``times`` writes of a ``kind`` record fail as a locked database."""
+    writer = ep._writer
+    original = writer.append_text
+    left = {"n": times}
+
+    def append_text(k: str, *args: Any, **kw: Any) -> str:
+        if k == kind and left["n"] > 0:
+            left["n"] -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return original(k, *args, **kw)
+
+    writer.append_text = append_text
+
+
+def keyed_deposit(ledger: Ledger, **kw: Any) -> hx.Action[..., None]:
+    """A keyed deposit of 10 with a postcondition (and a compensation unless told not to)."""
+    compensable = kw.pop("compensable", True)
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name, **kw)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+
+    @deposit.postcondition
+    def added(ctx: hx.Context) -> bool:
+        key = f"acct/{ctx.args.name}"
+        return bool(ctx.after[key]["balance"] - ctx.before[key]["balance"] == 10)
+
+    if compensable:
+
+        @deposit.compensation
+        def undo(ctx: hx.Context) -> None:
+            for key, value in ctx.before.items():
+                ledger.state[key] = value
+
+    return deposit
+
+
+def test_outcome_write_failure_leaves_the_call_in_doubt_then_settles_it(store: hx.Store):
+    """A commit the store refused is in doubt, then settled by the next call: once, recorded."""
+    ledger = Ledger("a", "b")
+    deposit = keyed_deposit(ledger)
+    with episode(ledger, store) as ep:
+        _fail_kind(ep, "committed")
+        with pytest.raises(hx.StoreError, match="in doubt"):
+            deposit("a")
+        assert ep.in_doubt == ["deposit:a"]
+        deposit("b")  # settles deposit("a") first: its effect is found, committed as recovered
+        deposit("a")  # answered from the record, not run again
+    assert ep.outcome == "committed" and ledger.applied == 2
+    assert ledger.balance("a") == 10 and ledger.balance("b") == 10
+    assert [t.status for t in store.transactions(ep.id)] == ["recovered", "committed"]
+    assert store.verify_chain().ok
+
+
+def test_outcome_write_failure_is_settled_at_the_end_of_the_episode(store: hx.Store):
+    """A call left in doubt by the store is settled when the episode ends."""
+    ledger = Ledger("a")
+    deposit = keyed_deposit(ledger)
+    with episode(ledger, store) as ep:
+        _fail_kind(ep, "committed")
+        with pytest.raises(hx.StoreError):
+            deposit("a")
+    assert ep.outcome == "committed"
+    assert [t.status for t in store.transactions(ep.id)] == ["recovered"]
+
+
+def test_outcome_write_failure_is_settled_on_resume(store: hx.Store, store_url: str):
+    """A call left in doubt when the store stays down is settled by resume, not run twice."""
+    ledger = Ledger("a")
+    deposit = keyed_deposit(ledger)
+    ep = episode(ledger, store)
+    ep.__enter__()
+    _fail_kind(ep, "committed", times=10)
+    with pytest.raises(hx.StoreError):
+        deposit("a")
+    ep._writer.close()  # the process dies here
+    ep._writer = None
+    with episode(ledger, hx.Store(store_url), episode_id=ep.id, resume=True, actions=[deposit]):
+        deposit("a")
+    assert ledger.applied == 1
+    assert [t.status for t in store.transactions(ep.id)] == ["recovered"]
+
+
+def test_a_real_lock_on_the_store_is_a_clear_error_and_nothing_is_lost(
+    store: hx.Store, store_url: str
+):
+    """Another connection takes the store's write lock while the tool runs: the outcome cannot
+    be written, the call is in doubt, and the next call settles it; nothing runs twice."""
+    ledger = Ledger("a", "b")
+    path = store_url.removeprefix("sqlite:///")
+    blocker = sqlite3.connect(path, isolation_level=None)
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        if name == "a":
+            blocker.execute("BEGIN IMMEDIATE")  # held past the writer's busy timeout
+
+    @deposit.postcondition
+    def added(ctx: hx.Context) -> bool:
+        return bool(ctx.after[f"acct/{ctx.args.name}"]["balance"] == 10)
+
+    with episode(ledger, store) as ep:
+        ep._writer.conn.execute("PRAGMA busy_timeout=50")
+        with pytest.raises(hx.StoreError, match="could not be recorded.*in doubt"):
+            deposit("a")
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        deposit("b")
+        deposit("a")
+    assert ledger.applied == 2 and ep.outcome == "committed"
+    assert [t.status for t in store.transactions(ep.id)] == ["recovered", "committed"]
+    assert store.verify_chain().ok
+
+
+def test_an_unencodable_result_is_undone_before_anything_is_recorded_wrong(store: hx.Store):
+    """A result holding a lone surrogate is NotSerializable: the effect is compensated."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> str:
+        ledger.add(name, 10)
+        return "bad \udc80 text"
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.NotSerializable, match="surrogate"):
+            deposit("a")
+    assert ledger.balance("a") == 0 and ep.outcome == "committed"
+    assert store.verify_chain().ok
+
+
+def test_unencodable_arguments_are_refused_before_the_tool_runs(store: hx.Store):
+    """Arguments holding a lone surrogate are InvalidArguments, recorded; nothing runs."""
+    ledger = Ledger("a")
+    deposit = keyed_deposit(ledger)
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.InvalidArguments, match="surrogate"):
+            deposit("a\udc80")
+    assert ledger.applied == 0
+    assert [t.status for t in store.transactions(ep.id)] == ["invalid"]
+
+
+# --- 5. argument values are literals in a scope ---
+
+
+def test_a_glob_in_an_argument_does_not_widen_the_scope(store: hx.Store):
+    """writes=["acct/{name}"] called with name="*" may write only the resource named "*"."""
+    ledger = Ledger("a")
+    ledger.state["acct/*"] = {"balance": 0}
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add("a", 10)  # writes another account than the one named
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    with episode(ledger, store):
+        with pytest.raises(hx.ScopeViolation, match="acct/a"):
+            deposit("*")
+    assert ledger.balance("a") == 0
+
+
+def test_a_glob_the_developer_wrote_still_globs(store: hx.Store):
+    """A pattern the developer wrote with a glob covers what it matches."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(writes=["acct/*"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 1)
+
+    with episode(ledger, store) as ep:
+        deposit("b")
+    assert ep.outcome == "committed"
+
+
+# --- 6. idempotency keys ---
+
+
+@pytest.mark.parametrize("returned", [None, "", 42])
+def test_a_key_function_must_return_a_non_empty_string(store: hx.Store, returned: Any):
+    """A key function returning None, "" or a number is refused before anything runs."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: returned)
+    def deposit(name: str) -> None:
+        ledger.add(name, 1)
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.ConfigurationError, match="non-empty string"):
+            deposit("a")
+    assert ledger.applied == 0
+    assert [t.status for t in store.transactions(ep.id)] == ["invalid"]
+
+
+def test_a_raising_key_function_is_a_clear_recorded_error(store: hx.Store):
+    """A key function that raises is a ConfigurationError naming it, recorded; nothing runs."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.nope)
+    def deposit(name: str) -> None:
+        ledger.add(name, 1)
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.ConfigurationError, match="idempotency_key of action 'deposit'"):
+            deposit("a")
+    assert ledger.applied == 0
+    (txn,) = store.transactions(ep.id)
+    assert txn.status == "invalid" and "AttributeError" in (txn.reason or "")
+
+
+def test_two_different_actions_with_one_name_are_refused(store: hx.Store):
+    """A second, different action under a name the episode knows is refused; it never shares
+    the first one's keys."""
+    ledger = Ledger("a")
+
+    def make(amount: int) -> hx.Action[..., None]:
+        def deposit(name: str) -> None:
+            ledger.add(name, amount)
+
+        return hx.action(deposit, writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+
+    first = make(1)
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name, name="deposit")
+    def other(name: str) -> None:
+        ledger.add(name, 100)
+
+    with episode(ledger, store):
+        first("a")
+        with pytest.raises(hx.ConfigurationError, match="two different actions"):
+            other("a")
+    assert ledger.balance("a") == 1
+
+
+# --- 7. values come back the same ---
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+def test_typed_arguments_are_stored_and_restored_the_same(store: hx.Store, store_url: str):
+    """datetime, date, Decimal, UUID and Enum arguments work and resume restores them."""
+    ledger = Ledger("a")
+    seen: list[tuple[Any, ...]] = []
+    ident = uuid.uuid4()
+
+    @hx.action(writes=["acct/{name}"])
+    def stamp(
+        name: str, when: dt.datetime, day: dt.date, amount: Decimal, ref: uuid.UUID, c: Colour
+    ) -> dt.datetime:
+        seen.append((when, day, amount, ref, c))
+        ledger.add(name, 1)
+        return when
+
+    @stamp.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    args = ("a", when, dt.date(2026, 1, 2), Decimal("1.10"), ident, Colour.RED)
+    with episode(ledger, store) as ep:
+        assert stamp(*args) == when
+    with episode(
+        ledger, hx.Store(store_url), episode_id=ep.id, resume=True, actions=[stamp]
+    ) as again:
+        assert stamp(*args) == when  # from the record, typed as the tool returned it
+        again.rollback()  # the compensation gets the arguments back, typed
+    assert seen == [args[1:]] and ledger.balance("a") == 0
+
+
+def test_values_that_would_change_on_resume_are_refused(store: hx.Store):
+    """Arguments and results that would not come back the same are refused, clearly."""
+    ledger = Ledger("a")
+
+    @hx.action
+    def lookup(table: dict[Any, str]) -> int:
+        return len(table)
+
+    @hx.action
+    def blob() -> Any:
+        return b"\xff\x00"
+
+    @hx.action
+    def typed_blob() -> bytes:
+        return b"\xff\x00"
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.InvalidArguments, match="would not come back the same"):
+            lookup({1: "a", "1": "b"})
+        with pytest.raises(hx.NotSerializable, match="annotate"):
+            blob()
+        assert typed_blob() == b"\xff\x00"
+    assert ep.outcome == "committed"
+
+
+# --- 8. every policy mapping takes effect or is refused ---
+
+
+def test_precondition_mapped_to_escalate_escalates(store: hx.Store):
+    """Policy(decisions={"precondition": "escalate"}) holds the refused call for a person."""
+    ledger = Ledger("a")
+    deposit = keyed_deposit(ledger)
+
+    @deposit.precondition
+    def never(ctx: hx.Context) -> bool:
+        return False
+
+    with episode(ledger, store, policy=hx.Policy(decisions={"precondition": "escalate"})) as ep:
+        with pytest.raises(hx.Escalated):
+            deposit("a")
+    assert ep.outcome == "escalated" and ledger.applied == 0
+    (esc,) = escalations(store, ep)
+    assert esc.failure_class == "precondition"
+
+
+def test_precondition_mapped_to_rollback_rolls_the_episode_back(store: hx.Store):
+    """Policy(decisions={"precondition": "rollback"}) undoes what the episode committed."""
+    ledger = Ledger("a", "b")
+    deposit = keyed_deposit(ledger)
+
+    @deposit.precondition
+    def not_b(ctx: hx.Context) -> bool:
+        return bool(ctx.args.name != "b")
+
+    with episode(ledger, store, policy=hx.Policy(decisions={"precondition": "rollback"})) as ep:
+        deposit("a")
+        with pytest.raises(hx.PreconditionFailed) as info:
+            deposit("b")
+    assert info.value.decision == "rollback"
+    assert ep.outcome == "rolled_back" and ledger.balance("a") == 0
+
+
+@pytest.mark.parametrize(
+    "decisions",
+    [
+        {"precondition": "retry"},
+        {"compensation": "continue"},
+        {"compensation": "rollback"},
+        {"compensation": "retry"},
+    ],
+)
+def test_mappings_that_cannot_take_effect_are_refused(decisions: dict[str, str]):
+    """A mapping the engine could not carry out is refused by the constructor, with why."""
+    with pytest.raises(hx.ConfigurationError, match="cannot be carried out"):
+        hx.Policy(decisions=decisions)
+
+
+def test_scope_mapped_to_retry_retries_after_compensation(store: hx.Store):
+    """Policy(decisions={"scope": "retry"}) compensates the stray write and tries again."""
+    ledger = Ledger("a", "b")
+    calls = {"n": 0}
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        calls["n"] += 1
+        ledger.add(name, 10)
+        if calls["n"] == 1:
+            ledger.add("b", 1)
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    policy = hx.Policy(decisions={"scope": "retry"}, retry=hx.Retry(backoff=0, jitter=False))
+    with episode(ledger, store, policy=policy) as ep:
+        deposit("a")
+    assert ep.outcome == "committed" and calls["n"] == 2
+    assert ledger.balance("a") == 10 and ledger.balance("b") == 0
