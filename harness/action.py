@@ -244,6 +244,7 @@ class Action(Generic[P, R]):
         retry: Retry | None = None,
         timeout: float | None = None,
         pivot: bool = False,
+        approval: bool | Check = False,
         name: str | None = None,
         description: str | None = None,
     ) -> None:
@@ -276,9 +277,16 @@ class Action(Generic[P, R]):
         self.retry = retry
         self.timeout = timeout
         self.pivot = pivot
+        if not isinstance(approval, bool) and not callable(approval):
+            raise ConfigurationError(
+                f"@action on {self.name!r}: approval takes True (always ask a person) or a "
+                "function of ctx saying when to ask (e.g. lambda ctx: ctx.args.amount > 1000)"
+            )
+        self.approval = approval
         self.preconditions: list[tuple[str, Check]] = []
         self.postconditions: list[tuple[str, Check]] = []
         self.compensate: Check | None = None
+        self.undo_check: tuple[str, Check] | None = None
         self.recovered_result: Check | None = None
         self._static_scope: list[str] | None = None
         if writes is not None and not callable(writes):
@@ -333,6 +341,21 @@ class Action(Generic[P, R]):
         if self.compensate is not None:
             raise ConfigurationError(f"action {self.name!r} already has a compensation")
         self.compensate = fn
+        return fn
+
+    def compensation_check(self, fn: Check) -> Check:
+        """Register how the undo is judged, for undo by a reversing entry.
+
+        Append-only systems (ledgers, payments, tickets) undo by adding a refund, not by
+        restoring the old row, so "the state equals ``ctx.before``" cannot hold. With this
+        check, a compensation is verified by the check instead (a function of ``ctx`` run after
+        the compensation, reading ``ctx.state``; e.g. "the net balance change is zero"), and
+        the record says the undo was semantic.
+        """
+        name = self._registrable(fn, "compensation_check")
+        if self.undo_check is not None:
+            raise ConfigurationError(f"action {self.name!r} already has a compensation check")
+        self.undo_check = (name, fn)
         return fn
 
     # --- schema ---
@@ -554,6 +577,7 @@ def action(
     retry: Retry | None = None,
     timeout: float | None = None,
     pivot: bool = False,
+    approval: bool | Check = False,
     name: str | None = None,
     description: str | None = None,
 ) -> Action[P, R]: ...
@@ -570,6 +594,7 @@ def action(
     retry: Retry | None = None,
     timeout: float | None = None,
     pivot: bool = False,
+    approval: bool | Check = False,
     name: str | None = None,
     description: str | None = None,
 ) -> Callable[[Callable[P, R]], Action[P, R]]: ...
@@ -585,6 +610,7 @@ def action(
     retry: Retry | None = None,
     timeout: float | None = None,
     pivot: bool = False,
+    approval: bool | Check = False,
     name: str | None = None,
     description: str | None = None,
 ) -> Action[P, R] | Callable[[Callable[P, R]], Action[P, R]]:
@@ -601,6 +627,9 @@ def action(
         timeout: seconds an attempt may take before it is a ``fail_slow`` failure.
         pivot: the point of no return: after it commits, failures escalate instead of rolling
             back.
+        approval: hold each call for a person before it runs (``True``), or the calls for which
+            a function of ``ctx`` says so. The request is bound to the call's exact arguments;
+            once approved (``Store.resolve``), the resumed episode runs that call once.
         name: the tool name (default: the function's name).
         description: the tool description (default: the docstring's summary).
     """
@@ -618,6 +647,7 @@ def action(
             retry=retry,
             timeout=timeout,
             pivot=pivot,
+            approval=approval,
             name=name,
             description=description,
         )

@@ -178,6 +178,13 @@ class Policy:
         timeout: seconds an attempt may take before it counts as ``fail_slow`` (None: no limit).
         exhausted: the decision once retries are used up.
         unsafe: the decision for failures of actions that can be neither retried nor undone.
+        approval: a rule, a function of the call's ``ctx``, saying which calls a person must
+            approve before they run (e.g. ``lambda ctx: ctx.args.amount > 1000``); on top of
+            each action's own ``approval=``. Runs in worker processes must be able to pickle it
+            (a module-level function).
+
+    Decisions a class cannot take are refused: a false precondition is never retried (nothing
+    ran), and a failed compensation always escalates (its change is still in the state).
     """
 
     decisions: Mapping[FailureClass, Decision] = field(default_factory=dict)
@@ -185,6 +192,7 @@ class Policy:
     timeout: float | None = None
     exhausted: Decision = Decision.CONTINUE
     unsafe: Decision = Decision.ESCALATE
+    approval: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decisions", _frozen_decisions(self.decisions))
@@ -194,13 +202,25 @@ class Policy:
             raise ConfigurationError("Policy: exhausted and unsafe cannot be 'retry'")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigurationError(f"Policy(timeout={self.timeout}): must be > 0 seconds")
+        if self.approval is not None and not callable(self.approval):
+            raise ConfigurationError(
+                "Policy(approval=...) takes a function of ctx saying which calls need a person's "
+                "approval, e.g. lambda ctx: ctx.args.amount > 1000"
+            )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The decisions are a read-only mapping, which pickle cannot copy: rebuild from a dict
         # so a policy travels to worker processes.
         return (
             _rebuild,
-            (dict(self.decisions), self.retry, self.timeout, self.exhausted, self.unsafe),
+            (
+                dict(self.decisions),
+                self.retry,
+                self.timeout,
+                self.exhausted,
+                self.unsafe,
+                self.approval,
+            ),
         )
 
     def decide(self, failure_class: FailureClass | str) -> Decision:
@@ -215,6 +235,9 @@ class Policy:
             "timeout": self.timeout,
             "exhausted": str(self.exhausted),
             "unsafe": str(self.unsafe),
+            "approval": None
+            if self.approval is None
+            else getattr(self.approval, "__qualname__", repr(self.approval)),
         }
 
 
@@ -224,7 +247,13 @@ def _rebuild(
     timeout: float | None,
     exhausted: Decision,
     unsafe: Decision,
+    approval: Callable[[Any], Any] | None = None,
 ) -> Policy:
     return Policy(
-        decisions=decisions, retry=retry, timeout=timeout, exhausted=exhausted, unsafe=unsafe
+        decisions=decisions,
+        retry=retry,
+        timeout=timeout,
+        exhausted=exhausted,
+        unsafe=unsafe,
+        approval=approval,
     )

@@ -34,7 +34,9 @@ REMEMBERED = "recorded"
 """Log kind of a value an agent asked the episode to remember (``Episode.remember``)."""
 
 # Log kinds that can open a transaction's records: its first record marks the agent's call.
-_OPENING = frozenset({"intent", "committed", "recovered", "precondition", "invalid", "decision"})
+_OPENING = frozenset(
+    {"intent", "committed", "recovered", "precondition", "held", "invalid", "decision"}
+)
 # Statuses whose row holds a result the agent received.
 _RETURNED = frozenset({"committed", "recovered", "compensated"})
 

@@ -197,8 +197,27 @@ def run_check(action: Action[Any, Any], name: str, check: Any, ctx: Context, pha
     return bool(verdict)
 
 
-def compensate(action: Action[Any, Any], ctx: Context, diff: dict[str, tuple[Any, Any]]) -> Steps:
-    """Run the compensation and verify every changed resource is back to its before value."""
+def is_undone(
+    action: Action[Any, Any], ctx: Context, diff: dict[str, tuple[Any, Any]]
+) -> Generator[Call | Sleep | Await, Any, list[str]]:
+    """What keeps the call's effect from counting as undone ([] when it is undone): the
+    action's compensation check when it has one, else every changed resource back to its
+    before value."""
+    if action.undo_check is not None:
+        name, check = action.undo_check
+        try:
+            ok = yield from run_check(action, name, check, ctx, "compensation check")
+        except CheckError as exc:
+            return [f"its compensation check {name!r} raised {type(exc.error).__name__}"]
+        return [] if ok else [f"its compensation check {name!r} is false"]
+    return sorted(k for k, (before, _) in diff.items() if ctx.state.get(k) != before)
+
+
+def compensate(
+    action: Action[Any, Any], ctx: Context, diff: dict[str, tuple[Any, Any]]
+) -> Generator[Call | Sleep | Await, Any, bool]:
+    """Run the compensation and verify the effect is undone; returns whether the undo was
+    semantic (judged by the action's compensation check, not by equality with before)."""
     if action.compensate is None:
         raise CompensationFailed(action.name, "it has no compensation", txn_id=ctx.txn_id)
     try:
@@ -210,14 +229,21 @@ def compensate(action: Action[Any, Any], ctx: Context, diff: dict[str, tuple[Any
             errors=[exc],
             txn_id=ctx.txn_id,
         ) from exc
-    left = [k for k, (before, _) in diff.items() if ctx.state.get(k) != before]
+    left = yield from is_undone(action, ctx, diff)
+    if left and action.undo_check is not None:
+        raise CompensationFailed(
+            action.name,
+            f"after compensation {left[0]}: the undo did not take effect",
+            txn_id=ctx.txn_id,
+        )
     if left:
         raise CompensationFailed(
             action.name,
-            f"after compensation {', '.join(sorted(left))} differ from their value before the "
+            f"after compensation {', '.join(left)} differ from their value before the "
             "action; fix the compensation so it restores ctx.before",
             txn_id=ctx.txn_id,
         )
+    return action.undo_check is not None
 
 
 class Transaction:
@@ -235,6 +261,7 @@ class Transaction:
         "recorded",
         "result_json",
         "retry",
+        "semantic_undo",
         "seq",
         "started",
         "t0",
@@ -252,6 +279,7 @@ class Transaction:
         self.retry = action.retry or episode.policy.retry
         self.timeout = action.timeout or episode.policy.timeout
         self.errors: list[BaseException] = []
+        self.semantic_undo = False  # a failed attempt was undone by its compensation check
         self.intended = False  # its intent record is written
         self.recorded = False  # its outcome record is written
         self.started = time.time()
@@ -278,6 +306,12 @@ class Transaction:
                     "precondition",
                     name if not reason else f"{name}: {reason}",
                 )
+        if not self.approved and (act.approval or ep.policy.approval is not None):
+            rule = yield from self._approval_rule()
+            if rule:
+                reason = f"held for a person's approval before it runs ({rule})"
+                ep.record_refusal(self, "held", reason, Decision.ESCALATE)
+                raise ep.escalate(self, "approval", reason, {})
         scope = act.scope(ctx.args, self.values)
         matcher = ScopeMatcher(scope)
         concrete = list(matcher.literal)
@@ -310,6 +344,25 @@ class Transaction:
             raise
         finally:
             ctx.state.release(mark)
+
+    def _approval_rule(self) -> Generator[Call | Sleep | Await, Any, str]:
+        """Which rule holds this call for a person ("" when none does). A rule that raises
+        holds it too: when in doubt, ask."""
+        act, ctx = self.action, self.ctx
+        if act.approval is True:
+            return "the action asks for approval on every call"
+        rules = [("the action's", act.approval), ("the policy's", self.ep.policy.approval)]
+        for whose, rule in rules:
+            if rule is None or rule is False:
+                continue
+            name = getattr(rule, "__name__", "rule")
+            try:
+                ask = yield from run_check(act, name, rule, ctx, "approval")
+            except CheckError as exc:
+                return f"{whose} rule {name!r} raised {type(exc.error).__name__}: {exc.error}"
+            if ask:
+                return f"{whose} rule {name!r} says so"
+        return ""
 
     def _refuse(self, error: PreconditionFailed | CheckError, status: str, reason: str) -> Steps:
         """Nothing ran: record the refusal with the policy's decision, carry it out, raise."""
@@ -510,7 +563,7 @@ class Transaction:
         unsafe = act.mutating and not act.compensable and not act.safe_to_repeat
         if diff and act.compensable:
             try:
-                yield from compensate(act, self.ctx, diff)
+                self.semantic_undo = yield from compensate(act, self.ctx, diff)
             except CompensationFailed as comp:
                 self.errors.append(comp)
                 comp.reason = f"{reason}; then {comp.reason}"

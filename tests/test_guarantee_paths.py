@@ -620,3 +620,181 @@ def test_scope_mapped_to_retry_retries_after_compensation(store: hx.Store):
         deposit("a")
     assert ep.outcome == "committed" and calls["n"] == 2
     assert ledger.balance("a") == 10 and ledger.balance("b") == 0
+
+
+# --- approval before a call ---
+
+
+def _big_deposit(ledger: Ledger, **kw: Any) -> hx.Action[..., int]:
+    """A keyed deposit of any amount, compensable."""
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: f"{a.name}:{a.amount}", **kw)
+    def deposit(name: str, amount: int) -> int:
+        ledger.add(name, amount)
+        return ledger.balance(name)
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    return deposit
+
+
+def over_1000(ctx: hx.Context) -> bool:
+    """Amounts over 1,000 need a person."""
+    return bool(ctx.args.amount > 1000)
+
+
+@pytest.mark.parametrize("where", ["action", "policy"])
+def test_a_call_held_for_approval_runs_once_after_approve(
+    store: hx.Store, store_url: str, where: str
+):
+    """A call a rule holds runs nothing until a person approves; resumed, it runs exactly once."""
+    ledger = Ledger("a")
+    deposit = _big_deposit(ledger, **({"approval": over_1000} if where == "action" else {}))
+    policy = hx.Policy(approval=over_1000) if where == "policy" else hx.Policy()
+
+    def agent() -> None:
+        deposit("a", 5)
+        deposit("a", 5000)
+
+    with pytest.raises(hx.Escalated) as info:
+        with episode(ledger, store, policy=policy) as ep:
+            agent()
+    assert ep.outcome == "escalated" and ledger.balance("a") == 5 and ledger.applied == 1
+    (esc,) = escalations(store, ep)
+    assert esc.failure_class == "approval" and esc.status == "pending"
+    assert "args_digest" in (esc.evidence or "") and '"amount":5000' in esc.args
+    assert [t.status for t in store.transactions(ep.id)] == ["committed", "held"]
+
+    store.resolve(info.value.escalation_id, "approve", by="ops", reason="checked")
+    with episode(
+        ledger, hx.Store(store_url), episode_id=ep.id, resume=True, policy=policy
+    ) as again:
+        agent()
+    assert again.outcome == "committed"
+    assert ledger.balance("a") == 5005 and ledger.applied == 2
+    # Resumed again, the approved call is answered from the record: still once.
+    with episode(ledger, hx.Store(store_url), episode_id=ep.id, resume=True, policy=policy):
+        agent()
+    assert ledger.applied == 2
+    assert store.verify_chain().ok
+
+
+def test_a_rejected_call_never_runs_and_another_amount_needs_its_own_approval(
+    store: hx.Store, store_url: str
+):
+    """Reject: the agent is told, nothing runs; a call with other arguments is held anew."""
+    ledger = Ledger("a")
+    deposit = _big_deposit(ledger, approval=over_1000)
+    with pytest.raises(hx.Escalated) as info:
+        with episode(ledger, store) as ep:
+            deposit("a", 5000)
+    store.resolve(info.value.escalation_id, "reject", by="ops", reason="too much")
+    with pytest.raises(hx.Escalated):
+        with episode(ledger, hx.Store(store_url), episode_id=ep.id, resume=True):
+            with pytest.raises(hx.Rejected):
+                deposit("a", 5000)
+            deposit("a", 6000)  # other arguments: held for its own approval
+    assert ledger.applied == 0
+    assert [e.status for e in escalations(store, ep)] == ["rejected", "pending"]
+
+
+def test_approval_true_holds_every_call(store: hx.Store):
+    """approval=True asks a person before each call; nothing runs before."""
+    ledger = Ledger("a")
+    deposit = _big_deposit(ledger, approval=True)
+    with pytest.raises(hx.Escalated, match="approval"):
+        with episode(ledger, store):
+            deposit("a", 1)
+    assert ledger.applied == 0
+
+
+def test_an_approval_rule_that_raises_holds_the_call(store: hx.Store):
+    """A rule that raises holds the call (when in doubt, ask), and the reason says why."""
+    ledger = Ledger("a")
+
+    def broken(ctx: hx.Context) -> bool:
+        raise KeyError("limit")
+
+    deposit = _big_deposit(ledger, approval=broken)
+    with pytest.raises(hx.Escalated, match="raised KeyError"):
+        with episode(ledger, store):
+            deposit("a", 1)
+    assert ledger.applied == 0
+
+
+def test_approval_must_be_true_or_a_function():
+    """approval= takes True or a function of ctx; anything else is refused with the fix."""
+    with pytest.raises(hx.ConfigurationError, match="approval takes True"):
+        hx.action(writes=["acct/a"], approval="yes")(lambda: None)  # type: ignore[call-overload]
+    with pytest.raises(hx.ConfigurationError, match="approval"):
+        hx.Policy(approval=3)  # type: ignore[arg-type]
+
+
+# --- undo by a reversing entry ---
+
+
+class Journal:
+    """An append-only ledger: entries are never changed, a refund is a new entry."""
+
+    def __init__(self) -> None:
+        self.state = hx.DictState({"journal/count": {"n": 0}})
+
+    def post(self, amount: int) -> str:
+        n = self.state["journal/count"]["n"] + 1
+        self.state[f"journal/{n}"] = {"amount": amount}
+        self.state["journal/count"] = {"n": n}
+        return str(n)
+
+    def net(self) -> int:
+        return sum(v["amount"] for k, v in self.state.items() if k != "journal/count")
+
+
+def journal_charge(journal: Journal, *, refund_works: bool = True) -> hx.Action[..., str]:
+    """A charge undone by posting a refund entry, judged by the net change being zero."""
+
+    @hx.action(writes=["journal/*"], idempotency_key=lambda a: a.ref)
+    def charge(ref: str, amount: int) -> str:
+        return journal.post(amount)
+
+    @charge.compensation
+    def refund(ctx: hx.Context) -> None:
+        journal.post(-ctx.args.amount if refund_works else 0)
+
+    @charge.compensation_check
+    def net_zero(ctx: hx.Context) -> bool:
+        return journal.net() == sum(
+            v["amount"] for k, v in ctx.before.items() if v and k != "journal/count"
+        )
+
+    return charge
+
+
+def test_a_reversing_entry_rolls_back_when_its_check_holds(store: hx.Store):
+    """An undo that adds a refund instead of restoring rows is verified by its check, and the
+    record says the undo was semantic."""
+    journal = Journal()
+    charge = journal_charge(journal)
+    with hx.Episode(state=journal.state, store=store, clock=FakeClock()) as ep:
+        charge("r1", 30)
+        ep.rollback()
+    assert ep.outcome == "rolled_back" and journal.net() == 0
+    assert len(journal.state) == 3  # the charge and its refund both stay in the journal
+    (rec,) = [r for r in store.log(ep.id) if r.kind == "compensated"]
+    assert '"semantic":true' in rec.payload
+    assert store.verify_chain().ok
+
+
+def test_a_reversing_entry_whose_check_fails_escalates(store: hx.Store):
+    """A refund that does not make the net change zero is a failed compensation: escalated."""
+    journal = Journal()
+    charge = journal_charge(journal, refund_works=False)
+    with hx.Episode(state=journal.state, store=store, clock=FakeClock()) as ep:
+        charge("r1", 30)
+        with pytest.raises(hx.Escalated, match="net_zero"):
+            ep.rollback()
+    assert ep.outcome == "escalated"
+    (esc,) = escalations(store, ep)
+    assert esc.failure_class == "compensation"

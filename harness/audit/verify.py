@@ -21,7 +21,7 @@ from ..store.projection import committed_row
 
 __all__ = ["Finding", "VerifyReport", "verify_episode", "verify_run"]
 
-_OPENING = ("intent", "committed", "recovered", "precondition", "invalid", "decision")
+_OPENING = ("intent", "committed", "recovered", "precondition", "held", "invalid", "decision")
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> N
             failures[txn] = rec
         elif rec.kind == "compensated" and txn:
             compensated.add(txn)
-        elif rec.kind in ("precondition", "invalid") and txn:
+        elif rec.kind in ("precondition", "held", "invalid") and txn:
             refusals[txn] = rec
         elif rec.kind == "escalation":
             escalated[str(data.get("escalation_id"))] = rec
@@ -255,8 +255,12 @@ def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> N
     for txn, rec in refusals.items():
         row = by_id[txn]
         data = _payload(rec)
-        said = data.get("check") if rec.kind == "precondition" else data.get("reason")
-        statuses = ("precondition", "check_error") if rec.kind == "precondition" else ("invalid",)
+        said = data.get("reason") if rec.kind == "invalid" else data.get("check")
+        statuses = {
+            "precondition": ("precondition", "check_error"),
+            "held": ("held",),
+            "invalid": ("invalid",),
+        }[rec.kind]
         if row.status not in statuses or row.reason != said or row.action != data.get("action"):
             raise _Problem(
                 "hx_transaction",

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from .._json import dumps, loads
+from .._json import canonical, dumps, loads
 from ..action import _ACTIVE, Action, Context
 from ..clock import Clock, SystemClock
 from ..errors import (
@@ -286,6 +286,12 @@ class Episode(_Resume):
         if done is not None:
             return self._dedup(action, key, done, model, args_json)
         resolution = self._resolutions.get(key)
+        if resolution is not None and canonical(loads(resolution.args)) != canonical(
+            loads(args_json)
+        ):
+            # A person's decision is bound to the exact arguments they saw: a call with other
+            # arguments is another call, and needs its own approval where one is needed.
+            resolution = None
         if resolution is not None:
             model = yield from self._apply_resolution(action, model, resolution)
             if resolution.status == "edited":

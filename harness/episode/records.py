@@ -11,7 +11,7 @@ import time
 from json.encoder import encode_basestring as _quote
 from typing import Any
 
-from .._json import dumps, loads, storable
+from .._json import digest, dumps, loads, storable
 from ..action import Action
 from ..clock import Clock
 from ..errors import Escalated, StoreError
@@ -74,7 +74,7 @@ class _Records:
     def record_refusal(
         self, txn: Transaction, status: str, reason: str, decision: Decision = Decision.CONTINUE
     ) -> None:
-        """A precondition was false or raised: nothing ran."""
+        """A precondition was false or raised (or the call is held for approval): nothing ran."""
         ctx = txn.ctx
         self._seq_row(txn, status, reason, str(decision))
         self.log.info("precondition_failed", txn_id=ctx.txn_id, action=ctx.action, check=reason)
@@ -96,6 +96,7 @@ class _Records:
         }
 
     def _seq_row(self, txn: Transaction, status: str, reason: str, decision: str) -> None:
+        held = status == "held"
         ctx = txn.ctx
         now = time.time()
         with self._writer.batch():
@@ -104,7 +105,7 @@ class _Records:
                     txn,
                     before=None,
                     status=status,
-                    failure_class="precondition",
+                    failure_class="approval" if held else "precondition",
                     decision=decision,
                     reason=reason,
                     errors="[]",
@@ -114,7 +115,7 @@ class _Records:
                 )
             )
             self._writer.append(
-                "precondition",
+                "held" if held else "precondition",
                 ctx.txn_id,
                 {"action": ctx.action, "check": reason, "decision": decision},
             )
@@ -341,6 +342,7 @@ class _Records:
                     "decision": str(decision),
                     "reason": reason,
                     "attempts": ctx.attempt,
+                    **({"undo": "semantic"} if txn.semantic_undo else {}),
                 },
             )
             self._update_episode()
@@ -363,7 +365,9 @@ class _Records:
     ) -> Escalated:
         """Store an escalation (what, why, the evidence), pause the episode, return the error."""
         ctx, act = txn.ctx, txn.action
+        args = txn.args_json or act.encode_args(ctx.args)
         evidence = {
+            "args_digest": digest(loads(args)),
             "before": ctx.before,
             "after": ctx.after,
             "diff": {k: [b, a] for k, (b, a) in diff.items()},
@@ -380,7 +384,7 @@ class _Records:
                     "txn_id": ctx.txn_id,
                     "action": act.name,
                     "idem_key": ctx.idempotency_key,
-                    "args": txn.args_json or act.encode_args(ctx.args),
+                    "args": args,
                     "failure_class": str(failure_class),
                     "reason": reason,
                     "evidence": _jsonable(evidence),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..action import Action, Context
 from ..errors import CompensationFailed, ConfigurationError
 from ..policy import Decision, FailureClass
-from ..transaction import Steps, Transaction, adrive, compensate, drive
+from ..transaction import Steps, Transaction, adrive, compensate, drive, is_undone
 from .gate import Gate
 from .records import _Records
 from .values import Committed, _missing_action
@@ -48,10 +48,13 @@ class _Rollback(_Records):
                 continue
             impl = entry.impl or self._actions.get(entry.action)
             txn = self._replay_txn(entry, impl)
-            # A compensation a crash cut short: if the state is back, it ran; do not run it twice.
-            undone = entry.txn_id in self._compensating and all(
-                self.state.get(k) == before for k, (before, _) in entry.diff.items()
-            )
+            # A compensation a crash cut short: if the effect is undone (the state is back, or the
+            # action's compensation check holds), it ran; do not run it twice.
+            undone = False
+            if entry.txn_id in self._compensating:
+                check = impl if impl is not None else txn.action
+                undone = not (yield from is_undone(check, txn.ctx, entry.diff))
+            semantic = impl is not None and impl.undo_check is not None
             if not undone:
                 with self._writer.batch():
                     self._writer.append("compensating", entry.txn_id, {"action": entry.action})
@@ -64,7 +67,7 @@ class _Rollback(_Records):
                             "Episode(actions=[...])",
                             txn_id=entry.txn_id,
                         )
-                    yield from compensate(impl, txn.ctx, entry.diff)
+                    semantic = yield from compensate(impl, txn.ctx, entry.diff)
                 except CompensationFailed as exc:
                     txn.errors.append(exc)
                     self.record_failure(
@@ -83,13 +86,12 @@ class _Rollback(_Records):
             self._done.pop(entry.key, None)
             with self._writer.batch():
                 self._writer.update_txn(entry.txn_id, {"status": "compensated"})
-                self._writer.append(
-                    "compensated",
-                    entry.txn_id,
-                    {"action": entry.action, "found_undone": True}
-                    if undone
-                    else {"action": entry.action},
-                )
+                record: dict[str, Any] = {"action": entry.action}
+                if undone:
+                    record["found_undone"] = True
+                if semantic:
+                    record["semantic"] = True  # judged by its compensation check
+                self._writer.append("compensated", entry.txn_id, record)
                 self._update_episode()
             self.log.info("compensated", txn_id=entry.txn_id, action=entry.action)
         self.pivot = None
