@@ -798,3 +798,12 @@ def test_a_reversing_entry_whose_check_fails_escalates(store: hx.Store):
     assert ep.outcome == "escalated"
     (esc,) = escalations(store, ep)
     assert esc.failure_class == "compensation"
+
+
+# --- misuse is refused at once ---
+
+
+def test_a_plain_dict_as_state_is_refused_with_the_fix(store: hx.Store):
+    """Episode(state={...}) is refused at construction, saying to wrap it in hx.DictState."""
+    with pytest.raises(hx.ConfigurationError, match=r"hx.DictState\(\.\.\.\)"):
+        hx.Episode(state={"acct/a": {"balance": 0}}, store=store)

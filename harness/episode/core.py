@@ -35,6 +35,10 @@ from .resume import _Resume
 from .values import Committed, InDoubt, _current, _jsonable, dumps_args
 
 
+# What the engine calls on a state adapter (hx.StateAdapter).
+_ADAPTER_METHODS = ("get", "snapshot", "mark", "changes", "release")
+
+
 class Episode(_Resume):
     """One agent execution: an ordered log of transactions, checkpoints, a policy, an outcome.
 
@@ -69,6 +73,18 @@ class Episode(_Resume):
             raise ConfigurationError("Episode(resume=True) needs the episode_id to resume")
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError("Episode(policy=...) takes an hx.Policy(...)")
+        missing = [m for m in _ADAPTER_METHODS if not callable(getattr(state, m, None))]
+        if missing:
+            hint = (
+                f"wrap the {type(state).__name__} as hx.DictState(...)"
+                if isinstance(state, dict)
+                else "implement hx.StateAdapter"
+            )
+            raise ConfigurationError(
+                f"Episode(state=...) takes a state adapter (hx.DictState(mapping), "
+                f"hx.SQLState(url), hx.FileState(folder)); a {type(state).__name__} has no "
+                f"{', '.join(missing)}: {hint}"
+            )
         self.state = state
         self._owns_store = not isinstance(store, Store)
         self.store = (
