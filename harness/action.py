@@ -187,9 +187,15 @@ def _plain_value(value: Any) -> bool:
     if kind in _PLAIN_ATOMS:
         return True
     if kind is dict:
-        return all(type(k) is str and _plain_value(v) for k, v in value.items())
+        for k, v in value.items():
+            if type(k) is not str or (type(v) not in _PLAIN_ATOMS and not _plain_value(v)):
+                return False
+        return True
     if kind is list:
-        return all(_plain_value(v) for v in value)
+        for v in value:
+            if type(v) not in _PLAIN_ATOMS and not _plain_value(v):
+                return False
+        return True
     return False
 
 
@@ -553,7 +559,10 @@ class Action(Generic[P, R]):
             values = self.call_values(model)
         # Argument values are literals: a value "*" names the resource "*", it does not widen
         # the scope. Only the pattern the developer wrote may glob.
-        literal = {k: _Literal(v) for k, v in values.items()}
+        literal = {
+            k: (escape_glob(v) if type(v) is str else v if type(v) in _PLAIN_ATOMS else _Literal(v))
+            for k, v in values.items()
+        }
         return [w.format_map(literal) for w in self.writes]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -4,6 +4,7 @@ a store that cannot be written, values that must come back the same, policies th
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import enum
 import sqlite3
@@ -203,8 +204,6 @@ def test_calls_from_threads_at_once_commit_each_once(store: hx.Store):
             except BaseException as exc:  # pragma: no cover - the failure this test looks for
                 errors.append(exc)
 
-        import contextvars
-
         threads = [
             threading.Thread(target=contextvars.copy_context().run, args=(work, i))
             for i in range(8)
@@ -312,12 +311,16 @@ def test_outcome_write_failure_is_settled_on_resume(store: hx.Store, store_url: 
     ledger = Ledger("a")
     deposit = keyed_deposit(ledger)
     ep = episode(ledger, store)
-    ep.__enter__()
-    _fail_kind(ep, "committed", times=10)
-    with pytest.raises(hx.StoreError):
-        deposit("a")
-    ep._writer.close()  # the process dies here
-    ep._writer = None
+
+    def first_process() -> None:
+        ep.__enter__()
+        _fail_kind(ep, "committed", times=10)
+        with pytest.raises(hx.StoreError):
+            deposit("a")
+        ep._writer.close()  # the process dies here: the episode never ends
+        ep._writer = None
+
+    contextvars.copy_context().run(first_process)
     with episode(ledger, hx.Store(store_url), episode_id=ep.id, resume=True, actions=[deposit]):
         deposit("a")
     assert ledger.applied == 1

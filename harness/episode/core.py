@@ -257,8 +257,12 @@ class Episode(_Resume):
         """
         if action.is_async:
             return self._acall(action, args, kwargs)
-        with self._gate.held():
+        gate = self._gate
+        token = gate.enter()
+        try:
             return drive(self._call_steps(action, args, kwargs), self.clock)
+        finally:
+            gate.exit(token)
 
     async def _acall(
         self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -51,22 +51,32 @@ class Gate:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_wake, future)
 
+    def enter(self) -> contextvars.Token[tuple[Gate, ...]] | None:
+        """Take the gate in this thread, waiting for it; None when this call chain holds it
+        already. Give what it returns to :meth:`exit`."""
+        held = _HELD.get()
+        if self in held:
+            return None
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+            self._busy = True
+        return _HELD.set((*held, self))
+
+    def exit(self, token: contextvars.Token[tuple[Gate, ...]] | None) -> None:
+        """Give back what :meth:`enter` took."""
+        if token is not None:
+            _HELD.reset(token)
+            self._release()
+
     @contextmanager
     def held(self) -> Iterator[None]:
         """Hold the gate in this thread (blocking), unless this call chain holds it already."""
-        held = _HELD.get()
-        if self in held:
-            yield
-            return
-        with self._cond:
-            while not self._take():
-                self._cond.wait()
-        token = _HELD.set((*held, self))
+        token = self.enter()
         try:
             yield
         finally:
-            _HELD.reset(token)
-            self._release()
+            self.exit(token)
 
     @asynccontextmanager
     async def aheld(self) -> AsyncIterator[None]:

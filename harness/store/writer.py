@@ -161,41 +161,36 @@ class EpisodeWriter:
         every commit up to the witness has its row.
         """
         with self._lock:
-            yield from self._batch()
-
-    def _batch(self) -> Iterator[None]:
-        self._depth += 1
-        chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
-        pending = self.pending
-        if self._depth == 1:
-            if self._sqlite:
-                self._exec("BEGIN IMMEDIATE", {})
-            self._witnessed = False
-        try:
-            if self._depth == 1:
-                self.flush()
-            yield
-            if self._depth == 1:
-                self.flush()
-                if not self._witnessed and self.num is not None:
-                    self.update_head()
-        except BaseException as exc:
-            if self._depth == 1:
-                with contextlib.suppress(Exception):
-                    self.conn.rollback()
-                # The records of this batch are gone: so is their place in the chain, and
-                # the rows it materialised are pending again.
-                self.seq, self.head = chain[0], chain[1]
-                self.pending = pending[: chain[2]]
-                self.steps, self.digest = chain[3], chain[4]
-            if isinstance(exc, self._driver_errors):
-                raise _unwritable(exc) from exc
-            raise
-        else:
-            if self._depth == 1:
-                self.conn.commit()
-        finally:
-            self._depth -= 1
+            self._depth += 1
+            outer = self._depth == 1
+            chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
+            pending = self.pending
+            try:
+                if outer:
+                    if self._sqlite:
+                        self._exec("BEGIN IMMEDIATE", {})
+                    self._witnessed = False
+                    self.flush()
+                yield
+                if outer:
+                    self.flush()
+                    if not self._witnessed and self.num is not None:
+                        self.update_head()
+                    self.conn.commit()
+            except BaseException as exc:
+                if outer:
+                    with contextlib.suppress(Exception):
+                        self.conn.rollback()
+                    # The records of this batch are gone: so is their place in the chain, and
+                    # the rows it materialised are pending again.
+                    self.seq, self.head = chain[0], chain[1]
+                    self.pending = pending[: chain[2]]
+                    self.steps, self.digest = chain[3], chain[4]
+                if isinstance(exc, self._driver_errors):
+                    raise _unwritable(exc) from exc
+                raise
+            finally:
+                self._depth -= 1
 
     def hot(self, kind: str, txn_id: str, text: str, projected: Projected | None = None) -> None:
         """One record (an intent or a hot-path outcome) as its own database transaction.
