@@ -810,3 +810,65 @@ def test_a_plain_dict_as_state_is_refused_with_the_fix(store: hx.Store):
     """Episode(state={...}) is refused at construction, saying to wrap it in hx.DictState."""
     with pytest.raises(hx.ConfigurationError, match=r"hx.DictState\(\.\.\.\)"):
         hx.Episode(state={"acct/a": {"balance": 0}}, store=store)
+
+
+def test_a_locked_store_at_a_refusal_is_a_store_error_and_the_writer_recovers(
+    store: hx.Store, store_url: str
+):
+    """A refusal the locked store cannot take is a StoreError; once the lock is gone, the
+    episode's next writes commit as usual (the failed batch left nothing half open)."""
+    ledger = Ledger("a")
+    deposit = keyed_deposit(ledger)
+
+    @deposit.precondition
+    def not_b(ctx: hx.Context) -> bool:
+        return bool(ctx.args.name != "b")
+
+    path = store_url.removeprefix("sqlite:///")
+    with episode(ledger, store) as ep:
+        ep._writer.conn.execute("PRAGMA busy_timeout=50")
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(hx.StoreError, match="could not be written"):
+            deposit("b")
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        deposit("a")
+    assert ep.outcome == "committed" and ledger.applied == 1
+    assert [t.status for t in hx.Store(store_url).transactions(ep.id)] == ["committed"]
+    assert hx.Store(store_url).verify_chain().ok
+
+
+def test_a_keyed_call_that_raises_after_its_effect_without_postconditions_escalates(
+    store: hx.Store,
+):
+    """With no postcondition to prove the effect complete and no compensation, the change of
+    a call that raised is left for a person: escalated, never retried."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        raise hx.TransientError("connection reset after the write")
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.Escalated, match="still in the state"):
+            deposit("a")
+    assert ledger.applied == 1 and ep.outcome == "escalated"
+
+
+async def test_an_async_call_past_its_timeout_with_a_change_and_no_compensation_escalates(
+    store: hx.Store,
+):
+    """A timed-out async call whose change stays (no compensation) escalates, never retried."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name, timeout=0.05)
+    async def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        await asyncio.sleep(5)
+
+    async with episode(ledger, store) as ep:
+        with pytest.raises(hx.Escalated):
+            await deposit("a")
+    assert ledger.applied == 1 and ep.outcome == "escalated"
