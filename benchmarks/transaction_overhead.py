@@ -177,7 +177,7 @@ class HarnessBench:
         self.action = _build_action()
         # One store for every episode, as a worker of a run holds it (DBOS too is launched
         # once): an episode's end closes its own connection, not the database.
-        self.store = hx.Store(self.url)
+        self.store = hx.Store(self.url, create=True)
 
     def episode(self) -> hx.Episode:
         return hx.Episode(state=self.state, store=self.store)
@@ -636,7 +636,7 @@ def micro(folder: Path) -> list[tuple[str, float]]:
             b = min(b, time.perf_counter() - t0)
         return b / rounds * 1e6
 
-    store = hx.Store(f"sqlite:///{(folder / 'micro.db').as_posix()}")
+    store = hx.Store(f"sqlite:///{(folder / 'micro.db').as_posix()}", create=True)
     try:
         log = store.jsonl(episode_id="micro", run_id=None)
         out.append(

@@ -313,7 +313,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 @pytest.fixture
 def harness_store(tmp_path: Path) -> Iterator[Store]:
     """A fresh store (SQLite, WAL) in the test's ``tmp_path``."""
-    store = Store(tmp_path / "harness" / "harness.db")
+    store = Store(tmp_path / "harness" / "harness.db", create=True)
     yield store
     store.close()
 

@@ -521,7 +521,7 @@ def run_trials(
     folder = Path(logs) / run_id
     folder.mkdir(parents=True, exist_ok=True)
     store_url = f"sqlite:///{folder / 'harness.db'}"
-    store = Store(store_url)
+    store = Store(store_url, create=True)
     evidence = evidence_record(loaded, agent_obj.config(), policy, trials, seed)
     if plan is not None:
         evidence["faults"] = plan.describe()

@@ -23,7 +23,7 @@ def store_url(tmp_path: Path) -> str:
 @pytest.fixture
 def store(store_url: str) -> Iterator[hx.Store]:
     """A fresh store, closed after the test."""
-    s = hx.Store(store_url)
+    s = hx.Store(store_url, create=True)
     yield s
     s.close()
 

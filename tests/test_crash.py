@@ -279,7 +279,7 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
     EpisodeWriter.flush = materialise  # type: ignore[method-assign]
     Episode._commit_entry = commit_entry  # type: ignore[method-assign]
     env = LedgerEnvironment(folder / "env.db", hook)
-    store = hx.Store(folder / "store.db")
+    store = hx.Store(folder / "store.db", create=True)
     for n in range(episodes):
         row = store.episode(f"e{n}")
         if row is not None and row.status in ("committed", "rolled_back", "failed"):

@@ -325,7 +325,7 @@ def test_jsonl_lines_keep_their_order_and_times_when_sent_in_runs(
 def test_a_queued_line_is_the_line_structlog_writes(store_url: str, tmp_path: Any):
     """A line sent from the queue is, field for field and in order, what the bound logger
     writes for the same call."""
-    store = hx.Store(store_url)
+    store = hx.Store(store_url, create=True)
     log = store.jsonl(episode_id="e1", run_id=None)
     log.later("committed", txn_id="e1:1", action="a", step=1, attempts=1, duration=0.5)
     queued_ts = log._queue[0][1]["ts"]

@@ -79,7 +79,7 @@ def test_final_state_is_committed_actions_applied_once(tmp_path_factory: Any, pl
     faults: dict[str, str] = {}
     add = build(state, ledger, faults)
     policy = hx.Policy(retry=hx.Retry(attempts=3, backoff=0.1, jitter=False))
-    store = hx.Store(folder / "h.db")
+    store = hx.Store(folder / "h.db", create=True)
     with hx.Episode(state=state, store=store, policy=policy, clock=FakeClock()) as ep:
         for op_id, account, amount, fault in plan:
             op = f"op{op_id}"

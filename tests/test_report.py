@@ -61,7 +61,7 @@ def make_run(
     error (no step verified), ``-`` no trial at that index (an interrupted run).
     """
     folder = logs / run_id
-    store = hx.Store(folder / "harness.db")
+    store = hx.Store(folder / "harness.db", create=True)
     evidence = json.loads(json.dumps(EVIDENCE))
     evidence["suite"]["tasks"] = {
         t: {"version": (versions or {}).get(t, "1"), "digest": f"d-{t}-{(versions or {}).get(t)}"}

@@ -94,7 +94,7 @@ def pristine(fresh: Fresh) -> Export:
 def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[hx.Store]:
     """One store for the many replay episodes (each has its own id); opening a store per
     episode would cost more than the episode."""
-    store = hx.Store(f"sqlite:///{tmp_path_factory.mktemp('logs') / 'harness.db'}")
+    store = hx.Store(f"sqlite:///{tmp_path_factory.mktemp('logs') / 'harness.db'}", create=True)
     yield store
     store.close()
 

@@ -121,7 +121,7 @@ def test_corrupt_database_file_is_refused(tmp_path: Path):
 
 def test_newer_schema_is_refused(store_url: str):
     """A store written by a newer harness is refused; nothing is written to it."""
-    hx.Store(store_url).close()
+    hx.Store(store_url, create=True).close()
     edit(store_url, "UPDATE hx_meta SET value = '999' WHERE key = 'schema_version'")
     with pytest.raises(hx.StoreError, match="schema version 999, newer"):
         hx.Store(store_url)
@@ -130,7 +130,7 @@ def test_newer_schema_is_refused(store_url: str):
 def test_store_another_process_is_creating_opens(store_url: str):
     """Tables are committed before the version row: a process that opens the store in
     between sees no version yet, takes it as its own, and both agree afterwards."""
-    hx.Store(store_url).close()
+    hx.Store(store_url, create=True).close()
     edit(store_url, "DELETE FROM hx_meta")
     hx.Store(store_url).close()
     with sqlite3.connect(db_path(store_url)) as conn:
@@ -141,22 +141,34 @@ def test_store_another_process_is_creating_opens(store_url: str):
 
 def test_plain_path_is_a_sqlite_store(tmp_path: Path):
     """A file path works as a store URL and lands in WAL mode."""
-    store = hx.Store(tmp_path / "x.db")
+    store = hx.Store(tmp_path / "x.db", create=True)
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     store.close()
 
 
+def test_missing_store_file_is_refused_unless_asked_to_create(tmp_path: Path):
+    """A store path that does not exist is a StoreError naming it and create=True, and no
+    folder or file is made; with create=True both are."""
+    for url in ("notaurl", tmp_path / "typo" / "harness.db", f"sqlite:///{tmp_path}/x/h.db"):
+        with pytest.raises(hx.StoreError, match=r"no database file .*pass create=True"):
+            hx.Store(url)
+    assert list(tmp_path.iterdir()) == [] and not Path("notaurl").exists()
+    hx.Store(tmp_path / "typo" / "harness.db", create=True).close()
+    assert (tmp_path / "typo" / "harness.db").is_file()
+    hx.Store(tmp_path / "typo" / "harness.db").close()
+
+
 def test_synchronous_setting_is_checked(tmp_path: Path):
     """An unknown synchronous mode is refused before anything is created."""
     with pytest.raises(hx.StoreError, match="synchronous"):
-        hx.Store(tmp_path / "x.db", synchronous="SOMETIMES")
+        hx.Store(tmp_path / "x.db", synchronous="SOMETIMES", create=True)
     assert not (tmp_path / "x.db").exists()
 
 
 def test_interrupted_batch_leaves_no_gap_in_the_chain(shop: Shop, store_url: str):
     """A write interrupted inside its batch is rolled back, and the chain continues unbroken."""
-    store = hx.Store(store_url)
+    store = hx.Store(store_url, create=True)
     writer = store.writer("e1")
     with writer.batch():
         writer.insert_episode({"id": "e1", "created_at": 0.0, "updated_at": 0.0})

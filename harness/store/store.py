@@ -60,9 +60,14 @@ class Store(_Chain, _Leases):
         url: ``sqlite:///path.db``, a file path, or another SQLAlchemy URL.
         synchronous: SQLite's ``synchronous`` setting; ``NORMAL`` survives a process crash,
             ``FULL`` survives power loss too.
+        create: make the SQLite file (and its folder) when it does not exist. Without it a
+            missing file is a :class:`StoreError`, so a mistyped path is not silently a new,
+            empty store. Other databases must exist already (connecting fails otherwise).
     """
 
-    def __init__(self, url: str | Path = DEFAULT_URL, *, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, url: str | Path = DEFAULT_URL, *, synchronous: str = "NORMAL", create: bool = False
+    ) -> None:
         self.url = _normalise_url(url)
         if synchronous.upper() not in {"NORMAL", "FULL", "EXTRA", "OFF"}:
             raise StoreError(f"Store(synchronous={synchronous!r}): use 'NORMAL' or 'FULL'")
@@ -74,7 +79,12 @@ class Store(_Chain, _Leases):
                 f"store URL {self.url!r} is not a database URL ({exc}); "
                 "give sqlite:///logs/harness.db, a file path, or postgresql://..."
             ) from exc
-        if self.path is not None:
+        if self.path is not None and not self.path.exists():
+            if not create:
+                raise StoreError(
+                    f"store {self.url!r}: no database file {self.path}; check the path, or "
+                    "pass create=True to create a new store there"
+                )
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
