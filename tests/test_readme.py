@@ -32,3 +32,17 @@ def test_quick_start_runs(tmp_path: Path):
     assert lines[2].startswith("cancel_order committed")
     assert lines[-1] == "True"
     assert (tmp_path / "logs" / "harness.db").exists()
+
+
+def test_every_guarantee_names_tests_that_exist():
+    """Each row of the README's Guarantees is tied to tests, and every test it names exists."""
+    section = re.search(r"## Guarantees\n(.*?)\n## ", README.read_text(), re.S)
+    assert section is not None, "README lost its Guarantees section"
+    named = set(re.findall(r"`(test_\w+)`", section.group(1)))
+    defined: set[str] = set()
+    for path in Path(__file__).parent.glob("test_*.py"):
+        defined |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+    assert len(named) >= 30
+    assert sorted(named - defined) == []
+    rows = re.findall(r"^- ([^:]+): `test_", section.group(1), re.M)
+    assert len(rows) == 10  # a list of tests per row (the two store rows share one)
