@@ -163,6 +163,75 @@ def test_file_state_keys_stay_inside_the_folder(tmp_path: Path):
         hx.FileState(tmp_path / "missing")
 
 
+def test_file_state_links_are_resources_of_their_own(tmp_path: Path):
+    """Creating, retargeting and removing a link (dangling or pointing outside the folder) is
+    a change of its key, read back as the link's text, never its target's content."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("do not read")
+    state = hx.FileState(root)
+    secret = f"symlink:{outside / 'secret'}"
+    steps = [  # (what the tool does, the key, its value before, its value after)
+        (lambda: os.symlink(outside / "secret", root / "out"), "out", None, secret),
+        (lambda: os.symlink("missing", root / "dangling"), "dangling", None, "symlink:missing"),
+        (
+            lambda: (os.unlink(root / "out"), os.symlink("b", root / "out")),
+            "out",
+            secret,
+            "symlink:b",
+        ),
+        (lambda: os.unlink(root / "dangling"), "dangling", "symlink:missing", None),
+    ]
+    for step, key, before, after in steps:
+        mark = state.mark()
+        step()
+        changes = state.changes(mark)
+        state.release(mark)
+        assert changes == {key: before}
+        assert state.get(key) == after
+
+
+def test_file_state_action_creating_a_link_commits(tmp_path: Path):
+    """A tool that links out of the folder commits, with the link in its recorded diff."""
+    root = tmp_path / "root"
+    root.mkdir()
+
+    @hx.action(writes=["link"], idempotency_key=lambda a: "link")
+    def make_link() -> None:
+        """Link to the folder above."""
+        os.symlink(tmp_path, root / "link")
+
+    with hx.Episode(state=hx.FileState(root), store=tmp_path / "h.db") as ep:
+        make_link()
+    assert ep.outcome == "committed"
+    (txn,) = hx.Store(tmp_path / "h.db").transactions(ep.id)
+    assert txn.status == "committed" and f"symlink:{tmp_path}" in (txn.diff or "")
+
+
+def test_file_state_never_reads_outside_the_folder(tmp_path: Path):
+    """Links out of the folder, to a file or a folder, are neither followed by the scan nor by
+    get(): their values are the links' text, and the outside files are never read."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("do not read")
+    (root / "a.txt").write_text("a")
+    os.symlink(outside / "secret", root / "file-link")
+    os.symlink(outside, root / "dir-link")
+    state = hx.FileState(root)
+    assert state.to_dict() == {
+        "a.txt": "a",
+        "dir-link": f"symlink:{outside}",
+        "file-link": f"symlink:{outside / 'secret'}",
+    }
+    assert state.get("file-link") == f"symlink:{outside / 'secret'}"
+    assert state.get("dir-link/secret") is None
+    before = state.fingerprint()
+    (outside / "secret").write_text("changed behind the link")
+    assert state.fingerprint() == before
+
+
 def test_file_state_binary_files_are_digests(tmp_path: Path):
     """A non-UTF-8 file reads as its sha256 digest."""
     (tmp_path / "x.bin").write_bytes(b"\xff\xfe\x00")

@@ -1,9 +1,16 @@
-"""``FileState``: files under a folder as resources keyed by relative POSIX path."""
+"""``FileState``: files under a folder as resources keyed by relative POSIX path.
+
+Symbolic links are resources of their own, never followed: a link's value is ``"symlink:"``
+and the text it points to, so nothing outside the folder is ever read, and creating,
+retargeting or removing a link is a change of its key.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,16 +21,24 @@ from ..errors import ConfigurationError
 
 __all__ = ["FileState"]
 
-_Sig = tuple[int, int, int]
+# (mtime, size, inode, link target): the target is "" for a file, so a link retargeted within
+# one timestamp tick at the same size still differs.
+_Sig = tuple[int, int, int, str]
 _TICK_NS = 50_000_000
+_LINK = "symlink:"
 
 
 class FileState:
     """Files as resources: ``get("src/app.py")`` returns its text (or ``sha256:...`` if binary).
 
-    Tools write files directly. Change tracking compares ``stat`` signatures (mtime, size,
-    inode) and reads only the files whose signature moved; a content cache keeps each file's
-    last known value, so a change window pays for the files it touched, not for the tree.
+    A symbolic link is a resource whose value is ``"symlink:<target>"``; it is not followed,
+    and what lies behind a link to a folder is not tracked (``get`` of a path through one is
+    ``None``). Nothing outside the folder is read.
+
+    Tools write files directly. Change tracking compares ``lstat`` signatures (mtime, size,
+    inode, and a link's target) and reads only the files whose signature moved; a content cache
+    keeps each file's last known value, so a change window pays for the files it touched, not
+    for the tree.
 
     Args:
         root: the folder; ignored names (``.git`` by default) are not tracked.
@@ -41,32 +56,52 @@ class FileState:
         self._windows: dict[int, tuple[int, dict[str, _Sig], dict[str, Any]]] = {}
         self._next = 0
 
-    def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if not path.is_relative_to(self.root.resolve()):
+    def _path(self, key: str) -> Path | None:
+        """Where resource ``key`` is, or None when a folder on its way is a link (what lies
+        behind a link is not tracked)."""
+        parts = posixpath.normpath(key).split("/")
+        if posixpath.isabs(key) or parts[0] == "..":
             raise KeyError(f"resource {key!r} is outside the folder {self.root}")
-        return path
+        folder = self.root
+        for part in parts[:-1]:
+            folder = folder / part
+            if folder.is_symlink():
+                return None
+        return folder / parts[-1]
 
     @staticmethod
     def _read(path: Path) -> Any:
-        data = path.read_bytes()
+        """The value of the file or link at ``path``, which is not followed if it is a link."""
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            return _LINK + os.readlink(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with open(fd, "rb") as f:
+            data = f.read()
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             return "sha256:" + hashlib.sha256(data).hexdigest()
 
     def _scan(self) -> dict[str, _Sig]:
+        """Signatures of every file and link, without following links."""
         sigs: dict[str, _Sig] = {}
-        root = str(self.root)
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d not in self.ignore]
-            rel = os.path.relpath(dirpath, root)
-            prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-            for name in filenames:
-                if name in self.ignore:
-                    continue
-                st = os.stat(os.path.join(dirpath, name))
-                sigs[prefix + name] = (st.st_mtime_ns, st.st_size, st.st_ino)
+        folders = [("", os.fspath(self.root))]
+        while folders:
+            prefix, folder = folders.pop()
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name in self.ignore:
+                        continue
+                    key = prefix + entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append((key + "/", entry.path))
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISLNK(st.st_mode):
+                        target = os.readlink(entry.path)
+                        sigs[key] = (st.st_mtime_ns, st.st_size, st.st_ino, target)
+                    elif stat.S_ISREG(st.st_mode):
+                        sigs[key] = (st.st_mtime_ns, st.st_size, st.st_ino, "")
         return sigs
 
     def _refresh_cache(self, sigs: dict[str, _Sig]) -> None:
@@ -81,7 +116,9 @@ class FileState:
     # --- adapter interface ---
     def get(self, key: str) -> Any | None:
         path = self._path(key)
-        return self._read(path) if path.is_file() else None
+        if path is None or not (path.is_symlink() or path.is_file()):
+            return None
+        return self._read(path)
 
     def snapshot(self, keys: Iterable[str]) -> dict[str, Any]:
         return {k: self.get(k) for k in keys}
