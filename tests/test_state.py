@@ -46,6 +46,48 @@ def test_dict_state_reads_are_copies():
     assert state.get("a") == {"x": 1}
 
 
+def test_dict_state_names_a_copy_changed_in_place_and_not_written_back():
+    """A copy read in a window, changed in place and not written back, makes changes() raise
+    a ConfigurationError naming the key and the fix, once."""
+    state = hx.DictState({"k": {"x": 0}, "other": {"x": 0}, "n": 1})
+    outer = state.mark()
+    inner = state.mark()
+    order = state["k"]
+    order["x"] = 1
+    state.get("other")  # read and left alone
+    state["n"] = 2
+    with pytest.raises(
+        hx.ConfigurationError, match=r"'k' .*write it back with state\[key\] = value"
+    ):
+        state.changes(inner)
+    assert state.changes(inner) == {"n": 1}
+    state.release(inner)
+    assert state.changes(outer) == {"n": 1}
+    state.release(outer)
+
+
+def test_dict_state_copies_written_back_or_changed_outside_windows_are_fine():
+    """A copy written back (then overwritten), moved to another key, popped, or changed
+    outside any window is no error."""
+    state = hx.DictState({"a": {"x": 0}, "b": {"x": 0}, "c": [1], "d": {"x": 0}})
+    state.get("c").append(2)  # outside a window: nothing is remembered
+    mark = state.mark()
+    a = state["a"]
+    a["x"] = 1
+    state["a"] = a
+    state["a"] = {"x": 0, "undone": True}  # as a compensation would
+    d = state["d"]
+    d["x"] = 1
+    state["archive/d"] = d
+    del state["d"]
+    b = state.pop("b")
+    b["x"] = 1
+    assert "a" in state and "b" not in state
+    assert set(state.changes(mark)) == {"a", "b", "d", "archive/d"}
+    state.release(mark)
+    assert state.to_dict() == {"a": {"x": 0, "undone": True}, "c": [1], "archive/d": {"x": 1}}
+
+
 def test_sql_state_reads_rows_and_decodes_json(tmp_path: Path):
     """SQLState returns rows as dicts keyed table/primary-key, JSON columns decoded."""
     state = make_db(tmp_path / "s.db")

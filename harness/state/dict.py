@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
 from .._json import digest
+from ..errors import ConfigurationError
 
 __all__ = ["DictState"]
 
@@ -27,25 +28,74 @@ def _copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+class _Read:
+    """A copy handed out while a change window is open, with the value it was handed out as."""
+
+    __slots__ = ("done", "handed", "key", "pristine")
+
+    def __init__(self, key: str, handed: Any, pristine: Any) -> None:
+        self.key, self.handed, self.pristine = key, handed, pristine
+        self.done = False  # written back, or reported
+
+    def lost(self, stored: Any) -> bool:
+        """Changed in place, never written back, and unlike what the state now holds."""
+        return not self.done and self.handed != self.pristine and self.handed != stored
+
+
 class DictState(MutableMapping[str, Any]):
     """Resources in a dict; tools write with ``state[key] = value`` or ``del state[key]``.
 
     Reads return copies, so a tool cannot change a resource behind the adapter's back; every
     write goes through ``__setitem__``/``__delitem__``, which journal the old value for each open
     change-tracking window. ``changes()`` therefore costs what was written, nothing more.
+
+    A tool that changes a copy it read and forgets to write it back would change nothing, and
+    only a postcondition could tell. So while a window is open, the copies ``state[key]`` and
+    ``get`` hand out are remembered, and ``changes()`` raises :class:`ConfigurationError`
+    naming a key whose copy was changed in place and never written back (to its key, or, that
+    very object, to any key). Reads outside windows remember nothing.
     """
 
     def __init__(self, data: Iterable[tuple[str, Any]] | dict[str, Any] | None = None) -> None:
         self._data: dict[str, Any] = dict(data or {})
-        self._windows: dict[int, dict[str, Any]] = {}
+        # Per open window: its journal (key -> value before its first write) and where its
+        # reads start in ``_reads``.
+        self._windows: dict[int, tuple[dict[str, Any], int]] = {}
+        # The copies handed out while a window is open, in order, by object and by key.
+        self._reads: list[_Read] = []
+        self._read_ids: dict[int, _Read] = {}
+        self._reads_of: dict[str, list[_Read]] = {}
         self._next = 0
+
+    def _hand_out(self, key: str, value: Any) -> Any:
+        """A copy of ``value`` for a read in a window, remembered unless it is a plain value."""
+        handed = _copy(value)
+        if type(value) not in _ATOM_TYPES:
+            read = _Read(key, handed, _copy(value))
+            self._reads.append(read)
+            self._read_ids[id(handed)] = read  # unique: the read keeps the copy alive
+            self._reads_of.setdefault(key, []).append(read)
+        return handed
+
+    def _written(self, key: str, value: Any) -> None:
+        """Mark the copies ``state[key] = value`` writes back: that object, or an equal value
+        under its own key."""
+        read = self._read_ids.get(id(value))
+        if read is not None:
+            read.done = True
+        for read in self._reads_of.get(key, ()):
+            if not read.done and read.handed == value:
+                read.done = True
 
     # --- mapping interface (the tools' view) ---
     def __getitem__(self, key: str) -> Any:
-        return _copy(self._data[key])
+        value = self._data[key]
+        return self._hand_out(key, value) if self._windows else _copy(value)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._journal(key)
+        if self._reads:
+            self._written(key, value)
         self._data[key] = _copy(value)
 
     def __delitem__(self, key: str) -> None:
@@ -54,6 +104,25 @@ class DictState(MutableMapping[str, Any]):
         self._journal(key)
         del self._data[key]
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def pop(self, key: str, *default: Any) -> Any:
+        """Remove ``key`` and return its value (which is no longer the state's to track)."""
+        if key not in self._data:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        value = _copy(self._data[key])
+        del self[key]
+        return value
+
+    def popitem(self) -> tuple[str, Any]:
+        if not self._data:
+            raise KeyError("popitem(): the state is empty")
+        key = next(iter(self._data))
+        return key, self.pop(key)
+
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._data))
 
@@ -61,28 +130,50 @@ class DictState(MutableMapping[str, Any]):
         return len(self._data)
 
     def _journal(self, key: str) -> None:
-        for window in self._windows.values():
+        for window, _ in self._windows.values():
             if key not in window:
                 window[key] = _copy(self._data.get(key))
 
     # --- adapter interface (the harness's view) ---
     def get(self, key: str, default: Any = None) -> Any:
         value = self._data.get(key)
-        return default if value is None else _copy(value)
+        if value is None:
+            return default
+        return self._hand_out(key, value) if self._windows else _copy(value)
 
     def snapshot(self, keys: Iterable[str]) -> dict[str, Any]:
         return {k: _copy(self._data.get(k)) for k in keys}
 
     def mark(self) -> int:
         self._next += 1
-        self._windows[self._next] = {}
+        self._windows[self._next] = ({}, len(self._reads))
         return self._next
 
     def changes(self, mark: int) -> dict[str, Any]:
-        return dict(self._windows.get(mark, {}))
+        """The window's writes, with their before values.
+
+        Raises:
+            ConfigurationError: a copy read in the window was changed in place and not written
+                back (each such read is reported once).
+        """
+        journal, first = self._windows.get(mark, ({}, len(self._reads)))
+        lost = [r for r in self._reads[first:] if r.lost(self._data.get(r.key))]
+        if lost:
+            for read in lost:
+                read.done = True
+            raise ConfigurationError(
+                f"{', '.join(sorted({repr(r.key) for r in lost}))} read from the DictState and "
+                "changed in place, but not written back: reads are copies, so the change is "
+                "lost; write it back with state[key] = value"
+            )
+        return dict(journal)
 
     def release(self, mark: int) -> None:
         self._windows.pop(mark, None)
+        if not self._windows:
+            self._reads.clear()
+            self._read_ids.clear()
+            self._reads_of.clear()
 
     def fingerprint(self) -> str:
         return digest(self._data)
