@@ -160,6 +160,24 @@ def test_sql_state_refuses_a_missing_file_unless_asked_to_create(tmp_path: Path)
             assert captures(state, "INSERT INTO t VALUES (1)") == ["t/1"]
 
 
+def test_adapters_refuse_wrong_argument_types(tmp_path: Path):
+    """SQLState and FileState name a wrongly typed argument and what to give instead."""
+    make_db(tmp_path / "s.db").close()
+    for bad in (42, None, b"s.db", ["s.db"]):
+        with pytest.raises(hx.ConfigurationError, match="give a sqlite:/// URL or a file path"):
+            hx.SQLState(bad)  # type: ignore[arg-type]
+        with pytest.raises(hx.ConfigurationError, match="give a folder path"):
+            hx.FileState(bad)  # type: ignore[arg-type]
+    with pytest.raises(hx.ConfigurationError, match=r"create='yes'\): give True or False"):
+        hx.SQLState(tmp_path / "s.db", create="yes")  # type: ignore[arg-type]
+    with pytest.raises(hx.ConfigurationError, match=r"journal_mode='fast'\): give one of"):
+        hx.SQLState(tmp_path / "s.db", journal_mode="fast")
+    for ignore in (".git", None, 5, [1], [["x"]]):
+        with pytest.raises(hx.ConfigurationError, match="give a list of file or folder names"):
+            hx.FileState(tmp_path, ignore=ignore)  # type: ignore[arg-type]
+    assert hx.FileState(tmp_path, ignore=(n for n in (".git", "x"))).ignore == {".git", "x"}
+
+
 def test_sql_state_fingerprint_follows_content(tmp_path: Path):
     """The fingerprint changes with the content and comes back when the content does."""
     state = make_db(tmp_path / "s.db")

@@ -45,13 +45,27 @@ class FileState:
         ignore: directory or file names to skip anywhere in the tree.
     """
 
-    def __init__(self, root: str | Path, *, ignore: Iterable[str] = (".git",)) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, ignore: Iterable[str] = (".git",)) -> None:
+        if not isinstance(root, str | os.PathLike) or not isinstance(os.fspath(root), str):
+            raise ConfigurationError(
+                f"FileState(root={root!r}): give a folder path (str or Path), "
+                f"not {type(root).__name__}"
+            )
+        try:
+            names = None if isinstance(ignore, str | bytes) else frozenset(ignore)
+        except TypeError:  # not iterable, or unhashable items
+            names = None
+        if names is None or not all(isinstance(n, str) for n in names):
+            raise ConfigurationError(
+                f"FileState(ignore={ignore!r}): give a list of file or folder names, such as "
+                '[".git", "__pycache__"]'
+            )
         self.root = Path(root)
         if not self.root.is_dir():
             raise ConfigurationError(
                 f"FileState({str(root)!r}): not a folder; create it or give an existing folder"
             )
-        self.ignore = frozenset(ignore)
+        self.ignore = names
         self._cache: dict[str, tuple[_Sig, Any]] = {}
         self._windows: dict[int, tuple[int, dict[str, _Sig], dict[str, Any]]] = {}
         self._next = 0

@@ -200,6 +200,13 @@ class SQLState:
     def __init__(
         self, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
     ) -> None:
+        if not isinstance(url, str | os.PathLike) or not isinstance(os.fspath(url), str):
+            raise ConfigurationError(
+                f"SQLState(url={url!r}): give a sqlite:/// URL or a file path (str or Path), "
+                f"not {type(url).__name__}"
+            )
+        if not isinstance(create, bool):
+            raise ConfigurationError(f"SQLState(create={create!r}): give True or False")
         if journal_mode is not None and (
             not isinstance(journal_mode, str) or journal_mode.lower() not in _JOURNAL_MODES
         ):
