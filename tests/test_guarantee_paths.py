@@ -872,3 +872,18 @@ async def test_an_async_call_past_its_timeout_with_a_change_and_no_compensation_
         with pytest.raises(hx.Escalated):
             await deposit("a")
     assert ledger.applied == 1 and ep.outcome == "escalated"
+
+
+def test_a_tool_changing_a_dict_state_copy_in_place_is_caught(store: hx.Store):
+    """A tool that changes a DictState value in place and never writes it back does not pass
+    as a call with no effect: the episode escalates, naming the key and the fix."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.state[f"acct/{name}"]["balance"] += 10  # a copy: the state does not change
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.Escalated, match="write it back"):
+            deposit("a")
+    assert ledger.balance("a") == 0 and ep.outcome == "escalated"
