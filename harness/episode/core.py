@@ -34,7 +34,6 @@ from .gate import Gate
 from .resume import _Resume
 from .values import Committed, InDoubt, _current, _jsonable, dumps_args
 
-
 # What the engine calls on a state adapter (hx.StateAdapter).
 _ADAPTER_METHODS = ("get", "snapshot", "mark", "changes", "release")
 
