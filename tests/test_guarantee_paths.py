@@ -887,3 +887,40 @@ def test_a_tool_changing_a_dict_state_copy_in_place_is_caught(store: hx.Store):
         with pytest.raises(hx.Escalated, match="write it back"):
             deposit("a")
     assert ledger.balance("a") == 0 and ep.outcome == "escalated"
+
+
+def test_a_sync_action_called_from_a_coroutine_during_an_async_call_is_refused(
+    store: hx.Store,
+):
+    """A sync action called on the event loop while another call of the episode runs on that
+    loop is refused with the fix, instead of blocking the loop for good."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    async def slow_deposit(name: str) -> None:
+        await asyncio.sleep(0.05)
+        ledger.add(name, 1)
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 1)
+
+    outcome: dict[str, Any] = {}
+
+    async def agent() -> None:
+        async def sync_call() -> None:
+            await asyncio.sleep(0.01)  # the async call holds the gate by now
+            deposit("b")
+
+        async with episode(ledger, store):
+            results = await asyncio.gather(slow_deposit("a"), sync_call(), return_exceptions=True)
+        outcome["results"] = results
+
+    # On its own thread and loop, so a regression shows as a timeout, not a hung suite.
+    worker = threading.Thread(target=asyncio.run, args=(agent(),), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "the event loop blocked"
+    first, second = outcome["results"]
+    assert first is None and isinstance(second, hx.ConfigurationError)
+    assert "asyncio.to_thread" in str(second) and ledger.balance("b") == 0

@@ -212,11 +212,17 @@ class Episode(_Resume):
             return
         if self._unsettled and self.outcome == "running":
             # Calls the store could not record are settled before the episode says how it ended.
-            try:
-                with self._gate.held():
+            # (Only when no call is in flight: one still running settles nothing it depends on,
+            # and resume settles what is left.)
+            token = self._gate.try_enter()
+            if token is not False:
+                try:
                     drive(self._settle_unsettled(False), self.clock)
-            except HarnessError as exc:
-                error = exc if error is None else error
+                except HarnessError as exc:
+                    error = exc if error is None else error
+                finally:
+                    if token is not True:
+                        self._gate.exit(token)
         if self.outcome == "running":
             if error is None:
                 self.outcome = "committed"

@@ -18,6 +18,8 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
+from ..errors import ConfigurationError
+
 __all__ = ["Gate"]
 
 # The gates the current call chain holds (a tool's own calls pass through its gate).
@@ -29,11 +31,12 @@ _HELD: contextvars.ContextVar[tuple[Gate, ...]] = contextvars.ContextVar(
 class Gate:
     """A lock over one episode's calls, shared by threads and asyncio tasks."""
 
-    __slots__ = ("_busy", "_cond", "_waiters")
+    __slots__ = ("_busy", "_cond", "_loop", "_waiters")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._busy = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the holder's, when a task holds it
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def _take(self) -> bool:
@@ -45,6 +48,7 @@ class Gate:
     def _release(self) -> None:
         with self._cond:
             self._busy = False
+            self._loop = None
             waiters, self._waiters = self._waiters, []
             self._cond.notify()
         for loop, future in waiters:
@@ -59,7 +63,27 @@ class Gate:
             return None
         with self._cond:
             while self._busy:
+                if self._loop is not None and self._loop is asyncio._get_running_loop():
+                    # The holder is a task of the loop this thread runs: waiting here would
+                    # stop that loop, and the holder with it.
+                    raise ConfigurationError(
+                        "a sync action was called from a coroutine while another call of the "
+                        "same episode is running on this event loop; waiting would block the "
+                        "loop for good. Make the action async def, or call it through "
+                        "asyncio.to_thread(...)"
+                    )
                 self._cond.wait()
+            self._busy = True
+        return _HELD.set((*held, self))
+
+    def try_enter(self) -> contextvars.Token[tuple[Gate, ...]] | bool:
+        """Take the gate only if it is free now (False when it is not)."""
+        held = _HELD.get()
+        if self in held:
+            return True
+        with self._cond:
+            if self._busy:
+                return False
             self._busy = True
         return _HELD.set((*held, self))
 
@@ -89,6 +113,7 @@ class Gate:
         while True:
             with self._cond:
                 if self._take():
+                    self._loop = loop
                     break
                 future: asyncio.Future[None] = loop.create_future()
                 self._waiters.append((loop, future))
