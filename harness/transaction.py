@@ -10,6 +10,7 @@ commit or compensate, then the policy's decision.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Generator
@@ -373,7 +374,9 @@ class Transaction:
         error.decision = str(decision)
         ep.record_refusal(self, status, reason, decision)
         if decision is Decision.ROLLBACK:
-            yield from ep.rollback_steps(reason=f"{self.action.name}: {reason}")
+            yield from ep.rollback_steps(
+                reason=f"{self.action.name}: {reason}", can_await=self.action.is_async
+            )
         elif decision is Decision.ESCALATE:
             raise ep.escalate(self, FailureClass.PRECONDITION, str(error), {}) from error
         raise error
@@ -441,7 +444,10 @@ class Transaction:
             if declared in _TOOL_DECLARED:
                 failure = FailureClass(declared)
         finally:
-            _ACTIVE.reset(active)
+            # (A generator abandoned mid-call is closed wherever it is collected, maybe in
+            # another context, where this context's variable is not to be reset.)
+            with contextlib.suppress(ValueError):
+                _ACTIVE.reset(active)
         elapsed = clock.now() - started
         if self.timeout is not None and elapsed > self.timeout and error is None:
             error = ActionTimeout(f"attempt took {elapsed:.3f}s, over its timeout {self.timeout}s")
@@ -628,7 +634,7 @@ class Transaction:
         )
         ep.record_failure(self, failed.failure_class, decision, reason, failed.diff)
         if decision is Decision.ROLLBACK:
-            yield from ep.rollback_steps(reason=f"{act.name}: {reason}")
+            yield from ep.rollback_steps(reason=f"{act.name}: {reason}", can_await=act.is_async)
         elif decision is Decision.ESCALATE:
             raise ep.escalate(self, failed.failure_class, reason, failed.diff)
         raise error

@@ -924,3 +924,19 @@ def test_a_sync_action_called_from_a_coroutine_during_an_async_call_is_refused(
     first, second = outcome["results"]
     assert first is None and isinstance(second, hx.ConfigurationError)
     assert "asyncio.to_thread" in str(second) and ledger.balance("b") == 0
+
+
+def test_a_rollback_settles_a_call_in_doubt_before_it_says_rolled_back(store: hx.Store):
+    """A call the store left in doubt is settled by a rollback (found, committed, compensated),
+    so rolled_back covers its effect too."""
+    ledger = Ledger("a", "b")
+    deposit = keyed_deposit(ledger)
+    with episode(ledger, store) as ep:
+        deposit("b")
+        _fail_kind(ep, "committed")
+        with pytest.raises(hx.StoreError, match="in doubt"):
+            deposit("a")
+        ep.rollback()
+    assert ep.outcome == "rolled_back"
+    assert ledger.balance("a") == 0 and ledger.balance("b") == 0
+    assert [t.status for t in store.transactions(ep.id)] == ["compensated", "compensated"]

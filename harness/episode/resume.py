@@ -211,7 +211,9 @@ class _Resume(_Rollback):
             if self._rolled_back:
                 self.outcome = "rolled_back"
             else:
-                yield from self.rollback_steps(reason=f"{action.name}: {row.reason}")
+                yield from self.rollback_steps(
+                    reason=f"{action.name}: {row.reason}", can_await=action.is_async
+                )
         raise error
 
     def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ..action import Action, Context
@@ -24,22 +25,34 @@ class _Rollback(_Records):
     _compensating: set[str]
     _rolled_back: bool
     _gate: Gate
+    _settle_unsettled: Callable[[bool], Steps]  # (the resume layer's)
 
     # --- rollback ---
     def rollback(self) -> None:
         """Compensate every committed action, newest first, and verify the state is back."""
         with self._gate.held():
-            drive(self.rollback_steps(reason="requested"), self.clock)
+            drive(self.rollback_steps(reason="requested", can_await=False), self.clock)
 
     async def arollback(self) -> None:
         """``rollback`` for episodes whose compensations are async."""
         async with self._gate.aheld():
-            await adrive(self.rollback_steps(reason="requested"), self.clock)
+            await adrive(self.rollback_steps(reason="requested", can_await=True), self.clock)
 
-    def rollback_steps(self, *, reason: str) -> Steps:
-        """The saga: compensate in reverse order; a failed undo escalates."""
+    def rollback_steps(self, *, reason: str, can_await: bool) -> Steps:
+        """The saga: compensate in reverse order; a failed undo escalates.
+
+        Calls left in doubt by the store are settled first: one whose effect is found present
+        commits (and is compensated with the rest), so "rolled back" covers it too.
+        """
         if self._writer is None:
             raise ConfigurationError(f"episode {self.id} is not open; roll back inside `with`")
+        if self._unsettled:
+            yield from self._settle_unsettled(can_await)
+            if self._unsettled:
+                raise ConfigurationError(
+                    f"episode {self.id} has an async call in doubt ({', '.join(self._unsettled)}) "
+                    "that a sync rollback cannot settle; use `await episode.arollback()`"
+                )
         with self._writer.batch():
             self._writer.append("rollback", None, {"reason": reason})
             self._update_episode()
