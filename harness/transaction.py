@@ -292,7 +292,22 @@ class Transaction:
         self.result_json = "null"
 
     def run(self) -> Steps:
-        """Preconditions, intent, attempts, then commit or the policy's decision."""
+        """Preconditions, intent, attempts, then commit or the policy's decision.
+
+        A record the store refuses never goes unnoticed: a tool that ran with no outcome
+        recorded leaves its call in doubt (settled against the state before anything else);
+        a call that changed nothing is recorded as failed with the episode's next write.
+        """
+        try:
+            return (yield from self._run())
+        except StoreError as exc:
+            if self.recorded:
+                raise
+            if self.action.mutating and self.intended:
+                raise self.ep.leave_in_doubt(self, exc) from exc
+            raise self.ep.leave_unrecorded(self, exc) from exc
+
+    def _run(self) -> Steps:
         ep, act, ctx = self.ep, self.action, self.ctx
         for name, check in act.preconditions:
             try:
@@ -320,13 +335,7 @@ class Transaction:
         try:
             ctx.before = ctx.state.snapshot(concrete) if concrete else {}
             if act.mutating:
-                try:
-                    ep.record_intent(self)
-                except StoreError as exc:
-                    raise StoreError(
-                        f"the intent of action {act.name!r} ({ctx.txn_id}) could not be "
-                        f"recorded, so the tool did not run: {exc}"
-                    ) from exc
+                ep.record_intent(self)
             try:
                 result, diff = yield from self._attempts(mark, matcher, concrete)
             except _Failed as failed:
@@ -337,12 +346,6 @@ class Transaction:
                 return result
             ep.record_commit(self, result, diff, recovered=False)
             return result
-        except StoreError as exc:
-            if act.mutating and self.intended and not self.recorded:
-                # The tool ran, its outcome is not in the store: the call is in doubt, and is
-                # settled against the state before the episode does anything else.
-                raise ep.leave_in_doubt(self, exc) from exc
-            raise
         finally:
             ctx.state.release(mark)
 

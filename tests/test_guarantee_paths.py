@@ -835,7 +835,9 @@ def test_a_locked_store_at_a_refusal_is_a_store_error_and_the_writer_recovers(
         blocker.close()
         deposit("a")
     assert ep.outcome == "committed" and ledger.applied == 1
-    assert [t.status for t in hx.Store(store_url).transactions(ep.id)] == ["committed"]
+    rows = hx.Store(store_url).transactions(ep.id)
+    assert [t.status for t in rows] == ["failed", "committed"]  # the refused one is in the log
+    assert "did not run" in (rows[0].reason or "")
     assert hx.Store(store_url).verify_chain().ok
 
 
@@ -940,3 +942,84 @@ def test_a_rollback_settles_a_call_in_doubt_before_it_says_rolled_back(store: hx
     assert ep.outcome == "rolled_back"
     assert ledger.balance("a") == 0 and ledger.balance("b") == 0
     assert [t.status for t in store.transactions(ep.id)] == ["compensated", "compensated"]
+
+
+def test_a_read_whose_outcome_the_store_refuses_is_still_in_the_log(store: hx.Store):
+    """A read-only call whose outcome record is refused raises StoreError and is recorded as
+    failed with the episode's next write: every call is in the log."""
+    ledger = Ledger("a")
+
+    @hx.action
+    def balance(name: str) -> int:
+        return ledger.balance(name)
+
+    with episode(ledger, store) as ep:
+        _fail_kind(ep, "committed")
+        with pytest.raises(hx.StoreError, match="recorded as failed"):
+            balance("a")
+    assert ep.outcome == "committed"
+    (txn,) = store.transactions(ep.id)
+    assert txn.action == "balance" and txn.status == "failed"
+    assert "did not reach the agent" in (txn.reason or "")
+    assert store.verify_chain().ok
+
+
+async def test_an_async_call_left_in_doubt_is_settled_at_the_end(store: hx.Store):
+    """An async call whose outcome the store refused, as the episode's last call, is settled
+    when the episode ends (async with): found present, committed as recovered."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    async def deposit(name: str) -> None:
+        ledger.add(name, 10)
+
+    @deposit.postcondition
+    async def added(ctx: hx.Context) -> bool:
+        return bool(ctx.after[f"acct/{ctx.args.name}"]["balance"] == 10)
+
+    async with episode(ledger, store) as ep:
+        _fail_kind(ep, "committed")
+        with pytest.raises(hx.StoreError, match="in doubt"):
+            await deposit("a")
+    assert ep.outcome == "committed" and ledger.applied == 1
+    assert [t.status for t in store.transactions(ep.id)] == ["recovered"]
+
+
+def test_a_refused_intent_then_a_crash_resumes_without_diverging(store: hx.Store, store_url: str):
+    """A call whose intent the store refused is in the record (failed, nothing ran), so the
+    agent resumed after a crash is held to a record that has it, and finishes."""
+    ledger = Ledger("a", "b")
+    dies = {"b"}
+
+    class Crash(BaseException):
+        pass
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        if name in dies:
+            dies.discard(name)
+            raise Crash
+
+    @deposit.postcondition
+    def added(ctx: hx.Context) -> bool:
+        return bool(ctx.after[f"acct/{ctx.args.name}"]["balance"] == 10)
+
+    def agent(ep: hx.Episode, *, fail: bool) -> None:
+        if fail:
+            _fail_kind(ep, "intent")
+        with pytest.raises((hx.StoreError, hx.ActionFailed)):
+            deposit("a")  # refused by the store: did not run
+        deposit("b")
+
+    ep = episode(ledger, store, episode_id="e1")
+    with pytest.raises(Crash):
+        with ep:
+            agent(ep, fail=True)
+    with episode(
+        ledger, hx.Store(store_url), episode_id="e1", resume=True, actions=[deposit]
+    ) as again:
+        agent(again, fail=False)
+    assert again.outcome == "committed"
+    assert ledger.balance("a") == 0 and ledger.balance("b") == 10 and ledger.applied == 1
+    assert [t.status for t in store.transactions("e1")] == ["failed", "recovered"]

@@ -107,6 +107,8 @@ class Episode(_Resume):
         self._in_doubt: dict[str, InDoubt] = {}
         # Calls whose outcome could not be recorded (the store failed): settled first thing.
         self._unsettled: dict[str, Action[Any, Any]] = {}
+        # Calls that changed nothing whose record the store refused: recorded as failed next.
+        self._unrecorded: list[tuple[Transaction, str]] = []
         self._resolutions: dict[str, EscalationRow] = {}
         self._seq = 0
         # On resume: the agent's recorded steps its re-executed calls are matched against.
@@ -147,6 +149,17 @@ class Episode(_Resume):
     async def __aexit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._unsettled and self._writer is not None and self.outcome == "running":
+            # Async calls the store left in doubt are settled here, where they can be awaited.
+            token = self._gate.try_enter()
+            if token is not False:
+                try:
+                    await adrive(self._settle_unsettled(True), self.clock)
+                except HarnessError as exc:
+                    ev = exc if ev is None else ev
+                finally:
+                    if token is not True:
+                        self._gate.exit(token)
         self.__exit__(et, ev, tb)
 
     def _open(self) -> None:
@@ -210,6 +223,11 @@ class Episode(_Resume):
             if self._owns_store:
                 self.store.close()
             return
+        if self._unrecorded:
+            try:
+                self._flush_unrecorded()
+            except HarnessError as exc:
+                error = exc if error is None else error
         if self._unsettled and self.outcome == "running":
             # Calls the store could not record are settled before the episode says how it ended.
             # (Only when no call is in flight: one still running settles nothing it depends on,
@@ -291,6 +309,8 @@ class Episode(_Resume):
             raise self._diverged
         if self.outcome != "running":
             raise EpisodeClosed(self.id, self.outcome)
+        if self._unrecorded:
+            self._flush_unrecorded()
         if self._unsettled:
             yield from self._settle_unsettled(action.is_async)
         try:

@@ -37,6 +37,7 @@ class _Records:
     _done: dict[str, Committed]
     _in_doubt: dict[str, InDoubt]
     _unsettled: dict[str, Action[Any, Any]]
+    _unrecorded: list[tuple[Transaction, str]]
 
     # --- records (the hot path) ---
     def _update_episode(self) -> None:
@@ -120,6 +121,7 @@ class _Records:
                 {"action": ctx.action, "check": reason, "decision": decision},
             )
             self._update_episode()
+        txn.recorded = True
 
     def record_intent(self, txn: Transaction) -> None:
         """Write-ahead: the intent is durable before the tool runs.
@@ -158,6 +160,30 @@ class _Records:
             f"({error}); the call is in doubt: the episode settles it against the state (probe, "
             "compensate or escalate) before its next call, at its end, or on resume"
         )
+
+    def leave_unrecorded(self, txn: Transaction, error: StoreError) -> StoreError:
+        """The store refused a record of a call that changed nothing (its intent, so the tool
+        did not run; or a read's outcome): the call is recorded as failed by the episode's next
+        write, so the log still has every call, in order."""
+        ctx = txn.ctx
+        what = (
+            "the tool did not run"
+            if ctx.attempt == 0
+            else "the read-only call's result did not reach the agent"
+        )
+        reason = f"the store could not record this call ({error}); {what}"
+        self._unrecorded.append((txn, reason))
+        return StoreError(
+            f"action {ctx.action!r} ({ctx.txn_id}): {reason}; it is recorded as failed with the "
+            "episode's next write"
+        )
+
+    def _flush_unrecorded(self) -> None:
+        """Record the calls the store refused earlier (see :meth:`leave_unrecorded`)."""
+        while self._unrecorded:
+            txn, reason = self._unrecorded[0]
+            self.record_failure(txn, FailureClass.FAIL_STOP, Decision.CONTINUE, reason, {})
+            self._unrecorded.pop(0)
 
     def record_retry(self, txn: Transaction, delay: float) -> None:
         """A retry decision, logged with the error that caused it."""

@@ -46,6 +46,8 @@ class _Rollback(_Records):
         """
         if self._writer is None:
             raise ConfigurationError(f"episode {self.id} is not open; roll back inside `with`")
+        if self._unrecorded:
+            self._flush_unrecorded()
         if self._unsettled:
             yield from self._settle_unsettled(can_await)
             if self._unsettled:
