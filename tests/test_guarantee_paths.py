@@ -11,11 +11,13 @@ import sqlite3
 import threading
 import uuid
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import harness as hx
+from harness.audit.verify import verify_run
 from harness.testing import FakeClock
 
 
@@ -34,6 +36,20 @@ class Ledger:
 
     def balance(self, name: str) -> int:
         return int(self.state[f"acct/{name}"]["balance"])
+
+
+@pytest.fixture(autouse=True)
+def _audited(store_url: str) -> Any:
+    """After each test, the audit's full check finds every episode's record intact."""
+    yield
+    if not Path(store_url.removeprefix("sqlite:///")).exists():
+        return
+    store = hx.Store(store_url)
+    try:
+        report = verify_run(store, store.episodes())
+    finally:
+        store.close()
+    assert report.ok, report.findings[0]
 
 
 def episode(ledger: Ledger, store: hx.Store, **kw: Any) -> hx.Episode:

@@ -356,7 +356,10 @@ class _Records:
         }
         with self._writer.batch():
             if existing:
-                self._writer.update_txn(ctx.txn_id, fields)
+                # A committed call whose undo failed: the row keeps what its commit record
+                # says (result, diff, errors, times) and takes the decision record's fields.
+                decided = ("status", "failure_class", "decision", "reason")
+                self._writer.update_txn(ctx.txn_id, {k: fields[k] for k in decided})
             else:
                 self._writer.insert_txn(self._txn_row(txn, **fields))
             self._writer.append(
