@@ -92,7 +92,7 @@ def drive(steps: Steps, clock: Any) -> Any:
                     value = request.fn(*request.args, **request.kwargs)
                     if value.__class__ not in _PLAIN and inspect.isawaitable(value):
                         _refuse(request.fn, value)
-            except Exception as exc:
+            except BaseException as exc:  # (a cancellation too: the call must know)
                 request = steps.throw(exc)
             else:
                 request = steps.send(value)
@@ -133,7 +133,7 @@ async def adrive(steps: Steps, clock: Any) -> Any:
                                 ) from None
                         else:
                             value = await value
-            except Exception as exc:
+            except BaseException as exc:  # (a cancellation too: the call must know)
                 request = steps.throw(exc)
             else:
                 request = steps.send(value)
@@ -306,6 +306,12 @@ class Transaction:
             if self.action.mutating and self.intended:
                 raise self.ep.leave_in_doubt(self, exc) from exc
             raise self.ep.leave_unrecorded(self, exc) from exc
+        except BaseException as exc:
+            # Cancelled (a task), interrupted (Ctrl-C) or abandoned between intent and outcome:
+            # the tool may have acted, so the call is in doubt until the state is probed.
+            if self.action.mutating and self.intended and not self.recorded:
+                self.ep.leave_in_doubt(self, exc)
+            raise
 
     def _run(self) -> Steps:
         ep, act, ctx = self.ep, self.action, self.ctx

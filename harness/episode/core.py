@@ -7,6 +7,7 @@ episode's state through ``self``: ``_Records`` (:mod:`.records`, the records and
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import time
 import uuid
@@ -149,18 +150,19 @@ class Episode(_Resume):
     async def __aexit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._unsettled and self._writer is not None and self.outcome == "running":
-            # Async calls the store left in doubt are settled here, where they can be awaited.
-            token = self._gate.try_enter()
-            if token is not False:
+        if self._writer is None:
+            self.__exit__(et, ev, tb)
+            return
+        # Calls still in flight (other tasks, threads) end before the episode does.
+        async with self._gate.aheld():
+            interrupted = ev is not None and not isinstance(ev, Exception)
+            if self._unsettled and self.outcome == "running" and not interrupted:
+                # Async calls the store left in doubt are settled here, where they can be awaited.
                 try:
                     await adrive(self._settle_unsettled(True), self.clock)
                 except HarnessError as exc:
                     ev = exc if ev is None else ev
-                finally:
-                    if token is not True:
-                        self._gate.exit(token)
-        self.__exit__(et, ev, tb)
+            self.__exit__(et, ev, tb)
 
     def _open(self) -> None:
         if self._writer is not None:
@@ -223,26 +225,45 @@ class Episode(_Resume):
             if self._owns_store:
                 self.store.close()
             return
+        # Calls still in flight in other threads end before the episode does (a task of a
+        # loop this thread runs cannot be waited for here: `async with` waits for those).
+        try:
+            token = self._gate.enter()
+        except ConfigurationError:
+            token = None
+        try:
+            self._end(error)
+        finally:
+            self._gate.exit(token)
+
+    def _end(self, error: BaseException | None) -> None:
         if self._unrecorded:
             try:
                 self._flush_unrecorded()
             except HarnessError as exc:
                 error = exc if error is None else error
-        if self._unsettled and self.outcome == "running":
-            # Calls the store could not record are settled before the episode says how it ended.
-            # (Only when no call is in flight: one still running settles nothing it depends on,
-            # and resume settles what is left.)
-            token = self._gate.try_enter()
-            if token is not False:
-                try:
-                    drive(self._settle_unsettled(False), self.clock)
-                except HarnessError as exc:
-                    error = exc if error is None else error
-                finally:
-                    if token is not True:
-                        self._gate.exit(token)
+        interrupted = error is not None and not isinstance(error, Exception)
+        if self._unsettled and self.outcome == "running" and not interrupted:
+            # Calls the store could not record (or a cancelled task left) are settled before the
+            # episode says how it ended. (Interrupted, as by Ctrl-C, it ends at once, like a
+            # crash: resume settles them.)
+            try:
+                drive(self._settle_unsettled(False), self.clock)
+                if self._unsettled and asyncio._get_running_loop() is None:
+                    asyncio.run(adrive(self._settle_unsettled(True), self.clock))
+                if self._unsettled:
+                    raise StoreError(
+                        f"episode {self.id} ends with async calls in doubt "
+                        f"({', '.join(self._unsettled)}) that a sync `with` inside a running "
+                        "event loop cannot settle; resume the episode to settle them"
+                    )
+            except HarnessError as exc:
+                error = exc if error is None else error
         if self.outcome == "running":
-            if error is None:
+            if error is None and any(r.status == "pending" for r in self._resolutions.values()):
+                # A call held for a person the agent did not come back to: still held.
+                self.outcome = "escalated"
+            elif error is None:
                 self.outcome = "committed"
             elif isinstance(error, Escalated):
                 self.outcome = "escalated"
@@ -276,8 +297,13 @@ class Episode(_Resume):
         """Run one call of ``action`` as a transaction (a coroutine for async actions).
 
         Calls of one episode made at once (threads, tasks) run one at a time (:mod:`.gate`),
-        so each is attributed exactly its own changes.
+        so each is attributed exactly its own changes. An action called while another call's
+        tool runs (from that tool, or a task or thread it started) is part of that call, as a
+        plain function: its changes are the running call's, checked against that call's scope
+        and undone by its compensation.
         """
+        if self._gate.holding() and self.active_context is not None:
+            return action.fn(*args, **kwargs)
         if action.is_async:
             return self._acall(action, args, kwargs)
         gate = self._gate

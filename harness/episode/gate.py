@@ -22,28 +22,40 @@ from ..errors import ConfigurationError
 
 __all__ = ["Gate"]
 
-# The gates the current call chain holds (a tool's own calls pass through its gate).
-_HELD: contextvars.ContextVar[tuple[Gate, ...]] = contextvars.ContextVar(
+# The holds the current call chain has: (gate, the hold's number). A task or thread a tool
+# starts inherits them; they pass only while that hold lasts (a background task that calls an
+# action after the tool returned waits like any other call).
+_HELD: contextvars.ContextVar[tuple[tuple[Gate, int], ...]] = contextvars.ContextVar(
     "harness_gates_held", default=()
 )
+
+Token = contextvars.Token[tuple[tuple["Gate", int], ...]]
 
 
 class Gate:
     """A lock over one episode's calls, shared by threads and asyncio tasks."""
 
-    __slots__ = ("_busy", "_cond", "_loop", "_waiters")
+    __slots__ = ("_busy", "_cond", "_hold", "_loop", "_waiters")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._busy = False
+        self._hold = 0  # the number of the current (or last) hold
         self._loop: asyncio.AbstractEventLoop | None = None  # the holder's, when a task holds it
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
-    def _take(self) -> bool:
-        if self._busy:
-            return False
+    def holding(self) -> bool:
+        """Whether this call chain holds the gate now (it is inside a running call)."""
+        for gate, hold in _HELD.get():
+            if gate is self:
+                return self._busy and hold == self._hold
+        return False
+
+    def _take(self) -> tuple[tuple[Gate, int], ...]:
+        """Mark the gate taken (under the condition); the holds to set for this chain."""
         self._busy = True
-        return True
+        self._hold += 1
+        return (*(h for h in _HELD.get() if h[0] is not self), (self, self._hold))
 
     def _release(self) -> None:
         with self._cond:
@@ -55,11 +67,10 @@ class Gate:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_wake, future)
 
-    def enter(self) -> contextvars.Token[tuple[Gate, ...]] | None:
+    def enter(self) -> Token | None:
         """Take the gate in this thread, waiting for it; None when this call chain holds it
         already. Give what it returns to :meth:`exit`."""
-        held = _HELD.get()
-        if self in held:
+        if self.holding():
             return None
         with self._cond:
             while self._busy:
@@ -73,23 +84,23 @@ class Gate:
                         "asyncio.to_thread(...)"
                     )
                 self._cond.wait()
-            self._busy = True
-        return _HELD.set((*held, self))
+            holds = self._take()
+        return _HELD.set(holds)
 
-    def try_enter(self) -> contextvars.Token[tuple[Gate, ...]] | bool:
-        """Take the gate only if it is free now (False when it is not)."""
-        held = _HELD.get()
-        if self in held:
+    def try_enter(self) -> Token | bool:
+        """Take the gate only if it is free now (False when it is not; True when this call
+        chain holds it already)."""
+        if self.holding():
             return True
         with self._cond:
             if self._busy:
                 return False
-            self._busy = True
-        return _HELD.set((*held, self))
+            holds = self._take()
+        return _HELD.set(holds)
 
-    def exit(self, token: contextvars.Token[tuple[Gate, ...]] | None) -> None:
-        """Give back what :meth:`enter` took."""
-        if token is not None:
+    def exit(self, token: Token | bool | None) -> None:
+        """Give back what :meth:`enter` or :meth:`try_enter` took."""
+        if token is not None and not isinstance(token, bool):
             _HELD.reset(token)
             self._release()
 
@@ -105,20 +116,20 @@ class Gate:
     @asynccontextmanager
     async def aheld(self) -> AsyncIterator[None]:
         """Hold the gate in this task, waiting without blocking the event loop."""
-        held = _HELD.get()
-        if self in held:
+        if self.holding():
             yield
             return
         loop = asyncio.get_running_loop()
         while True:
             with self._cond:
-                if self._take():
+                if not self._busy:
+                    holds = self._take()
                     self._loop = loop
                     break
                 future: asyncio.Future[None] = loop.create_future()
                 self._waiters.append((loop, future))
             await future
-        token = _HELD.set((*held, self))
+        token = _HELD.set(holds)
         try:
             yield
         finally:

@@ -140,7 +140,7 @@ class _Records:
         )
         txn.intended = True
 
-    def leave_in_doubt(self, txn: Transaction, error: StoreError) -> StoreError:
+    def leave_in_doubt(self, txn: Transaction, error: BaseException) -> StoreError:
         """The tool ran but its outcome could not be recorded: remember the call as in doubt,
         to be settled against the state on the episode's next call (or its end, or resume)."""
         ctx = txn.ctx
@@ -154,7 +154,9 @@ class _Records:
         )
         self._in_doubt[ctx.idempotency_key] = intent
         self._unsettled[ctx.idempotency_key] = txn.action
-        self.log.warning("in_doubt", txn_id=ctx.txn_id, action=ctx.action, error=str(error))
+        self.log.warning(
+            "in_doubt", txn_id=ctx.txn_id, action=ctx.action, error=f"{type(error).__name__}"
+        )
         return StoreError(
             f"the outcome of action {ctx.action!r} ({ctx.txn_id}) could not be recorded "
             f"({error}); the call is in doubt: the episode settles it against the state (probe, "
