@@ -1244,3 +1244,49 @@ def test_an_async_call_in_doubt_under_a_sync_with_is_settled_at_the_end(store: h
         asyncio.run(agent())
     assert ep.outcome == "committed" and ledger.applied == 1
     assert [t.status for t in store.transactions(ep.id)] == ["recovered"]
+
+
+def test_a_refund_cut_short_by_a_crash_is_not_posted_twice_on_resume(
+    store: hx.Store, store_url: str
+):
+    """A reversing entry that landed just before the process died is found by the compensation
+    check on resume: the refund is not posted a second time."""
+    state = hx.DictState({"ledger/x": []})
+
+    class Crash(BaseException):
+        pass
+
+    dies = [True]
+
+    @hx.action(writes=["ledger/{acct}"], idempotency_key=lambda a: a.acct)
+    def charge(acct: str, amount: int) -> None:
+        state[f"ledger/{acct}"] = [*state[f"ledger/{acct}"], amount]
+        raise ConnectionError("receipt service down")  # fails after posting
+
+    @charge.compensation
+    def refund(ctx: hx.Context) -> None:
+        key = f"ledger/{ctx.args.acct}"
+        state[key] = [*state[key], -ctx.args.amount]
+        if dies[0]:
+            dies[0] = False
+            raise Crash  # the refund landed, then the process died
+
+    @charge.compensation_check
+    def net_zero(ctx: hx.Context) -> bool:
+        key = f"ledger/{ctx.args.acct}"
+        return sum(ctx.state.get(key)) == sum(ctx.before[key])
+
+    with pytest.raises(Crash):
+        with hx.Episode(state=state, store=store, clock=FakeClock(), episode_id="e1"):
+            charge("x", 30)
+    assert state["ledger/x"] == [30, -30]
+    with hx.Episode(
+        state=state,
+        store=hx.Store(store_url),
+        clock=FakeClock(),
+        episode_id="e1",
+        resume=True,
+        actions=[charge],
+    ):
+        pass
+    assert state["ledger/x"] == [30, -30]  # no second refund

@@ -19,7 +19,7 @@ from ..errors import (
 from ..policy import Decision, FailureClass
 from ..record import REMEMBERED, Diverged, RecordedStep, call_step, rebuilt_error
 from ..store import EscalationRow, Store
-from ..transaction import Steps, Transaction, compensate, drive
+from ..transaction import Steps, Transaction, compensate, drive, is_undone
 from .rollback import _Rollback
 from .values import Committed, InDoubt, _jsonable
 
@@ -316,16 +316,24 @@ class _Resume(_Rollback):
             result = yield from probe.recovered_result()
             return self._commit_entry(probe, result, changed, recovered=True)
         note = ""
-        if changed and action.compensable:
+        undone = False
+        if changed and action.undo_check is not None:
+            # Undone by a reversing entry already (its compensation ran before the call was
+            # cut short): the check says so, and the refund must not be posted twice.
+            undone = not (yield from is_undone(action, ctx, changed))
+            note = " (its effect found undone)" if undone else ""
+        if changed and action.compensable and not undone:
             try:
                 yield from compensate(action, ctx, changed)
             except CompensationFailed as exc:
-                reason = f"in doubt after a crash with a partial effect; {exc.reason}"
+                reason = (
+                    f"in doubt (its outcome never recorded) with a partial effect; {exc.reason}"
+                )
                 raise self.escalate(probe, FailureClass.COMPENSATION, reason, changed) from exc
             note = " (its partial effect compensated)"
-        elif changed and approved is None:
+        elif changed and approved is None and not undone:
             reason = (
-                "in doubt after a crash with a partial effect: "
+                "in doubt (its outcome never recorded) with a partial effect: "
                 f"{', '.join(sorted(changed))} changed but the postconditions do not hold, "
                 "and the action has no compensation to undo it"
             )
@@ -342,7 +350,7 @@ class _Resume(_Rollback):
                 probe,
                 FailureClass.FAIL_STOP,
                 Decision.RETRY,
-                f"in doubt after a crash: the effect is absent{note}, so {then}",
+                f"in doubt (its outcome never recorded): the effect is absent{note}, so {then}",
                 {},
                 status="abandoned",
             )
