@@ -1290,3 +1290,22 @@ def test_a_refund_cut_short_by_a_crash_is_not_posted_twice_on_resume(
     ):
         pass
     assert state["ledger/x"] == [30, -30]  # no second refund
+
+
+def test_a_tool_that_changes_its_own_argument_still_dedups_an_identical_call(store: hx.Store):
+    """Keys are compared with the arguments as recorded before the tool ran: a tool sorting its
+    list argument in place does not turn an identical repeat into a conflict."""
+    state = hx.DictState({"cart/c1": []})
+
+    @hx.action(writes=["cart/{cart}"], idempotency_key=lambda a: a.cart)
+    def set_items(cart: str, items: list[str]) -> int:
+        items.sort()
+        state[f"cart/{cart}"] = items
+        return len(items)
+
+    with hx.Episode(state=state, store=store, clock=FakeClock()) as ep:
+        assert set_items("c1", ["b", "a"]) == 2
+        assert set_items("c1", ["b", "a"]) == 2  # the same call: answered from the record
+        with pytest.raises(hx.IdempotencyConflict):
+            set_items("c1", ["c"])
+    assert ep.outcome == "committed" and state["cart/c1"] == ["a", "b"]

@@ -401,14 +401,9 @@ class Episode(_Resume):
         """A call whose key already committed: the recorded result, nothing executed."""
         if done.impl is None:
             done.impl = action
-        try:
-            same = action.validate_mapping(dict(done.args)) == model
-        except InvalidArguments:
-            same = False
-        if not same:
-            conflict = IdempotencyConflict(
-                action.name, key, done.txn_id, _jsonable(done.args), args_json
-            )
+        # Compared as recorded (JSON, canonical), before either tool could change its own.
+        if canonical(loads(done.args_json)) != canonical(loads(args_json)):
+            conflict = IdempotencyConflict(action.name, key, done.txn_id, done.args_json, args_json)
             self._record_simple(action.name, key, args_json, "invalid", str(conflict))
             raise conflict
         with self._writer.batch():

@@ -317,7 +317,7 @@ class _Records:
             ctx.action,
             ctx.idempotency_key,
             result,
-            txn.values,
+            txn.args_json or txn.action.encode_args(ctx.args),
             ctx.before,
             diff,
             step,

@@ -62,7 +62,7 @@ class _Resume(_Rollback):
                     r.action,
                     r.idem_key,
                     loads(r.result) if r.result else None,
-                    loads(r.args),
+                    r.args,
                     loads(r.before or "{}"),
                     diff,
                     r.step,

@@ -57,7 +57,7 @@ class Committed:
     action: str
     key: str
     result: Any
-    args: dict[str, Any]
+    args_json: str  # the arguments as recorded before the tool ran (a tool may change its own)
     before: dict[str, Any]
     diff: dict[str, tuple[Any, Any]]
     step: int | None
@@ -65,6 +65,12 @@ class Committed:
     compensated: bool = False
     impl: Action[Any, Any] | None = None
     stored: bool = False  # result read back from the store, not yet typed by its action
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The arguments, as recorded."""
+        value: dict[str, Any] = loads(self.args_json)
+        return value
 
     def result_for(self, action: Action[Any, Any]) -> Any:
         """The result as the tool returned it (a stored one typed by ``action``'s return)."""
