@@ -182,6 +182,15 @@ def observed_changes(state: Any, mark: Any) -> dict[str, tuple[Any, Any]]:
     return out
 
 
+def _unwritten(state: Any, mark: Any, scope: ScopeMatcher) -> list[str]:
+    """Keys in the call's scope whose read copy the tool changed in place and never wrote back
+    (adapters that hand out copies say so through ``unwritten``; others have none)."""
+    unwritten = getattr(state, "unwritten", None)
+    if unwritten is None:
+        return []
+    return [k for k in unwritten(mark) if k in scope]
+
+
 def run_check(action: Action[Any, Any], name: str, check: Any, ctx: Context, phase: str) -> Steps:
     """Run one check; a raise becomes :class:`CheckError`, the answer a bool.
 
@@ -470,6 +479,15 @@ class Transaction:
             lost = ActionFailed(act.name, "fail_stop", reason, txn_id=ctx.txn_id)
             raise _Failed(FailureClass.FAIL_STOP, lost, retryable=False, unobserved=True) from exc
         self._observe(concrete, diff)
+        if error is None and act.mutating:
+            in_place = _unwritten(ctx.state, mark, matcher)
+            if in_place:
+                reason = (
+                    f"changed its copy of {', '.join(in_place)} in place and never wrote it back: "
+                    "reads are copies, so nothing changed; write it back with state[key] = value"
+                )
+                bad = ActionFailed(act.name, "fail_stop", reason, txn_id=ctx.txn_id)
+                raise (yield from self._undo(FailureClass.FAIL_STOP, reason, diff, error=bad))
         if error is not None:
             self.errors.append(error)
             if diff and failure is not FailureClass.FAIL_SLOW and not matcher.outside(diff):

@@ -893,18 +893,27 @@ async def test_an_async_call_past_its_timeout_with_a_change_and_no_compensation_
 
 
 def test_a_tool_changing_a_dict_state_copy_in_place_is_caught(store: hx.Store):
-    """A tool that changes a DictState value in place and never writes it back does not pass
-    as a call with no effect: the episode escalates, naming the key and the fix."""
+    """A tool that changes a DictState value in its scope in place and never writes it back does
+    not pass as a call with no effect: it fails, naming the key and the fix; a read-only tool
+    editing its copy to build a reply is no error."""
     ledger = Ledger("a")
 
     @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
     def deposit(name: str) -> None:
         ledger.state[f"acct/{name}"]["balance"] += 10  # a copy: the state does not change
 
+    @hx.action
+    def statement(name: str) -> dict[str, Any]:
+        acct = ledger.state[f"acct/{name}"]
+        acct.pop("balance")  # redacts its own copy: fine
+        return acct
+
     with episode(ledger, store) as ep:
-        with pytest.raises(hx.Escalated, match="write it back"):
+        with pytest.raises(hx.ActionFailed, match=r"acct/a in place.*write it back") as info:
             deposit("a")
-    assert ledger.balance("a") == 0 and ep.outcome == "escalated"
+        assert statement("a") == {}
+    assert info.value.failure_class == "fail_stop"
+    assert ledger.balance("a") == 0 and ep.outcome == "committed"
 
 
 def test_a_sync_action_called_from_a_coroutine_during_an_async_call_is_refused(

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
 from .._json import digest
-from ..errors import ConfigurationError
 
 __all__ = ["DictState"]
 
@@ -51,9 +50,10 @@ class DictState(MutableMapping[str, Any]):
 
     A tool that changes a copy it read and forgets to write it back would change nothing, and
     only a postcondition could tell. So while a window is open, the copies ``state[key]`` and
-    ``get`` hand out are remembered, and ``changes()`` raises :class:`ConfigurationError`
-    naming a key whose copy was changed in place and never written back (to its key, or, that
-    very object, to any key). Reads outside windows remember nothing.
+    ``get`` hand out are remembered, and :meth:`unwritten` names the keys whose copy was
+    changed in place and never written back (to its key, or, that very object, to any key).
+    The engine fails a call that did so to a key in its own ``writes`` scope; a read-only tool
+    editing its copy to build a reply is no error. Reads outside windows remember nothing.
     """
 
     def __init__(self, data: Iterable[tuple[str, Any]] | dict[str, Any] | None = None) -> None:
@@ -150,23 +150,17 @@ class DictState(MutableMapping[str, Any]):
         return self._next
 
     def changes(self, mark: int) -> dict[str, Any]:
-        """The window's writes, with their before values.
+        """The window's writes, with their before values."""
+        return dict(self._windows.get(mark, ({}, 0))[0])
 
-        Raises:
-            ConfigurationError: a copy read in the window was changed in place and not written
-                back (each such read is reported once).
-        """
-        journal, first = self._windows.get(mark, ({}, len(self._reads)))
+    def unwritten(self, mark: int) -> list[str]:
+        """Keys read in the window whose copy was changed in place and not written back
+        (sorted; each read is reported once)."""
+        first = self._windows.get(mark, ({}, len(self._reads)))[1]
         lost = [r for r in self._reads[first:] if r.lost(self._data.get(r.key))]
-        if lost:
-            for read in lost:
-                read.done = True
-            raise ConfigurationError(
-                f"{', '.join(sorted({repr(r.key) for r in lost}))} read from the DictState and "
-                "changed in place, but not written back: reads are copies, so the change is "
-                "lost; write it back with state[key] = value"
-            )
-        return dict(journal)
+        for read in lost:
+            read.done = True
+        return sorted({r.key for r in lost})
 
     def release(self, mark: int) -> None:
         self._windows.pop(mark, None)
