@@ -29,6 +29,7 @@ from .errors import (
 from .policy import Decision, FailureClass, Policy, Retry, TransientError
 from .record import Diverged
 from .state import DictState, FileState, SQLState, StateAdapter
+from .state.base import escape_glob
 from .store import ChainReport, Store
 from .suite import Suite, SuiteError, Task, load_suite
 from .trials import RunResult, run_trials
@@ -77,6 +78,7 @@ __all__ = [
     "action",
     "current_context",
     "current_episode",
+    "escape_glob",
     "load_suite",
     "run_trials",
 ]

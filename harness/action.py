@@ -554,7 +554,22 @@ class Action(Generic[P, R]):
         if self.writes is None:
             return []
         if callable(self.writes):
-            return list(self.writes(model))
+            # The function's patterns are the developer's: argument values in them glob unless
+            # escaped (hx.escape_glob).
+            try:
+                patterns = self.writes(model)
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"the writes function of action {self.name!r} raised "
+                    f"{type(exc).__name__}: {exc}; nothing ran. Fix the function: it receives "
+                    "the validated arguments"
+                ) from exc
+            if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns):
+                raise ConfigurationError(
+                    f"the writes function of action {self.name!r} returned {patterns!r}; it must "
+                    "return a list of resource patterns, e.g. [f'orders/{escape_glob(a.id)}']"
+                )
+            return list(patterns)
         if values is None:
             values = self.call_values(model)
         # Argument values are literals: a value "*" names the resource "*", it does not widen

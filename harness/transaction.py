@@ -263,6 +263,7 @@ class Transaction:
         "action",
         "approved",
         "args_json",
+        "cleared",
         "before_json",
         "ctx",
         "ep",
@@ -271,6 +272,7 @@ class Transaction:
         "recorded",
         "result_json",
         "retry",
+        "scope",
         "semantic_undo",
         "seq",
         "started",
@@ -283,12 +285,14 @@ class Transaction:
         self, episode: Episode, action: Action[Any, Any], ctx: Context, *, approved: bool = False
     ) -> None:
         self.approved = approved  # a person approved this call: a refusal just continues
+        self.cleared = False  # a person approved it to run (an approval request was answered)
         self.ep = episode
         self.action = action
         self.ctx = ctx
         self.retry = action.retry or episode.policy.retry
         self.timeout = action.timeout or episode.policy.timeout
         self.errors: list[BaseException] = []
+        self.scope: list[str] | None = None  # the resolved writes, when the caller has them
         self.semantic_undo = False  # a failed attempt was undone by its compensation check
         self.intended = False  # its intent record is written
         self.recorded = False  # its outcome record is written
@@ -337,13 +341,13 @@ class Transaction:
                     "precondition",
                     name if not reason else f"{name}: {reason}",
                 )
-        if not self.approved and (act.approval or ep.policy.approval is not None):
+        if not self.cleared and (act.approval or ep.policy.approval is not None):
             rule = yield from self._approval_rule()
             if rule:
                 reason = f"held for a person's approval before it runs ({rule})"
                 ep.record_refusal(self, "held", reason, Decision.ESCALATE)
                 raise ep.escalate(self, "approval", reason, {})
-        scope = act.scope(ctx.args, self.values)
+        scope = self.scope if self.scope is not None else act.scope(ctx.args, self.values)
         matcher = ScopeMatcher(scope)
         concrete = list(matcher.literal)
         mark = ctx.state.mark()

@@ -1318,3 +1318,62 @@ def test_a_tool_that_changes_its_own_argument_still_dedups_an_identical_call(sto
         with pytest.raises(hx.IdempotencyConflict):
             set_items("c1", ["c"])
     assert ep.outcome == "committed" and state["cart/c1"] == ["a", "b"]
+
+
+def test_a_writes_function_that_raises_or_returns_a_string_is_refused_and_recorded(
+    store: hx.Store,
+):
+    """A writes function that raises, or returns a string instead of a list, is a recorded
+    ConfigurationError before anything runs; hx.escape_glob keeps its values literal."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=lambda a: a.nope)
+    def broken(name: str) -> None:
+        ledger.add(name, 1)
+
+    @hx.action(writes=lambda a: f"acct/{a.name}")
+    def stringy(name: str) -> None:
+        ledger.add(name, 1)
+
+    @hx.action(writes=lambda a: [f"acct/{hx.escape_glob(a.name)}"])
+    def literal(name: str) -> None:
+        ledger.add("a", 1)
+
+    with episode(ledger, store) as ep:
+        with pytest.raises(hx.ConfigurationError, match="writes function of action 'broken'"):
+            broken("a")
+        with pytest.raises(hx.ConfigurationError, match="must return a list"):
+            stringy("a")
+        with pytest.raises(hx.Escalated, match="acct/a"):
+            literal("*")  # "*" is the resource named "*": acct/a is outside
+    assert [t.status for t in store.transactions(ep.id)][:2] == ["invalid", "invalid"]
+
+
+def test_approving_a_precondition_escalation_does_not_skip_the_approval_rule(
+    store: hx.Store, store_url: str
+):
+    """A call approved after its precondition escalated is still held by its approval rule:
+    only an answer to an approval request lets it run."""
+    ledger = Ledger("a")
+    deposit = _big_deposit(ledger, approval=over_1000)
+    gate = {"open": False}
+
+    @deposit.precondition
+    def opened(ctx: hx.Context) -> bool:
+        return gate["open"]
+
+    policy = hx.Policy(decisions={"precondition": "escalate"})
+    with pytest.raises(hx.Escalated) as first:
+        with episode(ledger, store, policy=policy, episode_id="e1"):
+            deposit("a", 5000)
+    assert first.value.failure_class == "precondition"
+    store.resolve(first.value.escalation_id, "approve", by="ops")
+    gate["open"] = True
+    with pytest.raises(hx.Escalated) as second:
+        with episode(ledger, hx.Store(store_url), policy=policy, episode_id="e1", resume=True):
+            deposit("a", 5000)
+    assert second.value.failure_class == "approval" and ledger.applied == 0
+    store.resolve(second.value.escalation_id, "approve", by="ops")
+    with episode(ledger, hx.Store(store_url), policy=policy, episode_id="e1", resume=True) as ep:
+        deposit("a", 5000)
+    assert ep.outcome == "committed" and ledger.applied == 1

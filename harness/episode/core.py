@@ -344,6 +344,7 @@ class Episode(_Resume):
             model = action.validate(args, kwargs)
             args_json = action.encode_args(model)
             key = action.key_for(model)
+            scope = action.scope(model) if callable(action.writes) else None
         except (InvalidArguments, ConfigurationError) as exc:
             raw = dumps_args(args, kwargs)
             if not self._record or not self._replay_invalid(action.name, raw):
@@ -382,6 +383,11 @@ class Episode(_Resume):
         ctx.txn_id = f"{self.id}:{self._seq}"
         txn = Transaction(self, action, ctx, approved=resolution is not None)
         txn.args_json = args_json
+        # Only an answer to an approval request clears the approval rules: approving a call
+        # held for another reason (a refused precondition) does not skip them.
+        txn.cleared = resolution is not None and resolution.failure_class == "approval"
+        if scope is not None and resolution is None:
+            txn.scope = scope
         return (yield from txn.run())
 
     def _know(self, action: Action[Any, Any]) -> None:
