@@ -67,6 +67,7 @@ class Context:
         "before",
         "episode_id",
         "idempotency_key",
+        "in_tool",
         "result",
         "state",
         "txn_id",
@@ -83,6 +84,7 @@ class Context:
         self.idempotency_key = ""
         self.attempt = 0
         self.txn_id = ""
+        self.in_tool = False  # the call's tool is running now
 
 
 _ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")

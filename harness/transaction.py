@@ -230,8 +230,10 @@ def compensate(
     semantic (judged by the action's compensation check, not by equality with before)."""
     if action.compensate is None:
         raise CompensationFailed(action.name, "it has no compensation", txn_id=ctx.txn_id)
+    mark = ctx.state.mark()
     try:
         yield Call(action.compensate, (ctx,))
+        stray = sorted(k for k in observed_changes(ctx.state, mark) if k not in diff)
     except Exception as exc:
         raise CompensationFailed(
             action.name,
@@ -239,6 +241,16 @@ def compensate(
             errors=[exc],
             txn_id=ctx.txn_id,
         ) from exc
+    finally:
+        ctx.state.release(mark)
+    if stray and action.undo_check is None:
+        # Restoring the state means touching only what the action changed.
+        raise CompensationFailed(
+            action.name,
+            f"the compensation changed {', '.join(stray)}, which the action had not changed; "
+            "it must restore ctx.before and nothing else (or declare a compensation_check)",
+            txn_id=ctx.txn_id,
+        )
     left = yield from is_undone(action, ctx, diff)
     if left and action.undo_check is not None:
         raise CompensationFailed(
@@ -273,6 +285,7 @@ class Transaction:
         "result_json",
         "retry",
         "scope",
+        "seen",
         "semantic_undo",
         "seq",
         "started",
@@ -293,6 +306,7 @@ class Transaction:
         self.timeout = action.timeout or episode.policy.timeout
         self.errors: list[BaseException] = []
         self.scope: list[str] | None = None  # the resolved writes, when the caller has them
+        self.seen: dict[str, Any] = {}  # changed resources' before values, if cut short
         self.semantic_undo = False  # a failed attempt was undone by its compensation check
         self.intended = False  # its intent record is written
         self.recorded = False  # its outcome record is written
@@ -319,6 +333,10 @@ class Transaction:
             if self.action.mutating and self.intended:
                 raise self.ep.leave_in_doubt(self, exc) from exc
             raise self.ep.leave_unrecorded(self, exc) from exc
+        except ConfigurationError as exc:
+            if not self.recorded and not self.intended:
+                self.ep.leave_unrecorded(self, exc)  # nothing ran; the log still gets the call
+            raise
         except BaseException as exc:
             # Cancelled (a task), interrupted (Ctrl-C) or abandoned between intent and outcome:
             # the tool may have acted, so the call is in doubt until the state is probed.
@@ -365,6 +383,13 @@ class Transaction:
                 return result
             ep.record_commit(self, result, diff, recovered=False)
             return result
+        except BaseException:
+            if act.mutating and self.intended and not self.recorded:
+                # What the window saw before the call was cut short: the probe that settles
+                # the call needs it (a glob scope has no snapshot of its own).
+                with contextlib.suppress(Exception):
+                    self.seen = {k: b for k, (b, _) in observed_changes(ctx.state, mark).items()}
+            raise
         finally:
             ctx.state.release(mark)
 
@@ -447,6 +472,7 @@ class Transaction:
         failure = FailureClass.FAIL_STOP
         result: Any = None
         active = _ACTIVE.set(ctx)
+        ctx.in_tool = True
         try:
             if act.is_async:
                 result = yield Call(act.fn, (), self.values, self.timeout)
@@ -466,6 +492,7 @@ class Transaction:
             if declared in _TOOL_DECLARED:
                 failure = FailureClass(declared)
         finally:
+            ctx.in_tool = False
             # (A generator abandoned mid-call is closed wherever it is collected, maybe in
             # another context, where this context's variable is not to be reset.)
             with contextlib.suppress(ValueError):

@@ -1377,3 +1377,242 @@ def test_approving_a_precondition_escalation_does_not_skip_the_approval_rule(
     with episode(ledger, hx.Store(store_url), policy=policy, episode_id="e1", resume=True) as ep:
         deposit("a", 5000)
     assert ep.outcome == "committed" and ledger.applied == 1
+
+
+# --- second look: the fixes attacked ---
+
+
+async def test_a_sync_call_after_an_async_call_in_doubt_is_refused_until_it_is_settled(
+    store: hx.Store,
+):
+    """A sync call cannot settle an async call in doubt: it is refused (nothing runs) until an
+    async call or asettle() settles it, so no later change is ever undone by a stale probe."""
+    ledger = Ledger("a")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    async def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        await asyncio.sleep(1)
+
+    @deposit.postcondition
+    def added(ctx: hx.Context) -> bool:
+        return bool(ctx.after[f"acct/{ctx.args.name}"]["balance"] == 10)
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: f"bonus:{a.name}")
+    def bonus(name: str) -> None:
+        ledger.add(name, 5)
+
+    async with episode(ledger, store) as ep:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(deposit("a"), 0.05)
+        with pytest.raises(hx.ConfigurationError, match="asettle"):
+            bonus("a")
+        await ep.asettle()
+        bonus("a")
+    assert ep.outcome == "committed" and ledger.balance("a") == 15
+    assert [t.status for t in store.transactions(ep.id)] == ["recovered", "committed"]
+
+
+async def test_a_cancelled_glob_scoped_call_is_found_by_what_its_window_saw(store: hx.Store):
+    """A keyed call with a glob scope, cancelled after its effect, is settled with what its
+    change window saw: retried, it does not land twice."""
+    state = hx.DictState({})
+    n = {"i": 0}
+
+    @hx.action(writes=["ledger/*"], idempotency_key=lambda a: a.req)
+    async def post(req: str, amount: int) -> None:
+        n["i"] += 1
+        state[f"ledger/{n['i']}"] = amount
+        await asyncio.sleep(1)
+
+    async with hx.Episode(state=state, store=store, clock=FakeClock()) as ep:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(post("r1", 10), 0.05)
+        with pytest.raises(hx.Escalated, match="ledger/1"):
+            await post("r1", 10)  # its change is found: no compensation, so a person decides
+    assert state.to_dict() == {"ledger/1": 10} and ep.outcome == "escalated"
+
+
+async def test_a_task_left_behind_by_a_tool_waits_even_while_the_call_checks(store: hx.Store):
+    """A task a tool started that calls an action while that call is still in its checks is
+    a call of its own (recorded, keyed, scoped), not part of the finished tool."""
+    ledger = Ledger("a", "audit")
+
+    @hx.action(writes=["acct/audit"], idempotency_key=lambda a: a.ref)
+    async def audit(ref: str) -> None:
+        ledger.add("audit", 1)
+
+    async def later() -> None:
+        await asyncio.sleep(0.01)
+        await audit("r")
+
+    tasks: list[asyncio.Task[None]] = []
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    async def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        tasks.append(asyncio.get_running_loop().create_task(later()))
+
+    @deposit.postcondition
+    async def landed(ctx: hx.Context) -> bool:
+        await asyncio.sleep(0.05)  # the task calls audit meanwhile
+        return True
+
+    async with episode(ledger, store) as ep:
+        await deposit("a")
+        await tasks[0]
+    assert ep.outcome == "committed" and ledger.balance("audit") == 1
+    assert sorted(t.action for t in store.transactions(ep.id)) == ["audit", "deposit"]
+
+
+def test_a_nested_call_is_validated_checked_and_never_skips_an_approval(store: hx.Store):
+    """An action called inside a tool has its arguments validated and its preconditions
+    checked; one that may need approval is refused there; an async one from a sync tool too."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(writes=["acct/*"], approval=True)
+    def transfer(amount: int) -> None:
+        ledger.add("b", amount)
+
+    @hx.action(writes=["acct/b"])
+    def fee(amount: int) -> None:
+        ledger.add("b", amount)
+
+    @fee.precondition
+    def small(ctx: hx.Context) -> bool:
+        return bool(ctx.args.amount < 5)
+
+    @hx.action(writes=["acct/b"])
+    async def afee() -> None:
+        ledger.add("b", 1)
+
+    seen: list[str] = []
+
+    @hx.action(writes=["acct/*"], idempotency_key=lambda a: a.what)
+    def settle(what: str) -> None:
+        try:
+            {"approval": lambda: transfer(1000), "pre": lambda: fee(9),
+             "args": lambda: fee("x"), "async": lambda: afee()}[what]()  # fmt: skip
+        except hx.HarnessError as exc:
+            seen.append(type(exc).__name__)
+
+    with episode(ledger, store) as ep:
+        for what in ("approval", "pre", "args", "async"):
+            settle(what)
+    assert seen == [
+        "ConfigurationError",
+        "PreconditionFailed",
+        "InvalidArguments",
+        "ConfigurationError",
+    ]
+    assert ledger.balance("b") == 0 and ep.outcome == "committed"
+
+
+async def test_a_rollback_cut_short_is_finished_not_repeated(store: hx.Store):
+    """A rollback whose task is cancelled mid-compensation is finished at the episode's end, and
+    its reversing entry is not posted twice."""
+    state = hx.DictState({"ledger/x": []})
+
+    @hx.action(writes=["ledger/{acct}"], idempotency_key=lambda a: a.acct)
+    async def charge(acct: str, amount: int) -> None:
+        state[f"ledger/{acct}"] = [*state[f"ledger/{acct}"], amount]
+
+    @charge.compensation
+    async def refund(ctx: hx.Context) -> None:
+        key = f"ledger/{ctx.args.acct}"
+        state[key] = [*state[key], -ctx.args.amount]
+        await asyncio.sleep(0.2)
+
+    @charge.compensation_check
+    def net_zero(ctx: hx.Context) -> bool:
+        return sum(ctx.state.get(f"ledger/{ctx.args.acct}")) == 0
+
+    async with hx.Episode(state=state, store=store, clock=FakeClock()) as ep:
+        await charge("x", 10)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(ep.arollback(), 0.05)
+    assert ep.outcome == "rolled_back" and state["ledger/x"] == [10, -10]
+
+
+def test_a_compensation_that_writes_elsewhere_fails_instead_of_rolling_back(store: hx.Store):
+    """A compensation that changes what the action had not changed is a failed compensation:
+    escalated, not called rolled back."""
+    ledger = Ledger("a", "fees")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+        ledger.add("fees", 1)
+
+    with episode(ledger, store) as ep:
+        deposit("a")
+        with pytest.raises(hx.Escalated, match="acct/fees, which the action had not changed"):
+            ep.rollback()
+    assert ep.outcome == "escalated"
+
+
+def test_rollback_from_inside_a_tool_is_refused(store: hx.Store):
+    """rollback() called by a running tool is refused with the fix; nothing is undone mid-call."""
+    ledger = Ledger("a", "b")
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> None:
+        ledger.add(name, 10)
+        if name == "b":
+            hx.current_episode().rollback()  # type: ignore[union-attr]
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    with episode(ledger, store) as ep:
+        deposit("a")
+        with pytest.raises(hx.ActionFailed, match="inside the tool"):
+            deposit("b")
+    assert ledger.balance("a") == 10 and ledger.balance("b") == 0 and ep.outcome == "committed"
+
+
+def test_a_result_the_agent_changes_does_not_change_the_record(store: hx.Store):
+    """Each answer is a fresh copy of the recorded result: the agent changing one changes
+    neither a repeat's answer nor what a compensation sees."""
+    ledger = Ledger("a")
+    seen: list[Any] = []
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def deposit(name: str) -> dict[str, Any]:
+        ledger.add(name, 10)
+        return {"name": name, "receipt": "r1"}
+
+    @deposit.compensation
+    def undo(ctx: hx.Context) -> None:
+        seen.append(ctx.result)
+        for key, value in ctx.before.items():
+            ledger.state[key] = value
+
+    with episode(ledger, store) as ep:
+        deposit("a").pop("receipt")
+        assert deposit("a") == {"name": "a", "receipt": "r1"}
+        ep.rollback()
+    assert seen == [{"name": "a", "receipt": "r1"}] and ep.outcome == "rolled_back"
+
+
+def test_a_state_value_json_cannot_hold_is_refused_before_the_tool_runs(store: hx.Store):
+    """A resource that is not a JSON value cannot be recorded: the call is refused before its
+    tool runs, and is in the log."""
+    state = hx.DictState({"acct/a": Decimal("0")})
+
+    @hx.action(writes=["acct/{name}"], idempotency_key=lambda a: a.name)
+    def pay(name: str) -> None:
+        state[f"acct/{name}"] += 1
+
+    with hx.Episode(state=state, store=store, clock=FakeClock()) as ep:
+        with pytest.raises(hx.ConfigurationError, match="cannot be recorded as JSON"):
+            pay("a")
+    assert state["acct/a"] == Decimal("0")
+    assert [t.status for t in store.transactions(ep.id)] == ["failed"]

@@ -81,7 +81,11 @@ def test_dict_state_copies_written_back_or_changed_outside_windows_are_fine():
     b = state.pop("b")
     b["x"] = 1
     assert "a" in state and "b" not in state
-    assert set(state.changes(mark)) == {"a", "b", "d", "archive/d"}
+    c = state["c"]
+    c.append(2)
+    state["c"] = [*c, 3]  # a new value derived from the changed copy: written back
+    state["c"] = [1]
+    assert set(state.changes(mark)) == {"a", "b", "c", "d", "archive/d"}
     assert state.unwritten(mark) == []
     state.release(mark)
     assert state.to_dict() == {"a": {"x": 0, "undone": True}, "c": [1], "archive/d": {"x": 1}}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import time
 import uuid
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ from ..errors import (
     HarnessError,
     IdempotencyConflict,
     InvalidArguments,
+    PreconditionFailed,
     StoreError,
 )
 from ..policy import Policy
@@ -162,6 +164,11 @@ class Episode(_Resume):
                     await adrive(self._settle_unsettled(True), self.clock)
                 except HarnessError as exc:
                     ev = exc if ev is None else ev
+            if self._compensating and self.outcome == "running" and not interrupted:
+                try:
+                    await adrive(self._finish_rollback(can_await=True), self.clock)
+                except HarnessError as exc:
+                    ev = exc if ev is None else ev
             self.__exit__(et, ev, tb)
 
     def _open(self) -> None:
@@ -230,7 +237,11 @@ class Episode(_Resume):
         try:
             token = self._gate.enter()
         except ConfigurationError:
-            token = None
+            raise ConfigurationError(
+                f"episode {self.id} cannot end while a call of it runs in a task of this event "
+                "loop: a sync `with` cannot wait for it. Use `async with hx.Episode(...)`, or "
+                "await the task first; the episode stays open (resume ends it)"
+            ) from None
         try:
             self._end(error)
         finally:
@@ -257,6 +268,11 @@ class Episode(_Resume):
                         f"({', '.join(self._unsettled)}) that a sync `with` inside a running "
                         "event loop cannot settle; resume the episode to settle them"
                     )
+            except HarnessError as exc:
+                error = exc if error is None else error
+        if self._compensating and self.outcome == "running" and not interrupted:
+            try:
+                drive(self._finish_rollback(can_await=False), self.clock)
             except HarnessError as exc:
                 error = exc if error is None else error
         if self.outcome == "running":
@@ -302,8 +318,9 @@ class Episode(_Resume):
         plain function: its changes are the running call's, checked against that call's scope
         and undone by its compensation.
         """
-        if self._gate.holding() and self.active_context is not None:
-            return action.fn(*args, **kwargs)
+        running = self.active_context
+        if running is not None and running.in_tool and self._gate.inherited():
+            return self._nested(action, args, kwargs)
         if action.is_async:
             return self._acall(action, args, kwargs)
         gate = self._gate
@@ -312,6 +329,41 @@ class Episode(_Resume):
             return drive(self._call_steps(action, args, kwargs), self.clock)
         finally:
             gate.exit(token)
+
+    def _nested(
+        self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """An action called inside a running tool: validated, its preconditions checked, then
+        its function run as part of that call (a coroutine for async actions)."""
+        if action.approval or self.policy.approval is not None:
+            raise ConfigurationError(
+                f"action {action.name!r} may need a person's approval, so it cannot run inside "
+                "another call's tool; call it from the agent, where it can be held"
+            )
+        model = action.validate(args, kwargs)
+        ctx = Context(action.name, model, self.state, self.id)
+        values = action.call_values(model)
+        if not action.is_async:
+            for name, check in action.preconditions:
+                if not check(ctx):
+                    raise PreconditionFailed(action.name, name)
+            return action.fn(**values)
+        if asyncio._get_running_loop() is None:
+            raise ConfigurationError(
+                f"async action {action.name!r} was called from a sync tool, which cannot await "
+                "it; make the calling tool async def, or the action sync"
+            )
+
+        async def nested() -> Any:
+            for name, check in action.preconditions:
+                ok = check(ctx)
+                if inspect.isawaitable(ok):
+                    ok = await ok
+                if not ok:
+                    raise PreconditionFailed(action.name, name)
+            return await action.fn(**values)
+
+        return nested()
 
     async def _acall(
         self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -339,6 +391,13 @@ class Episode(_Resume):
             self._flush_unrecorded()
         if self._unsettled:
             yield from self._settle_unsettled(action.is_async)
+            if self._unsettled:
+                raise ConfigurationError(
+                    f"an async call of episode {self.id} is in doubt "
+                    f"({', '.join(self._unsettled)}) and must be settled before the next call, "
+                    f"which needs an event loop: {action.name!r} is sync. Call an async action "
+                    "first, or `await episode.asettle()`"
+                )
         try:
             self._know(action)
             model = action.validate(args, kwargs)
@@ -416,6 +475,20 @@ class Episode(_Resume):
             self._writer.append("dedup", done.txn_id, {"action": action.name, "key": key})
             self._update_episode()
         return done.result_for(action)
+
+    def _finish_rollback(self, *, can_await: bool) -> Steps:
+        """A rollback cut short (its task cancelled) is finished before the episode ends: the
+        state is part undone, which no outcome but rolled_back (or escalated) describes."""
+        return self.rollback_steps(
+            reason="finishing a rollback that was cut short", can_await=can_await
+        )
+
+    async def asettle(self) -> None:
+        """Settle the calls left in doubt (cancelled, or refused by the store) now: probe the
+        state, then commit, compensate or escalate each. Calls do this first anyway; this is
+        for when the next call is sync and an async one is in doubt."""
+        async with self._gate.aheld():
+            await adrive(self._settle_unsettled(True), self.clock)
 
     # --- introspection ---
     @property

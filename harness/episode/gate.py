@@ -35,32 +35,41 @@ Token = contextvars.Token[tuple[tuple["Gate", int], ...]]
 class Gate:
     """A lock over one episode's calls, shared by threads and asyncio tasks."""
 
-    __slots__ = ("_busy", "_cond", "_hold", "_loop", "_waiters")
+    __slots__ = ("_busy", "_cond", "_hold", "_holder", "_loop", "_waiters")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._busy = False
         self._hold = 0  # the number of the current (or last) hold
+        self._holder: tuple[int, object] | None = None  # the thread and task that hold it
         self._loop: asyncio.AbstractEventLoop | None = None  # the holder's, when a task holds it
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
-    def holding(self) -> bool:
-        """Whether this call chain holds the gate now (it is inside a running call)."""
+    def inherited(self) -> bool:
+        """Whether this call chain descends from the current hold (the holder itself, or a
+        task or thread started inside it with a copy of its context)."""
         for gate, hold in _HELD.get():
             if gate is self:
                 return self._busy and hold == self._hold
         return False
 
+    def holding(self) -> bool:
+        """Whether the holder itself is asking (same thread and task): a call it makes while
+        it holds the gate (a compensation's, a check's) passes through."""
+        return self.inherited() and self._holder == _me()
+
     def _take(self) -> tuple[tuple[Gate, int], ...]:
         """Mark the gate taken (under the condition); the holds to set for this chain."""
         self._busy = True
         self._hold += 1
+        self._holder = _me()
         return (*(h for h in _HELD.get() if h[0] is not self), (self, self._hold))
 
     def _release(self) -> None:
         with self._cond:
             self._busy = False
             self._loop = None
+            self._holder = None
             waiters, self._waiters = self._waiters, []
             self._cond.notify()
         for loop, future in waiters:
@@ -135,6 +144,12 @@ class Gate:
         finally:
             _HELD.reset(token)
             self._release()
+
+
+def _me() -> tuple[int, object]:
+    """This thread, and the asyncio task running in it (if any)."""
+    loop = asyncio._get_running_loop()
+    return threading.get_ident(), None if loop is None else asyncio.current_task(loop)
 
 
 def _wake(future: asyncio.Future[None]) -> None:

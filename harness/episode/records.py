@@ -14,7 +14,7 @@ from typing import Any
 from .._json import digest, dumps, loads, storable
 from ..action import Action
 from ..clock import Clock
-from ..errors import Escalated, StoreError
+from ..errors import ConfigurationError, Escalated, HarnessError, StoreError
 from ..policy import Decision, FailureClass
 from ..transaction import Transaction
 from .values import Committed, InDoubt, _jsonable
@@ -131,7 +131,14 @@ class _Records:
         """
         ctx = txn.ctx
         args = txn.args_json = txn.args_json or txn.action.encode_args(ctx.args)
-        txn.before_json = dumps(ctx.before) if ctx.before else "{}"
+        try:
+            txn.before_json = dumps(ctx.before) if ctx.before else "{}"
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"the state's values of {', '.join(sorted(ctx.before))} cannot be recorded as "
+                f"JSON ({exc}); nothing ran. Keep resources JSON values (str, numbers, bools, "
+                "None, lists, dicts with str keys)"
+            ) from None
         self._writer.hot(
             "intent",
             ctx.txn_id,
@@ -151,6 +158,7 @@ class _Records:
             loads(txn.args_json),
             loads(txn.before_json),
             txn.started,
+            dict(txn.seen),
         )
         self._in_doubt[ctx.idempotency_key] = intent
         self._unsettled[ctx.idempotency_key] = txn.action
@@ -163,7 +171,7 @@ class _Records:
             "compensate or escalate) before its next call, at its end, or on resume"
         )
 
-    def leave_unrecorded(self, txn: Transaction, error: StoreError) -> StoreError:
+    def leave_unrecorded(self, txn: Transaction, error: HarnessError) -> StoreError:
         """The store refused a record of a call that changed nothing (its intent, so the tool
         did not run; or a read's outcome): the call is recorded as failed by the episode's next
         write, so the log still has every call, in order."""
@@ -173,7 +181,8 @@ class _Records:
             if ctx.attempt == 0
             else "the read-only call's result did not reach the agent"
         )
-        reason = f"the store could not record this call ({error}); {what}"
+        why = "the store could not record this call" if isinstance(error, StoreError) else "refused"
+        reason = f"{why} ({error}); {what}"
         self._unrecorded.append((txn, reason))
         return StoreError(
             f"action {ctx.action!r} ({ctx.txn_id}): {reason}; it is recorded as failed with the "
@@ -323,6 +332,7 @@ class _Records:
             step,
             act.mutating,
             impl=act,
+            result_json=txn.result_json,
         )
         self.committed.append(entry)
         if act.mutating:

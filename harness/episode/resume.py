@@ -302,6 +302,8 @@ class _Resume(_Rollback):
         ctx = Context(action.name, model, self.state, self.id)
         ctx.idempotency_key, ctx.txn_id = row.key, row.id
         ctx.before = dict(row.before)
+        for key, before in row.seen.items():  # (what its window saw, when this process has it)
+            ctx.before.setdefault(key, before)
         ctx.after = self.state.snapshot(ctx.before)
         # The mixin is only ever an Episode; the cast tells mypy so (no effect at run time).
         probe = Transaction(cast("Episode", self), action, ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from ..action import Action, Context
+from ..action import _ACTIVE, Action, Context
 from ..errors import CompensationFailed, ConfigurationError
 from ..policy import Decision, FailureClass
 from ..transaction import Steps, Transaction, adrive, compensate, drive, is_undone
@@ -28,13 +28,24 @@ class _Rollback(_Records):
     _settle_unsettled: Callable[[bool], Steps]  # (the resume layer's)
 
     # --- rollback ---
+    def _not_in_a_tool(self) -> None:
+        running = _ACTIVE.get()
+        if running is not None and running.in_tool and running.episode_id == self.id:
+            raise ConfigurationError(
+                f"rollback() was called from inside the tool of {running.action!r}, which is "
+                "still running; let the tool fail (raise) and the policy roll back, or roll "
+                "back from the agent after the call"
+            )
+
     def rollback(self) -> None:
         """Compensate every committed action, newest first, and verify the state is back."""
+        self._not_in_a_tool()
         with self._gate.held():
             drive(self.rollback_steps(reason="requested", can_await=False), self.clock)
 
     async def arollback(self) -> None:
         """``rollback`` for episodes whose compensations are async."""
+        self._not_in_a_tool()
         async with self._gate.aheld():
             await adrive(self.rollback_steps(reason="requested", can_await=True), self.clock)
 
@@ -74,6 +85,8 @@ class _Rollback(_Records):
                 with self._writer.batch():
                     self._writer.append("compensating", entry.txn_id, {"action": entry.action})
                     self._update_episode()
+                # Until its outcome is recorded, a cut-short rollback knows it may have run.
+                self._compensating.add(entry.txn_id)
                 try:
                     if impl is None:
                         raise CompensationFailed(
@@ -121,7 +134,8 @@ class _Rollback(_Records):
         action = impl if impl is not None else _missing_action(entry.action)
         model = action.validate_mapping(dict(entry.args)) if impl is not None else None
         ctx = Context(entry.action, model, self.state, self.id)
-        ctx.txn_id, ctx.idempotency_key, ctx.result = entry.txn_id, entry.key, entry.result
+        ctx.txn_id, ctx.idempotency_key = entry.txn_id, entry.key
+        ctx.result = entry.result_for(impl) if impl is not None else entry.result
         ctx.before = dict(entry.before)
         ctx.after = {k: a for k, (_, a) in entry.diff.items()}
         for k, (b, _) in entry.diff.items():

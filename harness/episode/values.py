@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._json import dumps, encodable, loads
@@ -31,6 +31,7 @@ class InDoubt:
     args: dict[str, Any]
     before: dict[str, Any]
     ts: float  # when the call started (its intent's "started")
+    seen: dict[str, Any] = field(default_factory=dict)  # before values its window saw change
 
     @property
     def seq(self) -> int:
@@ -65,6 +66,7 @@ class Committed:
     compensated: bool = False
     impl: Action[Any, Any] | None = None
     stored: bool = False  # result read back from the store, not yet typed by its action
+    result_json: str | None = None  # the result as recorded (each answer is decoded afresh)
 
     @property
     def args(self) -> dict[str, Any]:
@@ -73,7 +75,10 @@ class Committed:
         return value
 
     def result_for(self, action: Action[Any, Any]) -> Any:
-        """The result as the tool returned it (a stored one typed by ``action``'s return)."""
+        """The result as the tool returned it (a stored one typed by ``action``'s return), a
+        fresh copy each time: what one answer's receiver does with it changes no other."""
+        if self.result_json is not None:
+            return action.decode_result(loads(self.result_json))
         if self.stored:
             self.result = action.decode_result(self.result)
             self.stored = False

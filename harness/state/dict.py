@@ -78,14 +78,14 @@ class DictState(MutableMapping[str, Any]):
         return handed
 
     def _written(self, key: str, value: Any) -> None:
-        """Mark the copies ``state[key] = value`` writes back: that object, or an equal value
-        under its own key."""
+        """Mark the copies ``state[key] = value`` settles: that very object (written under any
+        key), and every copy read from ``key`` before (the key was written after its read,
+        whatever the value: ``state[k] = {**order, "reason": ...}`` writes a change back)."""
         read = self._read_ids.get(id(value))
         if read is not None:
             read.done = True
         for read in self._reads_of.get(key, ()):
-            if not read.done and read.handed == value:
-                read.done = True
+            read.done = True
 
     # --- mapping interface (the tools' view) ---
     def __getitem__(self, key: str) -> Any:
