@@ -318,33 +318,29 @@ class Transaction:
         self.before_json = "{}"
         self.result_json = "null"
 
-    def run(self) -> Steps:
-        """Preconditions, intent, attempts, then commit or the policy's decision.
+    def unfinished(self, exc: BaseException) -> BaseException:
+        """What to raise for ``exc``, which ended :meth:`run` early (the caller's ``except``).
 
         A record the store refuses never goes unnoticed: a tool that ran with no outcome
         recorded leaves its call in doubt (settled against the state before anything else);
-        a call that changed nothing is recorded as failed with the episode's next write.
+        a call that changed nothing is recorded as failed with the episode's next write. A call
+        cancelled (a task), interrupted (Ctrl-C) or abandoned between intent and outcome may
+        have acted, so it is in doubt too.
         """
-        try:
-            return (yield from self._run())
-        except StoreError as exc:
-            if self.recorded:
-                raise
-            if self.action.mutating and self.intended:
-                raise self.ep.leave_in_doubt(self, exc) from exc
-            raise self.ep.leave_unrecorded(self, exc) from exc
-        except ConfigurationError as exc:
-            if not self.recorded and not self.intended:
-                self.ep.leave_unrecorded(self, exc)  # nothing ran; the log still gets the call
-            raise
-        except BaseException as exc:
-            # Cancelled (a task), interrupted (Ctrl-C) or abandoned between intent and outcome:
-            # the tool may have acted, so the call is in doubt until the state is probed.
-            if self.action.mutating and self.intended and not self.recorded:
-                self.ep.leave_in_doubt(self, exc)
-            raise
+        in_doubt = self.action.mutating and self.intended and not self.recorded
+        if isinstance(exc, StoreError) and not self.recorded:
+            if in_doubt:
+                return self.ep.leave_in_doubt(self, exc)
+            return self.ep.leave_unrecorded(self, exc)
+        if isinstance(exc, ConfigurationError) and not self.recorded and not self.intended:
+            self.ep.leave_unrecorded(self, exc)  # nothing ran; the log still gets the call
+        elif not isinstance(exc, Exception) and in_doubt:
+            self.ep.leave_in_doubt(self, exc)
+        return exc
 
-    def _run(self) -> Steps:
+    def run(self) -> Steps:
+        """Preconditions, intent, attempts, then commit or the policy's decision (the caller
+        passes what ends it early through :meth:`unfinished`)."""
         ep, act, ctx = self.ep, self.action, self.ctx
         for name, check in act.preconditions:
             try:

@@ -318,8 +318,13 @@ class Episode(_Resume):
         plain function: its changes are the running call's, checked against that call's scope
         and undone by its compensation.
         """
-        running = self.active_context
-        if running is not None and running.in_tool and self._gate.inherited():
+        running = _ACTIVE.get()
+        if (
+            running is not None
+            and running.in_tool
+            and running.episode_id == self.id
+            and self._gate.inherited()
+        ):
             return self._nested(action, args, kwargs)
         if action.is_async:
             return self._acall(action, args, kwargs)
@@ -447,7 +452,13 @@ class Episode(_Resume):
         txn.cleared = resolution is not None and resolution.failure_class == "approval"
         if scope is not None and resolution is None:
             txn.scope = scope
-        return (yield from txn.run())
+        try:
+            return (yield from txn.run())
+        except BaseException as exc:
+            raised = txn.unfinished(exc)
+            if raised is exc:
+                raise
+            raise raised from exc
 
     def _know(self, action: Action[Any, Any]) -> None:
         """Remember ``action`` by name; a different action under a known name is refused

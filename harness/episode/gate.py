@@ -35,13 +35,14 @@ Token = contextvars.Token[tuple[tuple["Gate", int], ...]]
 class Gate:
     """A lock over one episode's calls, shared by threads and asyncio tasks."""
 
-    __slots__ = ("_busy", "_cond", "_hold", "_holder", "_loop", "_waiters")
+    __slots__ = ("_busy", "_cond", "_hold", "_holder", "_loop", "_sleepers", "_waiters")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._busy = False
         self._hold = 0  # the number of the current (or last) hold
         self._holder: tuple[int, object] | None = None  # the thread and task that hold it
+        self._sleepers = 0  # threads waiting on the condition
         self._loop: asyncio.AbstractEventLoop | None = None  # the holder's, when a task holds it
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
@@ -63,15 +64,21 @@ class Gate:
         self._busy = True
         self._hold += 1
         self._holder = _me()
-        return (*(h for h in _HELD.get() if h[0] is not self), (self, self._hold))
+        held = _HELD.get()
+        if not held:
+            return ((self, self._hold),)
+        return (*(h for h in held if h[0] is not self), (self, self._hold))
 
     def _release(self) -> None:
         with self._cond:
             self._busy = False
             self._loop = None
             self._holder = None
-            waiters, self._waiters = self._waiters, []
-            self._cond.notify()
+            if self._sleepers:
+                self._cond.notify()
+            waiters = self._waiters
+            if waiters:
+                self._waiters = []
         for loop, future in waiters:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(_wake, future)
@@ -79,7 +86,7 @@ class Gate:
     def enter(self) -> Token | None:
         """Take the gate in this thread, waiting for it; None when this call chain holds it
         already. Give what it returns to :meth:`exit`."""
-        if self.holding():
+        if _HELD.get() and self.holding():
             return None
         with self._cond:
             while self._busy:
@@ -92,7 +99,11 @@ class Gate:
                         "loop for good. Make the action async def, or call it through "
                         "asyncio.to_thread(...)"
                     )
-                self._cond.wait()
+                self._sleepers += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._sleepers -= 1
             holds = self._take()
         return _HELD.set(holds)
 
