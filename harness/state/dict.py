@@ -157,6 +157,8 @@ class DictState(MutableMapping[str, Any]):
         """Keys read in the window whose copy was changed in place and not written back
         (sorted; each read is reported once)."""
         first = self._windows.get(mark, ({}, len(self._reads)))[1]
+        if first == len(self._reads):
+            return []
         lost = [r for r in self._reads[first:] if r.lost(self._data.get(r.key))]
         for read in lost:
             read.done = True
