@@ -336,6 +336,12 @@ class Transaction:
             self.ep.leave_unrecorded(self, exc)  # nothing ran; the log still gets the call
         elif not isinstance(exc, Exception) and in_doubt:
             self.ep.leave_in_doubt(self, exc)
+        elif (
+            not isinstance(exc, Exception)
+            and not self.recorded
+            and not isinstance(exc, GeneratorExit)
+        ):
+            self.ep.leave_unrecorded(self, exc)  # cut short with no effect: logged as failed
         return exc
 
     def run(self) -> Steps:

@@ -1410,7 +1410,8 @@ async def test_a_sync_call_after_an_async_call_in_doubt_is_refused_until_it_is_s
         await ep.asettle()
         bonus("a")
     assert ep.outcome == "committed" and ledger.balance("a") == 15
-    assert [t.status for t in store.transactions(ep.id)] == ["recovered", "committed"]
+    # The refusal is in the log too: a resumed agent is held to it.
+    assert [t.status for t in store.transactions(ep.id)] == ["recovered", "invalid", "committed"]
 
 
 async def test_a_cancelled_glob_scoped_call_is_found_by_what_its_window_saw(store: hx.Store):
@@ -1616,3 +1617,21 @@ def test_a_state_value_json_cannot_hold_is_refused_before_the_tool_runs(store: h
             pay("a")
     assert state["acct/a"] == Decimal("0")
     assert [t.status for t in store.transactions(ep.id)] == ["failed"]
+
+
+async def test_a_cancelled_read_is_in_the_log(store: hx.Store):
+    """A read-only call cancelled by its caller is recorded (as failed, cut short): every call
+    is in the log."""
+    ledger = Ledger("a")
+
+    @hx.action
+    async def balance(name: str) -> int:
+        value = ledger.balance(name)
+        await asyncio.sleep(1)
+        return value
+
+    async with episode(ledger, store) as ep:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(balance("a"), 0.05)
+    (txn,) = store.transactions(ep.id)
+    assert txn.action == "balance" and txn.status == "failed" and "cut short" in (txn.reason or "")

@@ -15,12 +15,22 @@ one table" says must hold:
   is left without an outcome unless an escalation holds it;
 - the hash chain verifies;
 - calls behave as declared: a call without a fault returns, a false precondition runs nothing, and
-  everything a call raises is a ``HarnessError``.
+  everything a call raises is a ``HarnessError`` (a call its caller cancelled raises what the
+  caller's cancellation raises); a sync call is refused (``ConfigurationError``, nothing runs)
+  only while an async call is in doubt;
+- a nested call is part of its call: the fee a deposit's tool calls is validated and its
+  precondition checked (a refused one runs nothing), then runs within the deposit (its change is
+  the deposit's, in the state model, undone by the deposit's compensation), and is never a
+  transaction or a log record of its own.
 
 The world: accounts ``acct/<name> -> {"balance": int, "ops": [op ids]}``. A deposit adds
 ``AMOUNT`` and appends its op id, so the state itself is the ledger of applied effects: an op id
 present twice is a doubled effect, one that should be absent is a leftover. Op ids are unique per
 call (a "repeat" step calls an earlier op again with the same arguments, to exercise dedup).
+A deposit's tool may call the ``fee`` action inside itself on the same account (within its
+``writes``): the fee takes ``FEE`` and appends ``fee:<op>``, so it is part of the deposit's
+effect; or it calls it with a false precondition, or with an argument of the wrong type, and
+carries on without it.
 
 Actions, each sync and async: ``read`` (no ``writes``: returns a balance), ``keyed``
 (``idempotency_key=``), ``comp`` (``@compensation``), ``keyed_comp`` (both), ``plain`` (mutating,
@@ -41,7 +51,18 @@ store_intent        the store's write of the call's intent record raises (one sh
 store_commit        the store's write of the call's outcome record raises (one shot)
 crash_before        the process dies in the tool before the effect (one shot, then resume)
 crash_after         the process dies in the tool after the effect (one shot, then resume)
+cut_wait_for        async: applies the effect, then hangs; its caller's ``asyncio.wait_for``
+                    (``CUT``, shorter than the tool's timeout) cancels it (one shot)
+cut_cancel          async: applies the effect, then hangs; its caller cancels its task
+cut_before          async: hangs before its effect; its caller cancels its task
 =================== ======================================================================
+
+A cancelled call is in doubt: it must be settled against the state before the episode's next
+call (or at its end, or by ``asettle()``), so the model counts it like a call the store left in
+doubt (its effect is expected exactly when the log commits it). After a cancelled call the agent
+goes on with random steps, or with one drawn for it (:func:`cut_and_after`): the same call again,
+a sync call (which may be refused while the cancelled call is in doubt), ``await
+ep.asettle()`` then a sync call, another async call, or the end of the episode.
 
 A compensation may be ``ok``, ``raises`` (RuntimeError), ``no_restore`` (returns, does
 nothing) or ``crash`` (the process dies in it, once). An episode may also be killed in one of
@@ -49,9 +70,9 @@ its calls (``kill``: before or after the effect, on top of that call's own fault
 ``BaseException`` raised in a tool or compensation: the episode is either abandoned without
 exiting it (``abandon``) or unwound through its ``with`` (``unwind``), then reopened with
 ``resume=True`` on the same store and state, and the same deterministic agent re-runs from its
-first call. Async episodes may ``asyncio.gather`` two calls on different accounts; an episode may
-end with an explicit rollback; its policy is the default one or maps ``fail_stop`` to
-``rollback``.
+first call. Async episodes may ``asyncio.gather`` two calls on different accounts and may call
+``await ep.asettle()`` as a step; an episode may end with an explicit rollback; its policy is
+the default one or maps ``fail_stop`` to ``rollback``.
 
 Runs derandomized with no example database (the same examples every run); the clock is a
 ``FakeClock``, so retries take no time; each example gets a fresh SQLite store. Hypothesis does
@@ -88,7 +109,11 @@ AMOUNT = 10
 ACCOUNTS = ("a", "b", "c")
 TIMEOUT = 0.05  # seconds per attempt of an async tool (real for asyncio, and on the fake clock)
 SLOW = 1.0  # what a "slow" tool adds to the fake clock
-HANG = 30.0  # what a "slow_real" tool would sleep (cancelled at TIMEOUT)
+HANG = 30.0  # what a "slow_real" or cut tool would sleep (cancelled at TIMEOUT, or by its caller)
+CUT = (
+    0.02  # seconds: the caller's own ``asyncio.wait_for`` around a "cut_wait_for" call (< TIMEOUT)
+)
+FEE = 1  # what a nested fee takes from the account
 
 KINDS = ("keyed", "keyed_comp", "comp", "plain", "read")
 MUTATING = frozenset({"keyed", "keyed_comp", "comp", "plain"})
@@ -108,12 +133,23 @@ FAULTS = (
     "store_commit",
     "crash_before",
     "crash_after",
+    "cut_wait_for",
+    "cut_cancel",
+    "cut_before",
 )
 ONE_SHOT = frozenset({"store_intent", "store_commit", "crash_before", "crash_after"})
 # Only an async tool can have a timeout (a sync call cannot be interrupted).
 SLOW_FAULTS = frozenset({"slow", "slow_real"})
-# Faults two overlapping calls may have (crashes and store faults need one call at a time).
-GATHER_FAULTS = tuple(f for f in FAULTS if f not in ONE_SHOT)
+# The caller cancels the call: only an async call can be cancelled.
+CUT_FAULTS = frozenset({"cut_wait_for", "cut_cancel", "cut_before"})
+ASYNC_ONLY = SLOW_FAULTS | CUT_FAULTS
+# Faults two overlapping calls may have (crashes and store faults need one call at a time, and
+# the agent cancels only a call it made alone).
+GATHER_FAULTS = tuple(f for f in FAULTS if f not in ONE_SHOT | CUT_FAULTS)
+# What a deposit's tool calls inside itself: nothing, a fee (an action of its own, on the same
+# account, so within the deposit's ``writes``), a fee whose precondition is false, or a fee
+# with an argument of the wrong type.
+NESTED = ("none", "fee", "fee_refused", "fee_invalid")
 COMP_FAULTS = ("ok", "raises", "no_restore", "crash")
 RETRY = hx.Retry(attempts=3, backoff=0.5, jitter=False)
 POLICIES = {
@@ -141,11 +177,13 @@ class Call:
     fault: str = "none"
     persist: bool = False
     comp_fault: str = "ok"
+    nested: str = "none"
 
 
 @dataclass(frozen=True)
 class Repeat:
-    """Call an earlier op of the episode again, with the same arguments and no fault."""
+    """Call an earlier op of the episode again, with the same arguments and no fault (the
+    ``index``-th single call, modulo their number: ``-1`` is the latest)."""
 
     index: int
 
@@ -158,7 +196,12 @@ class Gather:
     second: Call
 
 
-Step = Call | Repeat | Gather
+@dataclass(frozen=True)
+class Settle:
+    """``await episode.asettle()``: settle the calls left in doubt now (async episodes)."""
+
+
+Step = Call | Repeat | Gather | Settle
 
 
 @dataclass(frozen=True)
@@ -179,14 +222,19 @@ class EpisodePlan:
 def calls(draw: Any, *, is_async: bool) -> Call:
     """A call of any kind (async ones only in async episodes) with any fault its tool can have."""
     tool_async = draw(st.booleans()) if is_async else False
-    allowed = tuple(f for f in FAULTS if tool_async or f not in SLOW_FAULTS)
+    allowed = tuple(f for f in FAULTS if tool_async or f not in ASYNC_ONLY)
+    faults = st.sampled_from(allowed)
+    if tool_async:  # the last of a long list: drawn on their own too, or hardly ever
+        faults = st.one_of(faults, st.sampled_from(sorted(CUT_FAULTS)))
+    kind = draw(st.sampled_from(KINDS))
     return Call(
-        kind=draw(st.sampled_from(KINDS)),
+        kind=kind,
         is_async=tool_async,
         account=draw(st.sampled_from(ACCOUNTS)),
-        fault=draw(st.sampled_from(allowed)),
+        fault=draw(faults),
         persist=draw(st.booleans()),
         comp_fault=draw(st.sampled_from(COMP_FAULTS)),
+        nested=draw(st.sampled_from(NESTED)) if kind in MUTATING else "none",
     )
 
 
@@ -202,6 +250,10 @@ def _apart(pair: tuple[Call, Call]) -> Gather:
     return Gather(first, second)
 
 
+def _no_fee_on_a_read(call: Call) -> Call:
+    return call if call.kind in MUTATING else _replace(call, nested="none")
+
+
 def _overlapping() -> st.SearchStrategy[Gather]:
     one = st.builds(
         Call,
@@ -211,13 +263,39 @@ def _overlapping() -> st.SearchStrategy[Gather]:
         fault=st.sampled_from(GATHER_FAULTS),
         persist=st.booleans(),
         comp_fault=st.sampled_from(tuple(c for c in COMP_FAULTS if c != "crash")),
-    )
+        nested=st.sampled_from(NESTED),
+    ).map(_no_fee_on_a_read)
     return st.tuples(one, one).map(_apart)
+
+
+AFTER_CUT = ("repeat", "sync", "settle_then_sync", "other", "end")
+
+
+@st.composite
+def cut_and_after(draw: Any) -> tuple[Step, ...]:
+    """An async call its caller cancels, then what the agent does next: the same call again,
+    a sync call (refused while the cancelled call is in doubt), ``asettle()`` then a sync call,
+    another async call, or nothing (the episode ends)."""
+    cut = _replace(
+        draw(calls(is_async=True)),
+        is_async=True,
+        fault=draw(st.sampled_from(sorted(CUT_FAULTS))),
+    )
+    other = ACCOUNTS[(ACCOUNTS.index(cut.account) + 1) % len(ACCOUNTS)]
+    plain = Call(draw(st.sampled_from(KINDS)), False, draw(st.sampled_from(ACCOUNTS)))
+    then = {
+        "repeat": (Repeat(-1),),
+        "sync": (plain,),
+        "settle_then_sync": (Settle(), plain),
+        "other": (_replace(plain, is_async=True, account=other),),
+        "end": (),
+    }[draw(st.sampled_from(AFTER_CUT))]
+    return (cut, *then)
 
 
 @st.composite
 def episode_plans(draw: Any) -> EpisodePlan:
-    """An episode of one to five steps.
+    """An episode of one to six steps (a cancelled call comes with what the agent does next).
 
     No compensation crashes in an episode that overlaps calls: one could run in a rollback that
     a call of the pair starts, and a ``BaseException`` ends only the task it is raised in, so the
@@ -228,9 +306,10 @@ def episode_plans(draw: Any) -> EpisodePlan:
     step = st.one_of(
         calls(is_async=is_async),
         st.builds(Repeat, st.integers(0, 4)),
-        *([_overlapping()] if is_async else []),
+        *([_overlapping(), st.just(Settle()), cut_and_after()] if is_async else []),
     )
-    steps = draw(st.lists(step, min_size=1, max_size=5))
+    drawn = draw(st.lists(step, min_size=1, max_size=5))
+    steps = [s for d in drawn for s in (d if isinstance(d, tuple) else (d,))][:6]
     if any(isinstance(s, Gather) for s in steps):
         steps = [
             _replace(s, comp_fault="ok") if isinstance(s, Call) and s.comp_fault == "crash" else s
@@ -276,6 +355,10 @@ class CallPlan:
     kill: str | None = None  # the episode's kill lands in this call: "before" or "after"
     doomed: bool = False  # the episode's kill was given to this call
     dying: str | None = None  # where this execution of the tool dies, if it does
+    landed: bool = False  # a cut call's tool reached the point where its caller cancels it
+    event: asyncio.Event | None = None  # set when it does (the agent's ``task.cancel()`` waits)
+    fee_runs: int = 0  # executions of the nested fee's own function
+    nested_seen: list[str] = field(default_factory=list)  # what each nested fee call gave
 
     @property
     def fault(self) -> str:
@@ -286,6 +369,11 @@ class CallPlan:
         self.attempts += 1
         self.dying, self.kill = self.kill, None
         fault = self.fault
+        if fault in CUT_FAULTS:  # the caller cancels the call once; run again, it just works
+            if self.fired:
+                return "none"
+            self.fired = True
+            return fault
         if fault in ONE_SHOT:
             if fault in ("crash_before", "crash_after") and not self.fired:
                 self.fired = True
@@ -347,12 +435,15 @@ class World:
             for kind in KINDS
             for is_async in (False, True)
         }
+        self.fees = {is_async: self._build_fee(is_async) for is_async in (False, True)}
 
     # --- the tools' logic, written once: "pause" is where an async tool yields the loop ---
     def deposit(self, op: str, account: str) -> Tool:
         plan = self.active[op]
         fault = plan.begin()
         self._before_effect(fault, plan)
+        if fault == "cut_before":
+            yield "landed"  # hangs before its effect until its caller cancels it
         key = f"acct/{account}"
         current = self.state[key]
         yield "pause"
@@ -364,16 +455,61 @@ class World:
         amount = AMOUNT + 1 if fault == "silent_wrong" else AMOUNT
         current = {"balance": current["balance"] + amount, "ops": [*current["ops"], op]}
         self.state[key] = current
+        if plan.call.nested != "none":
+            yield "fee"  # the tool calls the fee action inside itself
+            current = self.state[key]
         if fault == "out_of_scope":
             self.state[f"stray/{op}"] = {"by": op}
         yield "pause"
         yield from self._after_effect(fault, plan)
         return {"op": op, "balance": current["balance"]}
 
+    def fee(self, op: str, account: str, amount: int) -> None:
+        """The nested fee's own function: takes ``amount`` and appends ``fee:<op>``."""
+        plan = self.active[op]
+        plan.fee_runs += 1
+        key, fee_op = f"acct/{account}", f"fee:{op}"
+        current = self.state[key]
+        if fee_op in current["ops"]:
+            self.doubles.append(fee_op)
+        self.state[key] = {
+            "balance": current["balance"] - amount,
+            "ops": [*current["ops"], fee_op],
+        }
+
+    def _fee_call(self, op: str, account: str, is_async: bool) -> Any:
+        """Call the fee action as the running tool would, with the arguments its plan says."""
+        amount: Any = "x" if self.active[op].call.nested == "fee_invalid" else FEE
+        return self.fees[is_async](op=op, account=account, amount=amount)
+
+    def nested_fee(self, op: str, account: str) -> None:
+        """A sync tool's nested fee call; what it gave is noted on the call's plan."""
+        try:
+            self._fee_call(op, account, False)
+            self.active[op].nested_seen.append("returned")
+        except hx.HarnessError as exc:
+            self.active[op].nested_seen.append(type(exc).__name__)
+
+    async def anested_fee(self, op: str, account: str) -> None:
+        """An async tool's nested fee call; what it gave is noted on the call's plan."""
+        try:
+            await self._fee_call(op, account, True)
+            self.active[op].nested_seen.append("returned")
+        except hx.HarnessError as exc:
+            self.active[op].nested_seen.append(type(exc).__name__)
+
+    def landed(self, op: str) -> None:
+        plan = self.active[op]
+        plan.landed = True
+        if plan.event is not None:
+            plan.event.set()
+
     def read(self, op: str, account: str) -> Tool:
         plan = self.active[op]
         fault = plan.begin()
         self._before_effect(fault, plan)
+        if fault == "cut_before":
+            yield "landed"
         balance = self.state[f"acct/{account}"]["balance"]
         yield "pause"
         if fault == "out_of_scope":
@@ -395,6 +531,8 @@ class World:
             self.clock.advance(SLOW)
         if fault == "slow_real":
             yield "hang"
+        if fault in ("cut_wait_for", "cut_cancel"):
+            yield "landed"  # its effect applied, it hangs until its caller cancels it
         if fault == "raise_after":
             raise hx.TransientError(f"{plan.op}: connection reset")
         if fault == "crash_after" or plan.dying == "after":
@@ -431,7 +569,13 @@ class World:
                 steps = logic(op, account)
                 try:
                     while True:
-                        await asyncio.sleep(HANG if next(steps) == "hang" else 0)
+                        what = next(steps)
+                        if what == "fee":
+                            await self.anested_fee(op, account)
+                            continue
+                        if what == "landed":
+                            self.landed(op)
+                        await asyncio.sleep(HANG if what in ("hang", "landed") else 0)
                 except StopIteration as stop:
                     return stop.value
 
@@ -443,7 +587,8 @@ class World:
                 steps = logic(op, account)
                 try:
                     while True:
-                        next(steps)
+                        if next(steps) == "fee":
+                            self.nested_fee(op, account)
                 except StopIteration as stop:
                     return stop.value
 
@@ -480,9 +625,12 @@ class World:
                 before, after = ctx.before.get(key), ctx.after.get(key)
                 if before is None or after is None:
                     return False
+                op = ctx.args.op
+                fees = after["ops"].count(f"fee:{op}") - before["ops"].count(f"fee:{op}")
                 return bool(
-                    after["balance"] - before["balance"] == AMOUNT
-                    and after["ops"].count(ctx.args.op) == before["ops"].count(ctx.args.op) + 1
+                    after["balance"] - before["balance"] == AMOUNT - FEE * fees
+                    and after["ops"].count(op) == before["ops"].count(op) + 1
+                    and fees in (0, 1)
                 )
 
         if kind in COMPENSABLE:
@@ -495,6 +643,41 @@ class World:
 
             else:
                 act.compensation(world.restore)
+        return act
+
+    def _build_fee(self, is_async: bool) -> hx.Action[..., Any]:
+        """The fee: an action of its own (keyed, with a precondition), which deposits call from
+        inside their tools."""
+        world = self
+
+        if is_async:
+
+            async def fee(op: str, account: str, amount: int) -> None:
+                """Take a fee for op from an account."""
+                await asyncio.sleep(0)
+                world.fee(op, account, amount)
+
+            fn: Callable[..., Any] = fee
+        else:
+
+            def sync_fee(op: str, account: str, amount: int) -> None:
+                """Take a fee for op from an account."""
+                world.fee(op, account, amount)
+
+            fn = sync_fee
+        act = hx.action(
+            name=f"fee_{'async' if is_async else 'sync'}",
+            writes=["acct/{account}"],
+            idempotency_key=lambda a: f"fee:{a.op}",
+        )(fn)
+
+        @act.precondition
+        def charged(ctx: hx.Context) -> bool:
+            """The account exists and the call's plan does not refuse the fee."""
+            plan = world.active[ctx.args.op]
+            exists = ctx.state.get(f"acct/{ctx.args.account}") is not None
+            return exists and plan.call.nested != "fee_refused"
+
         return act
 
 
@@ -516,6 +699,19 @@ class Seen:
     error: BaseException | None = None
     gathered_with: Call | None = None
     running_before: bool = True
+    running_after: bool = True
+    cut: bool = False  # the agent cancelled this call (``wait_for`` or ``task.cancel()``)
+    doubt_before: bool = False  # an async call may have been in doubt when this one was made
+
+
+def _cancellation(error: BaseException | None) -> bool:
+    """Whether ``error`` is what a caller that cancelled its call gets back."""
+    return isinstance(error, (TimeoutError, asyncio.CancelledError))
+
+
+def _refused_for_doubt(error: BaseException | None) -> bool:
+    """Whether ``error`` refuses a sync call because an async call is in doubt."""
+    return isinstance(error, hx.ConfigurationError) and "asettle" in str(error)
 
 
 @dataclass
@@ -537,6 +733,9 @@ class Agent:
         self.resolved = resolved
         self.seen: list[Seen] = []
         self.escaped: BaseException | None = None  # a non-HarnessError a call raised
+        # An async call may be in doubt (cancelled, or its outcome refused, after its tool
+        # started): a sync call may then be refused until an async call or asettle() settles it.
+        self.doubt = False
 
     def _prepare(self, r: Resolved) -> None:
         self.world.active[r.op] = r.plan
@@ -545,6 +744,8 @@ class Agent:
 
     def _note(self, ep: hx.Episode, r: Resolved, seen: Seen, outcome: Any, error: Any) -> bool:
         """Record one call's outcome; True when the agent must stop."""
+        seen.running_after = ep.outcome == "running"
+        self._track_doubt(r, seen, error)
         if error is None:
             seen.returned, seen.result = True, outcome
             self.seen.append(seen)
@@ -553,6 +754,8 @@ class Agent:
         self.seen.append(seen)
         if isinstance(error, Crash):
             raise error
+        if seen.cut and _cancellation(error):
+            return ep.outcome != "running"  # the agent cancelled it: it goes on
         if not isinstance(error, hx.HarnessError):
             self.escaped = error
             raise error
@@ -560,8 +763,36 @@ class Agent:
             raise error  # the episode is paused for a person, or cannot go on
         return isinstance(error, hx.EpisodeClosed) or ep.outcome != "running"
 
+    def _track_doubt(self, r: Resolved, seen: Seen, error: BaseException | None) -> None:
+        """What this call leaves of an async call in doubt (the agent's own bookkeeping)."""
+        if not r.call.is_async:
+            if not _refused_for_doubt(error):
+                self.doubt = False  # a sync call that was not refused settled it first
+            return
+        in_doubt = seen.cut and _cancellation(error)
+        in_doubt |= isinstance(error, hx.StoreError) and r.plan.attempts > 0
+        self.doubt = in_doubt and r.call.kind in MUTATING
+
+    async def _settle(self, ep: hx.Episode) -> bool:
+        """``await ep.asettle()``; True when the agent must stop."""
+        self.doubt = False
+        try:
+            await ep.asettle()
+        except Crash:
+            raise
+        except hx.HarnessError as exc:
+            if isinstance(exc, (hx.Escalated, hx.Diverged)):
+                raise
+            return True
+        except BaseException as exc:
+            self.escaped = exc
+            raise
+        return ep.outcome != "running"
+
     def run(self, ep: hx.Episode) -> None:
         for group in self.resolved:
+            if not group:
+                continue  # asettle(): async episodes only
             (r,) = group
             seen = Seen(r.op, r.call, r.step, r.plan, running_before=ep.outcome == "running")
             self._prepare(r)
@@ -579,12 +810,18 @@ class Agent:
 
     async def arun(self, ep: hx.Episode) -> None:
         for group in self.resolved:
+            if not group:
+                if await self._settle(ep):
+                    return
+                continue
             if len(group) == 1:
                 (r,) = group
                 seen = Seen(r.op, r.call, r.step, r.plan, running_before=ep.outcome == "running")
+                seen.doubt_before = self.doubt
+                seen.cut = r.call.fault in CUT_FAULTS and not r.plan.fired
                 self._prepare(r)
                 try:
-                    value, error = await self._acall(r), None
+                    value, error = await (self._acut(r) if seen.cut else self._acall(r)), None
                 except BaseException as exc:
                     value, error = None, exc
                 finally:
@@ -593,6 +830,7 @@ class Agent:
                     return
                 continue
             running = ep.outcome == "running"
+            doubt_before = self.doubt
             for r in group:
                 self._prepare(r)
             outcomes = await asyncio.gather(
@@ -604,6 +842,7 @@ class Agent:
                 seen = Seen(
                     r.op, r.call, r.step, r.plan, gathered_with=other.call, running_before=running
                 )
+                seen.doubt_before = doubt_before
                 error = outcome if isinstance(outcome, BaseException) else None
                 try:
                     stop = self._note(ep, r, seen, None if error else outcome, error) or stop
@@ -620,6 +859,19 @@ class Agent:
         act = self.world.actions[(r.call.kind, r.call.is_async)]
         result = act(op=r.op, account=r.call.account)
         return await result if r.call.is_async else result
+
+    async def _acut(self, r: Resolved) -> Any:
+        """The call, cancelled by the agent: ``asyncio.wait_for`` with a deadline shorter than
+        the tool takes, or ``task.cancel()`` once the tool reached its hang (or ended)."""
+        if r.call.fault == "cut_wait_for":
+            return await asyncio.wait_for(self._acall(r), CUT)
+        r.plan.event = asyncio.Event()
+        task = asyncio.ensure_future(self._acall(r))
+        waiter = asyncio.ensure_future(r.plan.event.wait())
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        task.cancel()
+        return await task
 
 
 # --------------------------------------------------------------------------------------------
@@ -657,8 +909,15 @@ def _resolve(plan: EpisodePlan, prefix: str) -> list[list[Resolved]]:
             if not singles:
                 continue
             target = singles[step.index % len(singles)]
-            call = Call(target.call.kind, target.call.is_async, target.call.account)
+            call = Call(
+                target.call.kind,
+                target.call.is_async,
+                target.call.account,
+                nested=target.call.nested,  # the same call: its tool takes the same fee
+            )
             groups.append([Resolved(target.op, call, CallPlan(target.op, call), i)])
+        elif isinstance(step, Settle):
+            groups.append([])
         else:
             a, b = f"{prefix}s{i}a", f"{prefix}s{i}b"
             groups.append(
@@ -679,7 +938,7 @@ def run_episode(world: World, plan: EpisodePlan, episode_id: str) -> EpisodeRepo
     start = world.state.to_dict()
     resolved = _resolve(plan, episode_id)
     policy = POLICIES[plan.policy]
-    actions = list(world.actions.values())
+    actions = [*world.actions.values(), *world.fees.values()]
     # Every crash is one-shot: an episode resumed more often than it crashes never settles.
     crashes = sum(
         (r.call.fault in ("crash_before", "crash_after")) + (r.call.comp_fault == "crash")
@@ -688,9 +947,15 @@ def run_episode(world: World, plan: EpisodePlan, episode_id: str) -> EpisodeRepo
     ) + (plan.kill is not None)
     sessions = 0
     ended_by: BaseException | None = None
+    # Sync calls refused for an async call then in doubt: a resumed agent is held to its record,
+    # so the same call is refused again, although nothing is in doubt any more.
+    refused_earlier: set[str] = set()
+    agent: Agent | None = None
     while True:
         sessions += 1
         ended_by = None
+        if agent is not None:
+            refused_earlier |= {s.op for s in agent.seen if _refused_for_doubt(s.error)}
         agent = Agent(world, plan, resolved)
         ep = hx.Episode(
             state=world.state,
@@ -718,6 +983,8 @@ def run_episode(world: World, plan: EpisodePlan, episode_id: str) -> EpisodeRepo
             ended_by = exc
         break
     for seen in agent.seen:
+        if seen.op in refused_earlier and _refused_for_doubt(seen.error):
+            seen.doubt_before = True  # (as the record has it)
         p = seen.plan
         ran = p.attempts > 0 and seen.call.kind in MUTATING
         if ((p.fault == "store_intent" and ran) or (p.armed and seen.returned)) and not p.fired:
@@ -794,14 +1061,26 @@ def _drop_frames(crash: Crash) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def apply_ops(start: dict[str, Any], ops: Iterable[tuple[str, str]]) -> dict[str, Any]:
-    """``start`` with each ``(op, account)`` deposit applied once."""
+def apply_ops(
+    start: dict[str, Any], ops: Iterable[tuple[str, str]], fees: Iterable[str] = ()
+) -> dict[str, Any]:
+    """``start`` with each ``(op, account)`` deposit applied once, and the nested fee of each
+    op in ``fees`` with it (a fee is part of its deposit's effect)."""
     out = json.loads(json.dumps(start))
+    with_fee = set(fees)
     for op, account in ops:
         acct = out[f"acct/{account}"]
         acct["balance"] += AMOUNT
         acct["ops"].append(op)
+        if op in with_fee:
+            acct["balance"] -= FEE
+            acct["ops"].append(f"fee:{op}")
     return out
+
+
+def _owner(op: str) -> str:
+    """The op whose effect ``op`` is part of (a fee's op id is ``fee:<op>``)."""
+    return op.removeprefix("fee:")
 
 
 def _norm(value: Any) -> Any:
@@ -840,11 +1119,12 @@ def state_differences(expected: dict[str, Any], final: dict[str, Any]) -> dict[s
 
 def mutating_returned(seen: list[Seen], settled: set[str]) -> list[tuple[str, str]]:
     """``(op, account)`` of the mutating calls that returned, each op once, in order; and of
-    those the harness answered with StoreError ("in doubt, settled against the state") that the
-    store then records as committed (``settled``)."""
+    those the harness answered with StoreError, or the agent cancelled ("in doubt, settled
+    against the state"), that the store then records as committed (``settled``)."""
     out: dict[str, str] = {}
     for s in seen:
-        in_doubt = isinstance(s.error, hx.StoreError) and s.op in settled
+        cut = s.cut and _cancellation(s.error)
+        in_doubt = (isinstance(s.error, hx.StoreError) or cut) and s.op in settled
         if (s.returned or in_doubt) and s.call.kind in MUTATING:
             out.setdefault(s.op, s.call.account)
     return list(out.items())
@@ -897,11 +1177,13 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
         "every_call_is_logged": [],
         "chain_verifies": [],
         "calls_behave_as_declared": [],
+        "nested_call_is_part_of_its_call": [],
     }
     outcome, start, final = report.outcome, report.start, report.final
     records = Records.read(world.store, report.episode_id)
     accounts = {r.op: r.call.account for r in report.plans}
     kinds = {r.op: r.call.kind for r in report.plans}
+    fees = {r.op for r in report.plans if r.call.nested == "fee"}
     standing = records.standing()
 
     if outcome not in ("committed", "rolled_back", "escalated"):
@@ -914,7 +1196,7 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
     if outcome == "committed":
         # The start plus the calls that returned, each once (and calls answered with
         # StoreError, "in doubt", that the episode then settled as committed), nothing else.
-        expected = apply_ops(start, mutating_returned(report.seen, standing))
+        expected = apply_ops(start, mutating_returned(report.seen, standing), fees)
         for key, what in state_differences(expected, final).items():
             v["outcome_is_true"].append(f"committed, but {key}: {what}")
     elif outcome == "rolled_back":
@@ -926,7 +1208,9 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
         # What the records explain: the start plus every commit no compensation undid; the
         # rest must be in an escalation's evidence, with the value it has in the world.
         explained = apply_ops(
-            start, {op: accounts[op] for op in standing if kinds.get(op) in MUTATING}.items()
+            start,
+            {op: accounts[op] for op in standing if kinds.get(op) in MUTATING}.items(),
+            fees,
         )
         told: dict[str, Any] = {}
         for esc in records.escalations:
@@ -940,15 +1224,15 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
                     f"escalation's evidence gives its value {final.get(key)}"
                 )
 
-    for op in sorted(set(world.doubles) & set(accounts)):
+    for op in sorted(op for op in set(world.doubles) if _owner(op) in accounts):
         v["no_effect_applied_twice"].append(
-            f"{op} ({kinds[op]}) was applied again while its earlier application was still in "
-            "the state"
+            f"{op} ({kinds[_owner(op)]}) was applied again while its earlier application was "
+            "still in the state"
         )
     for key, value in final.items():
         if key.startswith("acct/"):
             for op, n in Counter(value["ops"]).items():
-                if n > 1 and op in accounts:
+                if n > 1 and _owner(op) in accounts:
                     v["no_effect_applied_twice"].append(f"{op} is in {key} {n} times")
 
     # Every call is in the store (a row, an intent, a dedup record), every intent ends with an
@@ -968,6 +1252,10 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
             continue
         if isinstance(s.error, hx.StoreError) and not s.plan.attempts:
             continue
+        if (s.cut or _refused_for_doubt(s.error)) and not s.plan.attempts:
+            continue  # cancelled before its tool started, or refused: it may not have begun
+        if s.doubt_before and isinstance(s.error, hx.Escalated) and not s.plan.attempts:
+            continue  # settling the call in doubt before it escalated: it was never admitted
         v["every_call_is_logged"].append(f"the call of {s.op} ({s.call.kind}) is not in the store")
     for s in report.seen:
         if s.returned and s.call.kind in MUTATING and s.op not in committed_ops:
@@ -995,6 +1283,27 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
         # A faultless async attempt the machine stalled past its (real) timeout is slow for
         # real: whatever the engine then does is judged by the other invariants, not this one.
         stalled = getattr(s.error, "failure_class", None) == "fail_slow"
+        # A call made while an async call was in doubt settles it first: settled as escalated
+        # (or rolled back by the policy), the episode ends there; a sync one may be refused.
+        settled_first = s.doubt_before and (
+            isinstance(s.error, hx.Escalated) or not s.running_after
+        )
+        refused = _refused_for_doubt(s.error)
+        if refused and not (s.doubt_before and not s.call.is_async):
+            v["calls_behave_as_declared"].append(
+                f"{s.op} was refused for an async call in doubt, but none was: {s.error}"
+            )
+        if refused and s.plan.attempts:
+            v["calls_behave_as_declared"].append(
+                f"{s.op} was refused for an async call in doubt, but its tool ran"
+            )
+        if s.cut and s.plan.landed:
+            want = TimeoutError if s.call.fault == "cut_wait_for" else asyncio.CancelledError
+            if not isinstance(s.error, want):
+                got = "returned" if s.returned else f"raised {type(s.error).__name__}: {s.error}"
+                v["calls_behave_as_declared"].append(
+                    f"{s.op} was cancelled by its caller ({s.call.fault}), but it {got}"
+                )
         if (
             s.call.fault == "none"
             and not s.plan.doomed
@@ -1002,6 +1311,8 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
             and partner_ok
             and not s.returned
             and not stalled
+            and not settled_first
+            and not refused
             and not isinstance(s.error, (hx.EpisodeClosed, hx.Diverged))
         ):
             v["calls_behave_as_declared"].append(
@@ -1018,6 +1329,38 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
                 )
             if s.plan.attempts:
                 v["calls_behave_as_declared"].append(f"{s.op}: precondition false, but it ran")
+
+    # A fee called inside a deposit's tool: validated and its precondition checked (a false one
+    # or a wrong argument raises in the tool, and nothing of the fee runs), otherwise run as a
+    # plain function within the deposit; never a transaction or a log record of its own.
+    want = {
+        "fee": "returned",
+        "fee_refused": "PreconditionFailed",
+        "fee_invalid": "InvalidArguments",
+    }
+    for p in report.plans:
+        nested = p.call.nested
+        if nested == "none":
+            continue
+        for got in p.nested_seen:
+            if got != want[nested]:
+                v["nested_call_is_part_of_its_call"].append(
+                    f"{p.op}'s tool called the fee ({nested}): expected {want[nested]}, got {got}"
+                )
+        if nested != "fee" and p.fee_runs:
+            v["nested_call_is_part_of_its_call"].append(
+                f"{p.op}'s fee ({nested}) was refused, but its function ran {p.fee_runs}x"
+            )
+    for row in world.store.transactions(report.episode_id):
+        if row.action.startswith("fee_"):
+            v["nested_call_is_part_of_its_call"].append(
+                f"the nested fee is a transaction of its own: {row.id} ({row.status})"
+            )
+    for rec in world.store.log(report.episode_id):
+        if '"fee_sync"' in rec.payload or '"fee_async"' in rec.payload:
+            v["nested_call_is_part_of_its_call"].append(
+                f"the nested fee is a step of the record: a {rec.kind} record names it"
+            )
     return {k: msgs for k, msgs in v.items() if msgs}
 
 
@@ -1044,7 +1387,8 @@ def _simpler(plan: EpisodePlan) -> Iterable[EpisodePlan]:
                 "comp_fault": "ok",
                 "kind": "keyed",
                 "account": "a",
-                "is_async": step.is_async and step.fault in SLOW_FAULTS,
+                "is_async": step.is_async and step.fault in ASYNC_ONLY,
+                "nested": "none",
             }
             for name, value in plain.items():
                 if getattr(step, name) != value:
@@ -1190,6 +1534,13 @@ class GuaranteeMachine(RuleBasedStateMachine):
     def chain_verifies(self) -> None:
         """The hash chain verifies after every episode."""
         assert not self._found("chain_verifies"), self._say("chain_verifies")
+
+    @invariant()
+    def nested_call_is_part_of_its_call(self) -> None:
+        """An action called inside a tool is checked, then part of that call, never a step."""
+        assert not self._found("nested_call_is_part_of_its_call"), self._say(
+            "nested_call_is_part_of_its_call"
+        )
 
     @invariant()
     def calls_behave_as_declared(self) -> None:

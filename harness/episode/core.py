@@ -34,7 +34,7 @@ from ..record import Diverged, RecordedStep, recorded_steps
 from ..store import GENESIS, EscalationRow, Store
 from ..transaction import Steps, Transaction, adrive, drive
 from .gate import Gate
-from .resume import _Resume
+from .resume import IN_DOUBT_FIRST, _Resume
 from .values import Committed, InDoubt, _current, _jsonable, dumps_args
 
 # What the engine calls on a state adapter (hx.StateAdapter).
@@ -396,14 +396,18 @@ class Episode(_Resume):
             self._flush_unrecorded()
         if self._unsettled:
             yield from self._settle_unsettled(action.is_async)
+        if self._record and not action.is_async:
+            refused = self._refused_before(action.name, dumps_args(args, kwargs))
+            if refused is not None:
+                raise ConfigurationError(refused)
+        try:
             if self._unsettled:
                 raise ConfigurationError(
-                    f"an async call of episode {self.id} is in doubt "
+                    f"{IN_DOUBT_FIRST}{self.id} is in doubt "
                     f"({', '.join(self._unsettled)}) and must be settled before the next call, "
                     f"which needs an event loop: {action.name!r} is sync. Call an async action "
                     "first, or `await episode.asettle()`"
                 )
-        try:
             self._know(action)
             model = action.validate(args, kwargs)
             args_json = action.encode_args(model)

@@ -139,13 +139,17 @@ class _Records:
                 f"JSON ({exc}); nothing ran. Keep resources JSON values (str, numbers, bools, "
                 "None, lists, dicts with str keys)"
             ) from None
-        self._writer.hot(
-            "intent",
-            ctx.txn_id,
-            f'{{"action":{_quote(ctx.action)},"key":{_quote(ctx.idempotency_key)},'
-            f'"args":{args},"before":{txn.before_json},"started":{txn.started!r}}}',
-        )
-        txn.intended = True
+        written = self._writer.seq
+        try:
+            self._writer.hot(
+                "intent",
+                ctx.txn_id,
+                f'{{"action":{_quote(ctx.action)},"key":{_quote(ctx.idempotency_key)},'
+                f'"args":{args},"before":{txn.before_json},"started":{txn.started!r}}}',
+            )
+        finally:
+            # (Ctrl-C can arrive just after the record landed: it is written all the same.)
+            txn.intended = self._writer.seq != written
 
     def leave_in_doubt(self, txn: Transaction, error: BaseException) -> StoreError:
         """The tool ran but its outcome could not be recorded: remember the call as in doubt,
@@ -171,7 +175,7 @@ class _Records:
             "compensate or escalate) before its next call, at its end, or on resume"
         )
 
-    def leave_unrecorded(self, txn: Transaction, error: HarnessError) -> StoreError:
+    def leave_unrecorded(self, txn: Transaction, error: BaseException) -> StoreError:
         """The store refused a record of a call that changed nothing (its intent, so the tool
         did not run; or a read's outcome): the call is recorded as failed by the episode's next
         write, so the log still has every call, in order."""
@@ -181,7 +185,13 @@ class _Records:
             if ctx.attempt == 0
             else "the read-only call's result did not reach the agent"
         )
-        why = "the store could not record this call" if isinstance(error, StoreError) else "refused"
+        why = (
+            "the store could not record this call"
+            if isinstance(error, StoreError)
+            else "refused"
+            if isinstance(error, HarnessError)
+            else f"cut short ({type(error).__name__})"
+        )
         reason = f"{why} ({error}); {what}"
         self._unrecorded.append((txn, reason))
         return StoreError(

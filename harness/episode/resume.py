@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from .core import Episode
 
 
+# How the refusal of a sync call while an async call is in doubt begins (see Episode).
+IN_DOUBT_FIRST = "an async call of episode "
+
+
 class _Resume(_Rollback):
     """Resumes the episode from its records and replays what they hold (mixed into
     :class:`Episode`)."""
@@ -176,6 +180,26 @@ class _Resume(_Rollback):
             ),
         )
         return step is not None
+
+    def _refused_before(self, name: str, raw: str) -> str | None:
+        """The reason the record gives for refusing this very call here, when the refusal
+        depended on the moment (an async call then in doubt), so that replay refuses it again
+        instead of running it; None when the record's next step is something else."""
+        if self._at >= len(self._record):
+            return None
+        step = self._record[self._at]
+        row = step.row
+        if (
+            step.kind == "action"
+            and step.status == "invalid"
+            and step.name == name
+            and row is not None
+            and (row.reason or "").startswith(IN_DOUBT_FIRST)
+            and canonical(step.arguments) == canonical(loads(raw))
+        ):
+            self._at += 1
+            return row.reason
+        return None
 
     def _diverge(self, expected: dict[str, Any] | None, actual: dict[str, Any] | None) -> Diverged:
         step = int((expected or actual or {}).get("step") or self._at + 1)
