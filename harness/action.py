@@ -408,7 +408,7 @@ class Action(Generic[P, R]):
         return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
     # --- per call ---
-    def encode_args(self, model: BaseModel) -> str:
+    def encode_args(self, model: BaseModel, values: dict[str, Any] | None = None) -> str:
         """The arguments as stored JSON, checked to come back equal on resume.
 
         Plain JSON values are stored as they are. Others go through pydantic's JSON mode
@@ -419,7 +419,8 @@ class Action(Generic[P, R]):
             InvalidArguments: a value cannot be stored so that it comes back the same; nothing
                 has run.
         """
-        values = {n: getattr(model, n) for n in self.arg_names}
+        if values is None:
+            values = {n: getattr(model, n) for n in self.arg_names}
         if _plain(values):
             text = dumps(values)
         else:

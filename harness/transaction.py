@@ -295,7 +295,13 @@ class Transaction:
     )
 
     def __init__(
-        self, episode: Episode, action: Action[Any, Any], ctx: Context, *, approved: bool = False
+        self,
+        episode: Episode,
+        action: Action[Any, Any],
+        ctx: Context,
+        *,
+        approved: bool = False,
+        values: dict[str, Any] | None = None,
     ) -> None:
         self.approved = approved  # a person approved this call: a refusal just continues
         self.cleared = False  # a person approved it to run (an approval request was answered)
@@ -312,7 +318,7 @@ class Transaction:
         self.recorded = False  # its outcome record is written
         self.started = time.time()
         self.t0 = episode.clock.now()
-        self.values = action.call_values(ctx.args)
+        self.values = values if values is not None else action.call_values(ctx.args)
         self.seq = int(ctx.txn_id.rsplit(":", 1)[1])
         self.args_json = ""
         self.before_json = "{}"

@@ -410,7 +410,8 @@ class Episode(_Resume):
                 )
             self._know(action)
             model = action.validate(args, kwargs)
-            args_json = action.encode_args(model)
+            values = action.call_values(model)
+            args_json = action.encode_args(model, values)
             key = action.key_for(model)
             scope = action.scope(model) if callable(action.writes) else None
         except (InvalidArguments, ConfigurationError) as exc:
@@ -435,7 +436,8 @@ class Episode(_Resume):
         if resolution is not None:
             model = yield from self._apply_resolution(action, model, resolution)
             if resolution.status == "edited":
-                args_json = action.encode_args(model)
+                values = action.call_values(model)
+                args_json = action.encode_args(model, values)
                 key = action.key_for(model)
                 done = self._done.get(key) if action.mutating else None
                 if done is not None:
@@ -449,7 +451,7 @@ class Episode(_Resume):
         ctx = Context(action.name, model, self.state, self.id)
         ctx.idempotency_key = key
         ctx.txn_id = f"{self.id}:{self._seq}"
-        txn = Transaction(self, action, ctx, approved=resolution is not None)
+        txn = Transaction(self, action, ctx, approved=resolution is not None, values=values)
         txn.args_json = args_json
         # Only an answer to an approval request clears the approval rules: approving a call
         # held for another reason (a refused precondition) does not skip them.

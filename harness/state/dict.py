@@ -166,7 +166,7 @@ class DictState(MutableMapping[str, Any]):
 
     def release(self, mark: int) -> None:
         self._windows.pop(mark, None)
-        if not self._windows:
+        if not self._windows and self._reads:
             self._reads.clear()
             self._read_ids.clear()
             self._reads_of.clear()
