@@ -565,3 +565,24 @@ def test_sql_state_dropped_without_close_cleans_up(tmp_path: Path):
     state.release(state.mark())
     del state
     assert hx_objects(path) == []
+
+
+def test_sql_state_rows_holding_blobs_are_captured_and_written_as_usual(tmp_path: Path):
+    """A row with a BLOB column can be written while a window is open (the application's write
+    does not fail), and its before value comes back as bytes, equal to what get() read."""
+    path = tmp_path / "b.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE files (id TEXT PRIMARY KEY, data BLOB, note TEXT)")
+    conn.execute("INSERT INTO files VALUES ('f1', ?, '[\"blob\", \"00\"]')", (b"\x00\xff",))
+    conn.commit()
+    conn.close()
+    state = hx.SQLState(f"sqlite:///{path}")
+    before = state.get("files/f1")
+    mark = state.mark()
+    state.connection.execute("UPDATE files SET data = ? WHERE id = 'f1'", (b"\x01",))
+    changes = state.changes(mark)
+    assert changes["files/f1"] == before
+    assert before == {"id": "f1", "data": b"\x00\xff", "note": '["blob", "00"]'}
+    state.release(mark)
+    assert state.get("files/f1")["data"] == b"\x01"  # type: ignore[index]
+    state.close()

@@ -78,9 +78,26 @@ class _Table:
         return "CAST(" + " || ',' || ".join(f"{alias}.{_quote(c)}" for c in self.pk) + " AS TEXT)"
 
     def image(self, alias: str) -> str:
-        """The SQL expression of a row's value as a JSON object."""
-        pairs = ", ".join(f"{_literal(col)}, {alias}.{_quote(col)}" for col in self.columns)
+        """The SQL expression of a row's value as a JSON object. JSON cannot hold a BLOB, so a
+        BLOB is recorded as ``["blob", hex]``: no plain column value is an array there (text
+        goes in as a string), so :meth:`restore` tells them apart."""
+        pairs = ", ".join(
+            f"{_literal(col)}, CASE WHEN typeof({alias}.{_quote(col)}) = 'blob' "
+            f"THEN json_array('blob', hex({alias}.{_quote(col)})) "
+            f"ELSE {alias}.{_quote(col)} END"
+            for col in self.columns
+        )
         return f"json_object({pairs})"
+
+    def restore(self, image: dict[str, Any]) -> dict[str, Any]:
+        """A row recorded by :meth:`image`, decoded as :meth:`decode` reads it live."""
+        values = []
+        for col in self.columns:
+            value = image.get(col)
+            if isinstance(value, list) and len(value) == 2 and value[0] == "blob":
+                value = bytes.fromhex(value[1])
+            values.append(value)
+        return self.decode(values)
 
     def record(self, alias: str, before: str, when: str = "") -> str:
         """The trigger statement recording the row ``alias`` names, unless recorded already."""
@@ -369,8 +386,7 @@ class SQLState:
             if tbl not in self._tables:  # created, and captured, by another adapter
                 self._tables = self._load_tables()
             table = self._tables[tbl]
-            values = json.loads(before)
-            out[key] = table.decode(values.get(c) for c in table.columns)
+            out[key] = table.restore(json.loads(before))
         return out
 
     def release(self, mark: int) -> None:
