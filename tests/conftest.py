@@ -56,12 +56,17 @@ class Shop:
         return {"order_id": order_id, "status": status}
 
     def restore(self, ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            if value is None:
-                if key in self.state:
-                    del self.state[key]
-            else:
-                self.state[key] = value
+        restore_before(self.state, ctx)
+
+
+def restore_before(state: hx.DictState, ctx: hx.Context) -> None:
+    """The usual compensation: put back every value ``ctx.before`` holds (absent ones deleted)."""
+    for key, value in ctx.before.items():
+        if value is None:
+            if key in state:
+                del state[key]
+        else:
+            state[key] = value
 
 
 @pytest.fixture

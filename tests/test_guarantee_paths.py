@@ -20,6 +20,8 @@ import harness as hx
 from harness.audit.verify import verify_run
 from harness.testing import FakeClock
 
+from .conftest import restore_before
+
 
 class Ledger:
     """Accounts on a DictState, and a count of every effect the tools applied."""
@@ -105,10 +107,7 @@ def test_scope_violation_with_compensation_rolls_back_truly(store: hx.Store):
         ledger.add(name, 10)
         ledger.add("b", 1)
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     with episode(ledger, store) as ep:
         with pytest.raises(hx.ScopeViolation):
@@ -156,10 +155,7 @@ def test_failed_attempt_compensated_is_retried(store: hx.Store):
         key = f"acct/{ctx.args.name}"
         return bool(ctx.after[key]["balance"] - ctx.before[key]["balance"] == 10)
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     with episode(ledger, store) as ep:
         deposit("a")
@@ -284,11 +280,7 @@ def keyed_deposit(ledger: Ledger, **kw: Any) -> hx.Action[..., None]:
         return bool(ctx.after[key]["balance"] - ctx.before[key]["balance"] == 10)
 
     if compensable:
-
-        @deposit.compensation
-        def undo(ctx: hx.Context) -> None:
-            for key, value in ctx.before.items():
-                ledger.state[key] = value
+        deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     return deposit
 
@@ -384,10 +376,7 @@ def test_an_unencodable_result_is_undone_before_anything_is_recorded_wrong(store
         ledger.add(name, 10)
         return "bad \udc80 text"
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     with episode(ledger, store) as ep:
         with pytest.raises(hx.NotSerializable, match="surrogate"):
@@ -419,10 +408,7 @@ def test_a_glob_in_an_argument_does_not_widen_the_scope(store: hx.Store):
     def deposit(name: str) -> None:
         ledger.add("a", 10)  # writes another account than the one named
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     with episode(ledger, store):
         with pytest.raises(hx.ScopeViolation, match="acct/a"):
@@ -523,10 +509,7 @@ def test_typed_arguments_are_stored_and_restored_the_same(store: hx.Store, store
         ledger.add(name, 1)
         return when
 
-    @stamp.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    stamp.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     args = ("a", when, dt.date(2026, 1, 2), Decimal("1.10"), ident, Colour.RED)
@@ -629,10 +612,7 @@ def test_scope_mapped_to_retry_retries_after_compensation(store: hx.Store):
         if calls["n"] == 1:
             ledger.add("b", 1)
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     policy = hx.Policy(decisions={"scope": "retry"}, retry=hx.Retry(backoff=0, jitter=False))
     with episode(ledger, store, policy=policy) as ep:
@@ -652,10 +632,7 @@ def _big_deposit(ledger: Ledger, **kw: Any) -> hx.Action[..., int]:
         ledger.add(name, amount)
         return ledger.balance(name)
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     return deposit
 
@@ -1090,10 +1067,7 @@ async def test_a_cancelled_call_then_rollback_is_truly_rolled_back(store: hx.Sto
     def added(ctx: hx.Context) -> bool:
         return bool(ctx.after[f"acct/{ctx.args.name}"]["balance"] == 10)
 
-    @slow_deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    slow_deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     async with episode(ledger, store) as ep:
         task = asyncio.ensure_future(slow_deposit("a"))
@@ -1127,10 +1101,7 @@ def test_an_action_called_inside_a_tool_is_part_of_that_call(store: hx.Store, st
         key = f"acct/{ctx.args.name}"
         return bool(ctx.after[key]["balance"] - ctx.before[key]["balance"] == 10)
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     with episode(ledger, store, episode_id="e1") as ep:
         deposit("a")
@@ -1567,10 +1538,7 @@ def test_rollback_from_inside_a_tool_is_refused(store: hx.Store):
         if name == "b":
             hx.current_episode().rollback()  # type: ignore[union-attr]
 
-    @deposit.compensation
-    def undo(ctx: hx.Context) -> None:
-        for key, value in ctx.before.items():
-            ledger.state[key] = value
+    deposit.compensation(lambda ctx: restore_before(ledger.state, ctx))
 
     with episode(ledger, store) as ep:
         deposit("a")

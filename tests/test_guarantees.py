@@ -105,6 +105,8 @@ import harness as hx
 from harness.audit.verify import verify_run
 from harness.testing import FakeClock
 
+from .conftest import restore_before
+
 AMOUNT = 10
 ACCOUNTS = ("a", "b", "c")
 TIMEOUT = 0.05  # seconds per attempt of an async tool (real for asyncio, and on the fake clock)
@@ -550,12 +552,7 @@ class World:
             raise RuntimeError(f"{plan.op}: undo service down")
         if plan.call.comp_fault == "no_restore":
             return
-        for key, value in ctx.before.items():
-            if value is None:
-                if key in self.state:
-                    del self.state[key]
-            else:
-                self.state[key] = value
+        restore_before(self.state, ctx)
 
     # --- the actions ---
     def _build(self, kind: str, is_async: bool) -> hx.Action[..., Any]:
