@@ -420,7 +420,7 @@ class Action(Generic[P, R]):
                 has run.
         """
         if values is None:
-            values = {n: getattr(model, n) for n in self.arg_names}
+            values = self.call_values(model)
         if _plain(values):
             text = dumps(values)
         else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import time
 import uuid
 from collections.abc import Iterable
@@ -32,10 +31,19 @@ from ..errors import (
 from ..policy import Policy
 from ..record import Diverged, RecordedStep, recorded_steps
 from ..store import GENESIS, EscalationRow, Store
-from ..transaction import Steps, Transaction, adrive, drive
+from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
 from .gate import Gate
 from .resume import IN_DOUBT_FIRST, _Resume
 from .values import Committed, InDoubt, _current, _jsonable, dumps_args
+
+
+def _nested_steps(action: Action[Any, Any], ctx: Context) -> Steps:
+    """A nested call's preconditions, then its function (no transaction of its own)."""
+    for name, check in action.preconditions:
+        if not (yield from run_check(action, name, check, ctx, "precondition")):
+            raise PreconditionFailed(action.name, name)
+    return (yield Call(action.fn, (), action.call_values(ctx.args)))
+
 
 # What the engine calls on a state adapter (hx.StateAdapter).
 _ADAPTER_METHODS = ("get", "snapshot", "mark", "changes", "release")
@@ -157,16 +165,10 @@ class Episode(_Resume):
             return
         # Calls still in flight (other tasks, threads) end before the episode does.
         async with self._gate.aheld():
-            interrupted = ev is not None and not isinstance(ev, Exception)
-            if self._unsettled and self.outcome == "running" and not interrupted:
-                # Async calls the store left in doubt are settled here, where they can be awaited.
+            if self._winding_up(ev):
+                # Here, async calls in doubt can be awaited.
                 try:
-                    await adrive(self._settle_unsettled(True), self.clock)
-                except HarnessError as exc:
-                    ev = exc if ev is None else ev
-            if self._compensating and self.outcome == "running" and not interrupted:
-                try:
-                    await adrive(self._finish_rollback(can_await=True), self.clock)
+                    await adrive(self._wind_up(can_await=True), self.clock)
                 except HarnessError as exc:
                     ev = exc if ev is None else ev
             self.__exit__(et, ev, tb)
@@ -253,26 +255,18 @@ class Episode(_Resume):
                 self._flush_unrecorded()
             except HarnessError as exc:
                 error = exc if error is None else error
-        interrupted = error is not None and not isinstance(error, Exception)
-        if self._unsettled and self.outcome == "running" and not interrupted:
-            # Calls the store could not record (or a cancelled task left) are settled before the
-            # episode says how it ended. (Interrupted, as by Ctrl-C, it ends at once, like a
-            # crash: resume settles them.)
+        if self._winding_up(error):
             try:
-                drive(self._settle_unsettled(False), self.clock)
-                if self._unsettled and asyncio._get_running_loop() is None:
-                    asyncio.run(adrive(self._settle_unsettled(True), self.clock))
+                if asyncio._get_running_loop() is None:  # (a loop of its own for async calls)
+                    asyncio.run(adrive(self._wind_up(can_await=True), self.clock))
+                else:
+                    drive(self._wind_up(can_await=False), self.clock)
                 if self._unsettled:
                     raise StoreError(
                         f"episode {self.id} ends with async calls in doubt "
                         f"({', '.join(self._unsettled)}) that a sync `with` inside a running "
                         "event loop cannot settle; resume the episode to settle them"
                     )
-            except HarnessError as exc:
-                error = exc if error is None else error
-        if self._compensating and self.outcome == "running" and not interrupted:
-            try:
-                drive(self._finish_rollback(can_await=False), self.clock)
             except HarnessError as exc:
                 error = exc if error is None else error
         if self.outcome == "running":
@@ -346,29 +340,16 @@ class Episode(_Resume):
                 "another call's tool; call it from the agent, where it can be held"
             )
         model = action.validate(args, kwargs)
-        ctx = Context(action.name, model, self.state, self.id)
-        values = action.call_values(model)
+        steps = _nested_steps(action, Context(action.name, model, self.state, self.id))
         if not action.is_async:
-            for name, check in action.preconditions:
-                if not check(ctx):
-                    raise PreconditionFailed(action.name, name)
-            return action.fn(**values)
+            return drive(steps, self.clock)
         if asyncio._get_running_loop() is None:
+            steps.close()
             raise ConfigurationError(
                 f"async action {action.name!r} was called from a sync tool, which cannot await "
                 "it; make the calling tool async def, or the action sync"
             )
-
-        async def nested() -> Any:
-            for name, check in action.preconditions:
-                ok = check(ctx)
-                if inspect.isawaitable(ok):
-                    ok = await ok
-                if not ok:
-                    raise PreconditionFailed(action.name, name)
-            return await action.fn(**values)
-
-        return nested()
+        return adrive(steps, self.clock)
 
     async def _acall(
         self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -425,7 +406,7 @@ class Episode(_Resume):
                 return (yield from self._replayed(action, key, step))
         done = self._done.get(key) if action.mutating else None
         if done is not None:
-            return self._dedup(action, key, done, model, args_json)
+            return self._dedup(action, key, done, args_json)
         resolution = self._resolutions.get(key)
         if resolution is not None and canonical(loads(resolution.args)) != canonical(
             loads(args_json)
@@ -441,7 +422,7 @@ class Episode(_Resume):
                 key = action.key_for(model)
                 done = self._done.get(key) if action.mutating else None
                 if done is not None:
-                    return self._dedup(action, key, done, model, args_json)
+                    return self._dedup(action, key, done, args_json)
         in_doubt = self._in_doubt.pop(resolution.idem_key if resolution else key, None)
         if in_doubt is not None:
             recovered = yield from self._resolve_in_doubt(action, in_doubt, approved=resolution)
@@ -477,9 +458,7 @@ class Episode(_Resume):
                 "with @hx.action(name=...)"
             )
 
-    def _dedup(
-        self, action: Action[Any, Any], key: str, done: Committed, model: Any, args_json: str
-    ) -> Any:
+    def _dedup(self, action: Action[Any, Any], key: str, done: Committed, args_json: str) -> Any:
         """A call whose key already committed: the recorded result, nothing executed."""
         if done.impl is None:
             done.impl = action
@@ -493,12 +472,25 @@ class Episode(_Resume):
             self._update_episode()
         return done.result_for(action)
 
-    def _finish_rollback(self, *, can_await: bool) -> Steps:
-        """A rollback cut short (its task cancelled) is finished before the episode ends: the
-        state is part undone, which no outcome but rolled_back (or escalated) describes."""
-        return self.rollback_steps(
-            reason="finishing a rollback that was cut short", can_await=can_await
+    def _winding_up(self, error: BaseException | None) -> bool:
+        """Whether the episode has work to finish before it says how it ended. (Interrupted, as
+        by Ctrl-C, it ends at once, like a crash: resume does that work.)"""
+        interrupted = error is not None and not isinstance(error, Exception)
+        return (
+            bool(self._unsettled or self._compensating)
+            and self.outcome == "running"
+            and not interrupted
         )
+
+    def _wind_up(self, *, can_await: bool) -> Steps:
+        """Settle the calls left in doubt (cancelled, or refused by the store), and finish a
+        rollback cut short (its task cancelled): the state is part undone, which no outcome but
+        rolled_back (or escalated) describes."""
+        yield from self._settle_unsettled(can_await)
+        if self._compensating and self.outcome == "running":
+            yield from self.rollback_steps(
+                reason="finishing a rollback that was cut short", can_await=can_await
+            )
 
     async def asettle(self) -> None:
         """Settle the calls left in doubt (cancelled, or refused by the store) now: probe the

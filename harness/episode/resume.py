@@ -73,7 +73,7 @@ class _Resume(_Rollback):
                     r.mutating,
                     compensated=r.status == "compensated",
                     impl=self._actions.get(r.action),
-                    stored=True,
+                    result_json=r.result or None,
                 )
                 self.committed.append(entry)
                 if r.mutating and not entry.compensated:

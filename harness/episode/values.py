@@ -65,7 +65,6 @@ class Committed:
     mutating: bool
     compensated: bool = False
     impl: Action[Any, Any] | None = None
-    stored: bool = False  # result read back from the store, not yet typed by its action
     result_json: str | None = None  # the result as recorded (each answer is decoded afresh)
 
     @property
@@ -75,14 +74,11 @@ class Committed:
         return value
 
     def result_for(self, action: Action[Any, Any]) -> Any:
-        """The result as the tool returned it (a stored one typed by ``action``'s return), a
-        fresh copy each time: what one answer's receiver does with it changes no other."""
-        if self.result_json is not None:
-            return action.decode_result(loads(self.result_json))
-        if self.stored:
-            self.result = action.decode_result(self.result)
-            self.stored = False
-        return self.result
+        """The result as the tool returned it (typed by ``action``'s return), decoded afresh
+        from the record each time: what one answer's receiver does with it changes no other."""
+        if self.result_json is None:
+            return self.result
+        return action.decode_result(loads(self.result_json))
 
 
 def _jsonable(value: Any) -> str:
