@@ -5,9 +5,9 @@ Model APIs return several tool calls per turn, and frameworks run them at once: 
 the state between its mark and its commit and attributes every change in that window to its
 call; two windows open at once would each see the other's writes. So each call holds the gate
 from its first check to its outcome record, and the others wait: threads on a condition, tasks
-on a future (the event loop keeps running). Calls made from inside a running call (a tool
-calling another action, in the same task, a child task or a thread it started with a copy of
-its context) are part of that call and pass through.
+on a future (the event loop keeps running). The holder itself passes through (a compensation
+or a check calling an action); a task or thread a running tool started inherits the hold
+(:meth:`Gate.inherited`), which the episode uses to run such a nested call as part of that call.
 """
 
 from __future__ import annotations
@@ -107,20 +107,9 @@ class Gate:
             holds = self._take()
         return _HELD.set(holds)
 
-    def try_enter(self) -> Token | bool:
-        """Take the gate only if it is free now (False when it is not; True when this call
-        chain holds it already)."""
-        if self.holding():
-            return True
-        with self._cond:
-            if self._busy:
-                return False
-            holds = self._take()
-        return _HELD.set(holds)
-
-    def exit(self, token: Token | bool | None) -> None:
-        """Give back what :meth:`enter` or :meth:`try_enter` took."""
-        if token is not None and not isinstance(token, bool):
+    def exit(self, token: Token | None) -> None:
+        """Give back what :meth:`enter` took."""
+        if token is not None:
             _HELD.reset(token)
             self._release()
 
