@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import sqlite3
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import harness as hx
+from harness.audit import render_html
 from harness.cli import main
 from harness.replay import replay_episode
 from harness.trials import run_trials
@@ -350,10 +352,57 @@ def test_audit_html_writes_one_self_contained_episode(recorded_run: Path, tmp_pa
     assert result.exit_code == 0, result.output
     html = page.read_text()
     assert '<ol id="timeline">' in html and "approved</b> by ana" in html
-    assert "<td class='after'>100</td>" in html
+    assert '<td class="after">100</td>' in html
     assert not re.search(r"""(src|href)=["']?https?:""", html)
     several = cli("audit", str(recorded_run), "--html", str(tmp_path / "x.html"))
     assert several.exit_code == 2 and "--episode" in several.output
+
+
+def test_audit_html_escapes_every_recorded_string():
+    """Ids, actions, arguments, reasons, diffs and escalations come out escaped, in text and in
+    attributes, so a hostile tool argument cannot inject markup into the page."""
+    hostile = "<script>alert(1)</script>\"'"
+    page = render_html(
+        {
+            "episode_id": hostile,
+            "run_id": "r",
+            "task_id": hostile,
+            "trial": 0,
+            "status": "finished",
+            "steps": 1,
+            "digest": "d",
+            "verdict": {"passed": False, "checks": [{"name": hostile, "passed": False}]},
+            "escalations": [
+                {
+                    "id": "e1",
+                    "action": hostile,
+                    "failure_class": "fail_stop",
+                    "status": "approved",
+                    "resolved_by": hostile,
+                    "resolution_reason": hostile,
+                }
+            ],
+            "events": [
+                {
+                    "seq": 1,
+                    "ts": 0.0,
+                    "kind": "transaction",
+                    "txn_id": hostile,
+                    "action": hostile,
+                    "arguments": {"name": hostile},
+                    "status": "committed",
+                    "reason": hostile,
+                    "result": hostile,
+                    "diff": {hostile: {"before": None, "after": hostile}},
+                },
+                {"seq": 2, "ts": 0.0, "kind": "recorded", "what": hostile, "request": hostile},
+                {"seq": 3, "ts": 0.0, "kind": hostile, "note": hostile},
+            ],
+        }
+    )
+    assert "<script>alert" not in page and "\"'" not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 15
+    assert unescape(page).count(hostile) >= 10
 
 
 @needs_chromium

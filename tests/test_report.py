@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -307,10 +308,14 @@ def test_html_is_one_self_contained_file(toy_run: Path, tmp_path: Path):
 
 
 def test_html_escapes_task_ids_and_evidence(tmp_path: Path):
-    """Task ids and evidence values are escaped, so a hostile id cannot inject markup."""
-    folder = make_run(tmp_path, "r", {"<img onerror=x>": "PF"})
+    """Task ids and evidence values are escaped, quotes too, so a hostile id cannot inject
+    markup: the page holds it only as text (heat map, task table, evidence, JSON)."""
+    hostile = "<script>alert(1)</script>\"'<img onerror=x>"
+    folder = make_run(tmp_path, "r", {hostile: "PF", "t": "PP"}, versions={hostile: hostile})
     page = render_html(load_report(folder))
-    assert "<img onerror=x>" not in page and "&lt;img onerror=x&gt;" in page
+    assert "<script" not in page and "<img" not in page and "\"'" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert unescape(page).count(hostile) >= 6
 
 
 def test_html_and_terminal_cope_with_one_trial_no_steps_and_a_dropped_task(tmp_path: Path):
