@@ -36,10 +36,10 @@ from harness.action import Action
 from harness.agents import AgentOutput, Toolbox
 from harness.agents.scripted import ScriptedAgent
 from harness.faults import FaultPlan
-from harness.reliability import ReliabilityReport, load_reliability
+from harness.report.reliability import ReliabilityReport, load_reliability
+from harness.runs.start import RunResult, run_trials
 from harness.stats import Estimate, paired_difference
 from harness.suite import Task, load_suite
-from harness.trials import RunResult, run_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 KS = (1, 4)

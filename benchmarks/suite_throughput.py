@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.runs.start import run_trials
 from harness.suite import load_suite
-from harness.trials import run_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 

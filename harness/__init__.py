@@ -6,7 +6,6 @@ compensation), recorded in a hash-chained log, inside an :class:`Episode`.
 """
 
 from .action import Action, Context, action, current_context
-from .agents import ModelServerError
 from .clock import Clock, SystemClock
 from .episode import Episode, current_episode
 from .errors import (
@@ -14,25 +13,28 @@ from .errors import (
     CheckError,
     CompensationFailed,
     ConfigurationError,
+    Diverged,
     EpisodeClosed,
     Escalated,
     HarnessError,
     IdempotencyConflict,
     InvalidArguments,
+    ModelServerError,
     NotInEpisode,
     NotSerializable,
     PreconditionFailed,
     Rejected,
     ScopeViolation,
     StoreError,
+    SuiteError,
+    TransientError,
 )
-from .policy import Decision, FailureClass, Policy, Retry, TransientError
-from .record import Diverged
+from .policy import Decision, FailureClass, Policy, Retry
+from .runs.start import RunResult, run_trials
 from .state import DictState, FileState, SQLState, StateAdapter
 from .state.base import escape_glob
 from .store import ChainReport, Store
-from .suite import Suite, SuiteError, Task, load_suite
-from .trials import RunResult, run_trials
+from .suite import Suite, Task, load_suite
 
 __version__ = "0.1.0"
 

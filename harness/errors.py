@@ -16,12 +16,12 @@ The tree::
     │   ├── CompensationFailed  the undo raised, or the state was not back afterwards
     │   └── NotSerializable     its result cannot be stored as JSON
     ├── Escalated               the policy paused the episode for a person to decide
-    ├── SuiteError              a suite, manifest or task file is malformed (harness.suite)
+    ├── SuiteError              a suite, manifest or task file is malformed
     ├── RunNotFound             a run folder does not exist or holds no run (harness.report)
-    ├── ModelServerError        a model server stayed down or rate-limited (harness.agents)
+    ├── ModelServerError        a model server stayed down or rate-limited
     │   └── ModelRequestError   the server refused the request (wrong model, bad key)
     ├── Rejected                a person rejected this action when resolving an escalation
-    ├── Diverged                resumed agent code did not do what its record says (harness.record)
+    ├── Diverged                resumed agent code did not do what its record says (harness.episode)
     └── EpisodeClosed           the episode is finished (rolled back, escalated or closed)
 
 Errors carry their context as attributes (the action, the failure class, the decision, every
@@ -33,22 +33,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ._json import canonical
+
 __all__ = [
     "ActionFailed",
     "CheckError",
     "CompensationFailed",
     "ConfigurationError",
+    "Diverged",
     "EpisodeClosed",
     "Escalated",
     "HarnessError",
     "IdempotencyConflict",
     "InvalidArguments",
+    "ModelRequestError",
+    "ModelServerError",
     "NotInEpisode",
     "NotSerializable",
     "PreconditionFailed",
     "Rejected",
     "ScopeViolation",
     "StoreError",
+    "SuiteError",
+    "TransientError",
 ]
 
 
@@ -237,3 +244,101 @@ class EpisodeClosed(HarnessError):
             f"episode {episode_id} is {outcome} and takes no more actions; "
             "start a new episode, or resume this one after resolving its escalation"
         )
+
+
+class TransientError(Exception):
+    """Raised by a tool to say "this attempt failed, trying again may succeed"."""
+
+
+class SuiteError(HarnessError):
+    """A suite, manifest or task file is malformed; names the file, the task and the field."""
+
+
+# HTTP statuses worth another attempt besides 5xx: request timeout, too many requests.
+RETRYABLE_STATUS = frozenset({408, 429})
+
+
+class ModelServerError(HarnessError):
+    """The model server could not be reached or kept failing: an infrastructure error.
+
+    Attributes:
+        url: the endpoint called.
+        status: the last HTTP status, or None when no response came (connection, timeout).
+        attempts: how many attempts were made.
+        errors: every attempt's error, in order.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        status: int | None = None,
+        attempts: int = 1,
+        errors: Sequence[BaseException] = (),
+        retry_after: float | None = None,
+    ) -> None:
+        self.url = url
+        self.status = status
+        self.attempts = attempts
+        self.errors = list(errors)
+        self.retry_after = retry_after
+        super().__init__(message)
+
+    @property
+    def transient(self) -> bool:
+        """Whether another attempt might succeed (no response, 5xx, 408 or 429)."""
+        return self.status is None or self.status >= 500 or self.status in RETRYABLE_STATUS
+
+
+class ModelRequestError(ModelServerError):
+    """The server refused the request (HTTP 4xx other than 408/429); retrying cannot help.
+
+    Attributes:
+        status: the HTTP status.
+        server_message: what the server said, as it said it.
+    """
+
+    def __init__(self, message: str, *, url: str, status: int, server_message: str) -> None:
+        self.server_message = server_message
+        super().__init__(message, url=url, status=status)
+
+
+class Diverged(HarnessError):
+    """Re-executed agent code did something other than what the record says it did.
+
+    Attributes:
+        episode_id: the episode.
+        step: the first step (1-based) where the agent and the record differ.
+        expected: the step the record has there (None: the record ends before it).
+        actual: what the agent did instead (None: the agent ended before it).
+    """
+
+    def __init__(
+        self,
+        episode_id: str,
+        step: int,
+        expected: dict[str, Any] | None,
+        actual: dict[str, Any] | None,
+    ) -> None:
+        self.episode_id = episode_id
+        self.step = step
+        self.expected = expected
+        self.actual = actual
+        has = "nothing more" if expected is None else _show(expected)
+        did = "nothing more (it ended)" if actual is None else _show(actual)
+        super().__init__(
+            f"episode {episode_id} diverged from its record at step {step}: the record has "
+            f"{has}, the agent now did {did}; nothing was executed for it. The agent is not "
+            "deterministic given its recorded results (seed, tool reads, model calls): run it "
+            "as a new episode instead of resuming this one"
+        )
+
+
+def _show(step: dict[str, Any]) -> str:
+    kind = step.get("kind")
+    if kind in ("action", "dedup"):
+        args = step.get("arguments")
+        shown = canonical(args) if args is not None else f"key {step.get('key')!r}"
+        return f"{step.get('name')}({shown})"
+    return f"{kind} {step.get('name')} {canonical(step.get('request'))}"

@@ -10,13 +10,9 @@ from typing import Any
 
 import tenacity
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, TransientError
 
 __all__ = ["Decision", "FailureClass", "Policy", "Retry", "TransientError"]
-
-
-class TransientError(Exception):
-    """Raised by a tool to say "this attempt failed, trying again may succeed"."""
 
 
 class Decision(StrEnum):

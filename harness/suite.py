@@ -20,7 +20,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._json import digest
-from .errors import HarnessError
+from .errors import SuiteError
 
 __all__ = [
     "Environment",
@@ -38,10 +38,6 @@ MANIFEST_FIELDS = frozenset(
     {"name", "version", "description", "environment", "environment_options", "tasks"}
 )
 BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvironment"}
-
-
-class SuiteError(HarnessError):
-    """A suite, manifest or task file is malformed; names the file, the task and the field."""
 
 
 @runtime_checkable

@@ -15,15 +15,11 @@ import pytest
 
 import harness as hx
 from harness.agents.base import Toolbox
-from harness.agents.openai import (
-    DEFAULT_SYSTEM_PROMPT,
-    ModelRequestError,
-    ModelServerError,
-    OpenAIAgent,
-)
+from harness.agents.openai import DEFAULT_SYSTEM_PROMPT, OpenAIAgent
+from harness.errors import ModelRequestError, ModelServerError
 from harness.suite import Task, load_suite
 from harness.testing import FakeClock
-from harness.testing_openai import (
+from harness.testing.model_server import (
     Failure,
     FakeChatServer,
     ReplayPolicy,
@@ -469,7 +465,7 @@ def test_a_run_passes_with_replay_and_counts_server_failures_as_infrastructure(
     retail_suite: Any, tmp_path: Path
 ) -> None:
     """Through run_trials, replayed tasks pass, and a dead server is an infra error, not a fail."""
-    from harness.trials import run_trials
+    from harness.runs.start import run_trials
 
     ids = [t.id for t in retail_suite.tasks[:2]]
     with FakeChatServer(ReplayPolicy(retail_suite.tasks)) as server:

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 import harness as hx
 from harness.audit import render_html
 from harness.cli import main
-from harness.replay import replay_episode
-from harness.trials import run_trials
+from harness.runs.replay import replay_episode
+from harness.runs.start import run_trials
 
 from .browser import layout, needs_chromium
 from .test_resume import PLAN, ledger_suite

@@ -16,9 +16,10 @@ from harness.domains.configs import POLICY, ConfigError, ConfigsEnvironment
 from harness.domains.configs.actions import PRECONDITIONS
 from harness.domains.configs.formats import load_json
 from harness.domains.configs.tools import READ_TOOLS, WRITE_TOOLS, write_text
-from harness.suite import Environment, SuiteError, Task, load_suite
+from harness.errors import SuiteError
+from harness.runs.start import run_trials
+from harness.suite import Environment, Task, load_suite
 from harness.testing import FakeClock
-from harness.trials import run_trials
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "tasks" / "configs"

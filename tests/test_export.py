@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
 from harness.cli import main
-from harness.export import export_run
 from harness.report import RunNotFound, load_report
-from harness.trials import run_trials
+from harness.report.export import export_run
+from harness.runs.start import run_trials
 
 from .test_report import make_run
 from .toy_env import write_suite

@@ -27,7 +27,7 @@ from harness.faults import (
     PlannedInterruption,
     WorkerCrash,
 )
-from harness.reliability import ReliabilityReport, reliability_report
+from harness.report.reliability import ReliabilityReport, reliability_report
 from harness.store import TrialRow
 from harness.testing import FakeClock
 

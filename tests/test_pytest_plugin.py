@@ -6,8 +6,8 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from harness.pytest_plugin import passk_estimate, trials_needed
 from harness.stats import clopper_pearson, pass_hat_k, wilson
+from harness.testing.plugin import passk_estimate, trials_needed
 
 pytest_plugins = ["pytester"]
 
@@ -22,9 +22,9 @@ def esc(text: str) -> str:
 
 
 def test_plugin_is_registered_through_the_pytest11_entry_point():
-    """The installed distribution declares harness.pytest_plugin under pytest11."""
+    """The installed distribution declares harness.testing.plugin under pytest11."""
     found = [e for e in entry_points(group="pytest11") if e.name == "harness"]
-    assert [e.value for e in found] == ["harness.pytest_plugin"]
+    assert [e.value for e in found] == ["harness.testing.plugin"]
 
 
 def test_estimate_is_unbiased_pass_k_inside_the_interval_for_p_raised_to_k():

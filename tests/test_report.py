@@ -22,8 +22,8 @@ from harness.report import (
     load_report,
     render_html,
 )
+from harness.runs.start import run_trials
 from harness.store import RunRow, TrialRow
-from harness.trials import run_trials
 
 from .browser import layout, needs_chromium
 from .toy_env import write_suite

@@ -22,12 +22,12 @@ from click.testing import CliRunner
 import harness as hx
 from harness.agents import OpenAIAgent
 from harness.cli import main
-from harness.record import Diverged
-from harness.replay import RecordingToolbox
-from harness.resume import resume_run
+from harness.errors import Diverged
+from harness.runs.replay import RecordingToolbox
+from harness.runs.resume import resume_run
+from harness.runs.start import run_trials
 from harness.testing import FakeClock
-from harness.testing_openai import FakeChatServer, text_reply, tool_reply
-from harness.trials import run_trials
+from harness.testing.model_server import FakeChatServer, text_reply, tool_reply
 
 from .conftest import Shop
 from .test_agents_openai import TASK, shop_tools

@@ -16,7 +16,8 @@ import pytest
 
 from harness.domains.retail.environment import RetailEnvironment
 from harness.domains.retail.tools import TOOL_TYPES, WRITE_TOOLS, RetailError
-from harness.suite import Suite, SuiteError, Task, load_suite
+from harness.errors import SuiteError
+from harness.suite import Suite, Task, load_suite
 
 RETAIL = Path(__file__).resolve().parents[1] / "tasks" / "retail"
 _RAW = json.loads((RETAIL / "tasks.json").read_text("utf-8"))["tasks"]

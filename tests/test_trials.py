@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import harness as hx
 from harness.cli import main
-from harness.trials import run_trials
+from harness.runs.start import run_trials
 
 from .toy_env import write_suite
 
@@ -291,7 +291,7 @@ def test_scripted_passes_every_builtin_suite(tmp_path: Path, name: str):
 
 def test_run_does_not_record_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """An API key passed as an agent option never lands in the run's records."""
-    from harness.trials import redact
+    from harness.runs.start import redact
 
     assert redact({"api_key": "sk-123", "model": "m", "token": ""}) == {
         "api_key": "<redacted>",

@@ -1,7 +1,8 @@
 """Agents: the protocol, the toolbox, and the built-in agents (scripted, simulated, openai)."""
 
+from ..errors import ModelRequestError, ModelServerError
 from .base import Agent, AgentOutput, AgentRegistry, CallRecord, Toolbox, ToolResult, registry
-from .openai import ModelRequestError, ModelServerError, OpenAIAgent
+from .openai import OpenAIAgent
 from .scripted import ScriptedAgent
 from .simulated import SimulatedAgent
 

@@ -12,7 +12,7 @@ an infrastructure error, not the agent's failure. A request the server refuses (
 than 408 and 429: a wrong model name, a bad key, a request it cannot parse) is raised at once as
 :class:`ModelRequestError`, naming the status and the server's message.
 
-``harness.testing_openai.FakeChatServer`` is a scripted local server to test against.
+``harness.testing.model_server.FakeChatServer`` is a scripted local server to test against.
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import tenacity
 
 from .._json import digest
-from ..errors import ConfigurationError, HarnessError
+from ..errors import RETRYABLE_STATUS, ConfigurationError, ModelRequestError, ModelServerError
 from ..suite import Task
 from .base import AgentOutput, Toolbox, ToolResult, registry
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "ModelRequestError", "ModelServerError", "OpenAIAgent"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "OpenAIAgent"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a customer-service agent. Act only through the tools you are given: look up what "
@@ -41,54 +41,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "plain text without calling a tool."
 )
 """The system prompt unless one is given (the environment's ``policy`` text is appended)."""
-
-_RETRYABLE_STATUS = frozenset({408, 429})
-
-
-class ModelServerError(HarnessError):
-    """The model server could not be reached or kept failing: an infrastructure error.
-
-    Attributes:
-        url: the endpoint called.
-        status: the last HTTP status, or None when no response came (connection, timeout).
-        attempts: how many attempts were made.
-        errors: every attempt's error, in order.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        url: str,
-        status: int | None = None,
-        attempts: int = 1,
-        errors: Sequence[BaseException] = (),
-        retry_after: float | None = None,
-    ) -> None:
-        self.url = url
-        self.status = status
-        self.attempts = attempts
-        self.errors = list(errors)
-        self.retry_after = retry_after
-        super().__init__(message)
-
-    @property
-    def transient(self) -> bool:
-        """Whether another attempt might succeed (no response, 5xx, 408 or 429)."""
-        return self.status is None or self.status >= 500 or self.status in _RETRYABLE_STATUS
-
-
-class ModelRequestError(ModelServerError):
-    """The server refused the request (HTTP 4xx other than 408/429); retrying cannot help.
-
-    Attributes:
-        status: the HTTP status.
-        server_message: what the server said, as it said it.
-    """
-
-    def __init__(self, message: str, *, url: str, status: int, server_message: str) -> None:
-        self.server_message = server_message
-        super().__init__(message, url=url, status=status)
 
 
 def _server_message(body: bytes) -> str:
@@ -457,7 +409,7 @@ class OpenAIAgent:
         except urllib.error.HTTPError as exc:
             message = _server_message(exc.read() if exc.fp is not None else b"")
             status = exc.code
-            if 400 <= status < 500 and status not in _RETRYABLE_STATUS:
+            if 400 <= status < 500 and status not in RETRYABLE_STATUS:
                 raise ModelRequestError(
                     f"model server at {self.url} refused the request: HTTP {status}: {message}",
                     url=self.url,

@@ -5,7 +5,7 @@ the store. The episode deduplicates by idempotency key, rolls back saga-style (c
 it committed, newest first, and verifying the state is back), stores escalations for a person,
 and resumes from its records without re-running what was done: calls in doubt after a crash are
 settled by probing the state, and re-executed agent code is held to its record
-(:mod:`harness.record`), getting every recorded outcome back and :class:`Diverged` where it
+(:mod:`harness.episode.cursor`), getting every recorded outcome back and :class:`Diverged` where it
 departs from it.
 """
 

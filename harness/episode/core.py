@@ -20,6 +20,7 @@ from ..action import _ACTIVE, Action, Context
 from ..clock import Clock, SystemClock
 from ..errors import (
     ConfigurationError,
+    Diverged,
     EpisodeClosed,
     Escalated,
     HarnessError,
@@ -29,9 +30,9 @@ from ..errors import (
     StoreError,
 )
 from ..policy import Policy
-from ..record import Diverged, RecordedStep, recorded_steps
 from ..store import GENESIS, EscalationRow, Store
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
+from .cursor import RecordedStep, recorded_steps
 from .gate import Gate
 from .resume import IN_DOUBT_FIRST, _Resume
 from .values import Committed, InDoubt, _current, _jsonable, dumps_args

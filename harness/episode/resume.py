@@ -1,5 +1,5 @@
 """The episode's resume: its memory rebuilt from its records, calls in doubt settled, the
-agent's re-executed calls held to its record (:mod:`harness.record`)."""
+agent's re-executed calls held to its record (:mod:`harness.episode.cursor`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from ..action import Action, Context
 from ..errors import (
     CompensationFailed,
     ConfigurationError,
+    Diverged,
     Escalated,
     InvalidArguments,
     Rejected,
     StoreError,
 )
 from ..policy import Decision, FailureClass
-from ..record import REMEMBERED, Diverged, RecordedStep, call_step, rebuilt_error
 from ..store import EscalationRow, Store
 from ..transaction import Steps, Transaction, compensate, drive, is_undone
+from .cursor import REMEMBERED, RecordedStep, call_step, rebuilt_error
 from .rollback import _Rollback
 from .values import Committed, InDoubt, _jsonable
 
@@ -246,7 +247,7 @@ class _Resume(_Rollback):
         Agent code re-executed on resume must see what it saw the first time (a tool read, a
         model's response). The first time, ``compute()`` runs and its value is appended to the
         episode's log with ``request``; on resume the recorded value comes back instead, and a
-        different ``request`` at that step raises :class:`~harness.record.Diverged`.
+        different ``request`` at that step raises :class:`~harness.episode.cursor.Diverged`.
 
         Args:
             what: what is remembered (``read``, ``model_call``...).

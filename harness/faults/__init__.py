@@ -38,7 +38,7 @@ the trial, :meth:`Injector.finish` reads the harness's own records (transaction 
 escalations) to judge each event: detected or not, as which class, the decision taken, detection
 latency, time to recover, work re-executed; and compares the final state with what the committed
 transactions account for (lost, diverged, unaccounted, duplicated effects). Both land in the
-store (``hx_fault_event``, ``hx_fault_trial``) for :mod:`harness.reliability` to report.
+store (``hx_fault_event``, ``hx_fault_trial``) for :mod:`harness.report.reliability` to report.
 
 Modules: ``plan`` (the models, loading, checks against the tools), ``errors`` (what faulted tools
 raise), ``injector`` (the wrapping), ``alter`` (missing, partial and wrong effects), ``events``

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigurationError
-from ..policy import TransientError
+from ..errors import ConfigurationError, TransientError
 
 __all__ = [
     "CompensationBroken",

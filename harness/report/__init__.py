@@ -14,11 +14,12 @@ The modules:
     ``render`` and ``render_comparison``: rich tables.
 ``html``
     ``render_html``: one self-contained HTML file with inline SVG plots and the evidence.
-``commands``
-    ``harness report`` and ``harness compare``.
+``reliability``
+    what a fault-injected run shows about recovery, per fault class.
+``export``
+    a run in tau-bench's, tau2-bench's or a JSON-lines format.
 """
 
-from .commands import compare_command, report_command
 from .html import render_html
 from .model import (
     COMPARISON_FORMAT,
@@ -48,12 +49,10 @@ __all__ = [
     "RunNotFound",
     "TaskResult",
     "build_report",
-    "compare_command",
     "compare_reports",
     "load_report",
     "open_run",
     "render",
     "render_comparison",
     "render_html",
-    "report_command",
 ]

@@ -1,37 +1,25 @@
-"""The command lines over a run's record: audit, replay, resume, escalations."""
+"""The commands over a run's record: ``harness audit`` and ``harness escalations``."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..audit.html import render_html
+from ..audit.model import episode_summaries, open_run, pending_escalations, timeline
+from ..audit.terminal import render_text, render_verify
+from ..audit.verify import verify_run
 from ..errors import HarnessError
 from ..policy import FailureClass
-from .html import render_html
-from .model import episode_summaries, open_run, pending_escalations, timeline
-from .terminal import render_text, render_verify
-from .verify import verify_run
+from ._common import console, dump, fail
 
-__all__ = ["audit_command", "escalations_command", "replay_command", "resume_command"]
-
-console = Console(soft_wrap=True, highlight=False)
-
-
-def _fail(exc: HarnessError) -> None:
-    console.print(f"[red]error:[/red] {escape(str(exc))}")
-    sys.exit(2)
-
-
-def _dump(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str))
+__all__ = ["audit_command", "escalations_command"]
 
 
 @click.command("audit")
@@ -76,7 +64,7 @@ def audit_command(
             if verify:
                 report = verify_run(opened.store, episodes)
                 if as_json:
-                    _dump(report.to_dict())
+                    dump(report.to_dict())
                 else:
                     console.print(render_verify(report))
                 sys.exit(0 if report.ok else 1)
@@ -94,88 +82,13 @@ def audit_command(
                 return
             timelines = [timeline(opened.store, e, trials.get(e.id)) for e in episodes]
             if as_json:
-                _dump(
-                    {"run_id": opened.run.id, "folder": str(opened.folder), "episodes": timelines}
-                )
+                dump({"run_id": opened.run.id, "folder": str(opened.folder), "episodes": timelines})
             elif not timelines:
                 click.echo("no episode matches")
             else:
                 console.print(render_text(timelines))
     except HarnessError as exc:
-        _fail(exc)
-
-
-@click.command("replay")
-@click.argument("run", type=click.Path(path_type=Path))
-@click.option("--episode", required=True, help="The episode to replay.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def replay_command(run: Path, episode: str, as_json: bool) -> None:
-    """Re-verify an episode's recorded final state and re-run its agent against its record."""
-    from ..replay import replay_episode
-
-    try:
-        report = replay_episode(run, episode)
-    except HarnessError as exc:
-        _fail(exc)
-        return
-    if as_json:
-        _dump(report.to_dict())
-    else:
-        d = report.divergence
-        if d is None:
-            console.print(
-                f"[green]no divergence[/]: the agent made the {report.replayed} recorded step(s) "
-                f"of {report.steps} as recorded; it ended {report.ended}"
-            )
-        else:
-            console.print(f"[red]diverged at step {d.step}[/]: {escape(str(d))}")
-        match = report.verdict_matches
-        console.print(
-            f"verifier on the recorded final state: "
-            f"{'passed' if report.verdict.get('passed') else 'failed'}"
-            + (
-                ""
-                if match is None
-                else " (same verdict as recorded)"
-                if match
-                else " [red](DIFFERENT from the recorded verdict)[/]"
-            )
-        )
-        for note in report.notes:
-            console.print(f"[dim]{escape(note)}[/]")
-    sys.exit(0 if report.ok else 1)
-
-
-@click.command("resume")
-@click.argument("run", type=click.Path(path_type=Path))
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def resume_command(run: Path, workers: int, as_json: bool) -> None:
-    """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones."""
-    from ..cli import summary_table
-    from ..resume import resume_run
-
-    try:
-        # Secrets are not recorded with a run: give the API key back from the environment.
-        key = os.environ.get("HARNESS_OPENAI_API_KEY")
-        result = resume_run(run, workers=workers, secrets={"api_key": key} if key else None)
-    except HarnessError as exc:
-        _fail(exc)
-        return
-    if as_json:
-        _dump(result.to_dict())
-        return
-    console.print(
-        f"run {result.run.run_id}: kept {len(result.kept)}, resumed {len(result.resumed)}, "
-        f"ran {len(result.started)} missing; {len(result.pending)} waiting for a person, "
-        f"{len(result.skipped)} held by another process"
-    )
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}")
-    if result.pending:
-        console.print(f"resolve them with `harness escalations {run}`, then resume again")
-    if result.run.results:
-        console.print(summary_table(result.run))
+        fail(exc)
 
 
 @click.command("escalations")
@@ -240,10 +153,9 @@ def escalations_command(
                 )
             row = opened.store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
     except HarnessError as exc:
-        _fail(exc)
-        return
+        fail(exc)
     if as_json:
-        _dump(row.model_dump())
+        dump(row.model_dump())
         return
     console.print(
         f"escalation {row.id} {row.status} by {escape(str(row.resolved_by))}; the episode "
@@ -256,10 +168,9 @@ def _list_escalations(run: Path, *, every: bool, as_json: bool) -> None:
         with open_run(run) as opened:
             rows = pending_escalations(opened, every=every)
     except HarnessError as exc:
-        _fail(exc)
-        return
+        fail(exc)
     if as_json:
-        _dump([r.model_dump() for r in rows])
+        dump([r.model_dump() for r in rows])
         return
     if not rows:
         click.echo("no escalations" + ("" if every else " waiting"))

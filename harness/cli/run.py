@@ -1,30 +1,23 @@
-"""The ``harness`` command line: a thin layer over the library.
-
-Environment variables are read here only (``HARNESS_OPENAI_BASE_URL``, ``HARNESS_OPENAI_MODEL``,
-``HARNESS_OPENAI_API_KEY``), never in the library.
-"""
+"""The commands that run trials: ``harness run``, ``harness resume`` and ``harness replay``."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from .audit.commands import audit_command, escalations_command, replay_command, resume_command
-from .errors import HarnessError
-from .export import export_command
-from .report import compare_command, report_command
-from .trials import RunResult, TrialResult, run_trials
+from ..errors import HarnessError
+from ..faults import FaultPlan
+from ..runs import TrialResult, replay_episode, resume_run, run_trials
+from ..suite import load_suite
+from ._common import console, dump, fail, failures_table, openai_settings, secrets, summary_table
 
-__all__ = ["main"]
+__all__ = ["replay_command", "resume_command", "run_command"]
 
-console = Console()
 BUILTIN_SUITES = ("retail", "configs")
 
 
@@ -44,43 +37,7 @@ def resolve_suite(name: str) -> Path:
     )
 
 
-def summary_table(result: RunResult) -> Table:
-    """pass^k and pass@k for k = 1..n with intervals."""
-    table = Table(title=f"{result.suite}: pass^k over {len(result.counts()[0])} tasks")
-    for col in ("k", "pass^k", "95% interval", "pass@k", "method"):
-        table.add_column(col, justify="right" if col != "method" else "left")
-    n = min(result.counts()[2], default=0)
-    for k in range(1, n + 1):
-        est = result.pass_hat(k)
-        table.add_row(
-            str(k),
-            f"{est.value:.3f}",
-            f"[{est.low:.3f}, {est.high:.3f}]",
-            f"{result.pass_at(k):.3f}",
-            est.method,
-        )
-    return table
-
-
-def failures_table(result: RunResult) -> Table:
-    """Failed tool calls by class and episodes by outcome."""
-    table = Table(title="failures by class and outcomes")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for name, count in sorted(result.failures_by_class().items()):
-        table.add_row(f"failed call: {name}", str(count))
-    for name, count in sorted(result.outcomes().items()):
-        table.add_row(f"episode {name}", str(count))
-    return table
-
-
-@click.group()
-@click.version_option(package_name="harness")
-def main() -> None:
-    """A transactional agent-execution harness."""
-
-
-@main.command()
+@click.command("run")
 @click.argument("suite")
 @click.option(
     "--agent", default="simulated", show_default=True, help="scripted, simulated or openai."
@@ -113,7 +70,7 @@ def main() -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Inject the faults of this plan (JSON or TOML) and report detection by class.",
 )
-def run(
+def run_command(
     suite: str,
     agent: str,
     trials: int,
@@ -133,17 +90,8 @@ def run(
     if agent == "simulated":
         options = {"error_rate": error_rate, "self_conditioning": self_conditioning}
     elif agent == "openai":
-        options = {
-            "base_url": base_url
-            or os.environ.get("HARNESS_OPENAI_BASE_URL", "http://127.0.0.1:8000/v1"),
-            "model": model or os.environ.get("HARNESS_OPENAI_MODEL", "default"),
-        }
-        if os.environ.get("HARNESS_OPENAI_API_KEY"):
-            options["api_key"] = os.environ["HARNESS_OPENAI_API_KEY"]
+        options = openai_settings(base_url, model)
     try:
-        from .faults import FaultPlan
-        from .suite import load_suite
-
         plan = None if faults_file is None else FaultPlan.load(faults_file)
         loaded = load_suite(path)
         selected = [t for t in loaded.tasks if not tasks or t.id in tasks]
@@ -178,13 +126,12 @@ def run(
                 faults=plan,
             )
     except HarnessError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        sys.exit(2)
+        fail(exc)
     if result.results:
         console.print(summary_table(result))
         console.print(failures_table(result))
         if plan is not None:
-            from .reliability import load_reliability, render_reliability
+            from ..report.reliability import load_reliability, render_reliability
 
             render_reliability(load_reliability(result.folder, result.run_id), console)
     if result.interrupted:
@@ -197,15 +144,66 @@ def run(
         sys.exit(130)
 
 
-# Reading runs back: defined beside what they read, registered here.
-main.add_command(report_command)
-main.add_command(compare_command)
-main.add_command(export_command)
-main.add_command(audit_command)
-main.add_command(replay_command)
-main.add_command(resume_command)
-main.add_command(escalations_command)
+@click.command("replay")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--episode", required=True, help="The episode to replay.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def replay_command(run: Path, episode: str, as_json: bool) -> None:
+    """Re-verify an episode's recorded final state and re-run its agent against its record."""
+    try:
+        report = replay_episode(run, episode)
+    except HarnessError as exc:
+        fail(exc)
+    if as_json:
+        dump(report.to_dict())
+    else:
+        d = report.divergence
+        if d is None:
+            console.print(
+                f"[green]no divergence[/]: the agent made the {report.replayed} recorded step(s) "
+                f"of {report.steps} as recorded; it ended {report.ended}"
+            )
+        else:
+            console.print(f"[red]diverged at step {d.step}[/]: {escape(str(d))}")
+        match = report.verdict_matches
+        console.print(
+            f"verifier on the recorded final state: "
+            f"{'passed' if report.verdict.get('passed') else 'failed'}"
+            + (
+                ""
+                if match is None
+                else " (same verdict as recorded)"
+                if match
+                else " [red](DIFFERENT from the recorded verdict)[/]"
+            )
+        )
+        for note in report.notes:
+            console.print(f"[dim]{escape(note)}[/]")
+    sys.exit(0 if report.ok else 1)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+@click.command("resume")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def resume_command(run: Path, workers: int, as_json: bool) -> None:
+    """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones."""
+    try:
+        # Secrets are not recorded with a run: give the API key back from the environment.
+        result = resume_run(run, workers=workers, secrets=secrets())
+    except HarnessError as exc:
+        fail(exc)
+    if as_json:
+        dump(result.to_dict())
+        return
+    console.print(
+        f"run {result.run.run_id}: kept {len(result.kept)}, resumed {len(result.resumed)}, "
+        f"ran {len(result.started)} missing; {len(result.pending)} waiting for a person, "
+        f"{len(result.skipped)} held by another process"
+    )
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if result.pending:
+        console.print(f"resolve them with `harness escalations {run}`, then resume again")
+    if result.run.results:
+        console.print(summary_table(result.run))

@@ -1,21 +1,20 @@
-"""The ``harness report`` and ``harness compare`` commands (registered by ``harness.cli``)."""
+"""The commands that read a run back: ``harness report``, ``compare`` and ``export``."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
 
 from ..errors import HarnessError
+from ..report.export import EXPORT_FORMATS, ExportFormat, export_run
+from ..report.model import compare_reports, load_report
+from ..report.terminal import render, render_comparison
 from ..stats import InfraPolicy
-from .model import compare_reports, load_report
-from .terminal import render, render_comparison
+from ._common import dump, fail
 
-__all__ = ["compare_command", "report_command"]
+__all__ = ["compare_command", "export_command", "report_command"]
 
 INFRA_OPTION = click.option(
     "--infra",
@@ -31,15 +30,6 @@ CONFIDENCE_OPTION = click.option(
     show_default=True,
     help="Nominal coverage of every interval.",
 )
-
-
-def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(2)
-
-
-def _dump(data: Any) -> str:
-    return json.dumps(data, indent=2, sort_keys=False, allow_nan=False, default=str)
 
 
 @click.command("report")
@@ -67,14 +57,13 @@ def report_command(
     try:
         report = load_report(run, infra=infra, confidence=confidence)
     except HarnessError as exc:
-        _fail(exc)
-        return
+        fail(exc)
     if as_json:
-        click.echo(_dump(report.to_dict()))
+        dump(report.to_dict())
     else:
         render(report, Console(), per_task=per_task)
     if html_file is not None:
-        from .html import render_html
+        from ..report.html import render_html
 
         html_file.parent.mkdir(parents=True, exist_ok=True)
         html_file.write_text(render_html(report), encoding="utf-8")
@@ -96,9 +85,40 @@ def compare_command(
         b = load_report(run_b, infra=infra, confidence=confidence)
         cmp = compare_reports(a, b)
     except HarnessError as exc:
-        _fail(exc)
-        return
+        fail(exc)
     if as_json:
-        click.echo(_dump(cmp.to_dict()))
+        dump(cmp.to_dict())
     else:
         render_comparison(cmp, Console())
+
+
+@click.command("export")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(EXPORT_FORMATS),
+    required=True,
+    help="taubench (tau-bench results list), tau2 (tau2-bench Results) or jsonl.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File to write [default: export-<format>.json or export.jsonl in the run folder].",
+)
+@click.option(
+    "--infra",
+    type=click.Choice(["fail", "exclude"]),
+    default="fail",
+    show_default=True,
+    help="taubench: write infrastructure errors as reward 0 (fail) or leave them out. "
+    "tau2 always marks them infrastructure_error, which tau2's metrics exclude.",
+)
+def export_command(run: Path, fmt: ExportFormat, out: Path | None, infra: InfraPolicy) -> None:
+    """Export RUN (logs/<run>) as files tau-bench's or tau2-bench's scorers read, or JSON lines."""
+    try:
+        target = export_run(run, fmt, out, infra=infra)
+    except HarnessError as exc:
+        fail(exc)
+    click.echo(f"wrote {target}")

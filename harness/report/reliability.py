@@ -27,10 +27,10 @@ from rich.console import Console
 from rich.table import Table
 from sqlmodel import col, select
 
-from ._json import loads
-from .errors import StoreError
-from .faults import KINDS
-from .store import EpisodeRow, FaultEventRow, FaultTrialRow, Store, TransactionRow
+from .._json import loads
+from ..errors import StoreError
+from ..faults import KINDS
+from ..store import EpisodeRow, FaultEventRow, FaultTrialRow, Store, TransactionRow
 
 __all__ = [
     "EFFECTS",

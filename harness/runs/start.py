@@ -31,18 +31,18 @@ from typing import Any
 
 import harness
 
-from ._json import canonical, dumps
-from .action import Action
-from .agents import Agent, registry
-from .episode import Episode
-from .errors import ConfigurationError, Escalated, HarnessError
-from .faults import FaultPlan, RunFaults, WorkerCrash, load_faults
-from .policy import Policy
+from .._json import canonical, dumps
+from ..action import Action
+from ..agents import Agent, registry
+from ..episode import Episode
+from ..errors import ConfigurationError, Escalated, HarnessError
+from ..faults import FaultPlan, RunFaults, WorkerCrash, load_faults
+from ..policy import Policy
+from ..stats import Estimate, pass_at_k, suite_pass_hat_k
+from ..store import RunRow, Store, TrialRow
+from ..suite import Suite, Task, load_suite
+from ..transaction import observed_changes
 from .replay import RecordingToolbox, apply_changes, recorded_changes
-from .stats import Estimate, pass_at_k, suite_pass_hat_k
-from .store import RunRow, Store, TrialRow
-from .suite import Suite, Task, load_suite
-from .transaction import observed_changes
 
 __all__ = [
     "RunResult",
@@ -57,7 +57,7 @@ __all__ = [
 
 
 def _import_agents() -> None:
-    from .agents import openai, scripted, simulated  # noqa: F401  (registers them)
+    from ..agents import openai, scripted, simulated  # noqa: F401  (registers them)
 
 
 @dataclass
@@ -233,7 +233,7 @@ class _Worker:
                 except Escalated:
                     pass
                 except HarnessError as exc:
-                    from .agents.openai import ModelRequestError, ModelServerError
+                    from ..errors import ModelRequestError, ModelServerError
 
                     # A server that is down or rate-limiting is infrastructure; a request it
                     # refuses (wrong model, bad key) is a configuration the run must not count
@@ -494,7 +494,7 @@ def run_trials(
         tasks: only these task ids.
         progress: called with each finished trial (in the parent process).
         faults: a fault plan (or its JSON/TOML file) to inject into every trial; its events
-            and their judgement land in the run's store (``harness.reliability`` reports them).
+            and their judgement land in the run's store (``harness.report.reliability``).
     """
     _import_agents()
     if trials < 1 or workers < 1:

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._json import canonical, loads
-from .errors import (
+from .._json import canonical, loads
+from ..errors import (
     ActionFailed,
     CheckError,
     CompensationFailed,
@@ -26,9 +26,9 @@ from .errors import (
     PreconditionFailed,
     ScopeViolation,
 )
-from .store import LogRow, TransactionRow
+from ..store import LogRow, TransactionRow
 
-__all__ = ["Diverged", "RecordedStep", "rebuilt_error", "recorded_steps"]
+__all__ = ["RecordedStep", "rebuilt_error", "recorded_steps"]
 
 REMEMBERED = "recorded"
 """Log kind of a value an agent asked the episode to remember (``Episode.remember``)."""
@@ -39,46 +39,6 @@ _OPENING = frozenset(
 )
 # Statuses whose row holds a result the agent received.
 _RETURNED = frozenset({"committed", "recovered", "compensated"})
-
-
-class Diverged(HarnessError):
-    """Re-executed agent code did something other than what the record says it did.
-
-    Attributes:
-        episode_id: the episode.
-        step: the first step (1-based) where the agent and the record differ.
-        expected: the step the record has there (None: the record ends before it).
-        actual: what the agent did instead (None: the agent ended before it).
-    """
-
-    def __init__(
-        self,
-        episode_id: str,
-        step: int,
-        expected: dict[str, Any] | None,
-        actual: dict[str, Any] | None,
-    ) -> None:
-        self.episode_id = episode_id
-        self.step = step
-        self.expected = expected
-        self.actual = actual
-        has = "nothing more" if expected is None else _show(expected)
-        did = "nothing more (it ended)" if actual is None else _show(actual)
-        super().__init__(
-            f"episode {episode_id} diverged from its record at step {step}: the record has "
-            f"{has}, the agent now did {did}; nothing was executed for it. The agent is not "
-            "deterministic given its recorded results (seed, tool reads, model calls): run it "
-            "as a new episode instead of resuming this one"
-        )
-
-
-def _show(step: dict[str, Any]) -> str:
-    kind = step.get("kind")
-    if kind in ("action", "dedup"):
-        args = step.get("arguments")
-        shown = canonical(args) if args is not None else f"key {step.get('key')!r}"
-        return f"{step.get('name')}({shown})"
-    return f"{kind} {step.get('name')} {canonical(step.get('request'))}"
 
 
 @dataclass

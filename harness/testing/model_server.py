@@ -9,7 +9,7 @@ a slow answer). ``ReplayPolicy`` plays a task's reference actions, one tool call
 answers with the task's required outputs, so a whole suite can run with
 :class:`~harness.agents.openai.OpenAIAgent` and no model::
 
-    from harness.testing_openai import FakeChatServer, ReplayPolicy
+    from harness.testing.model_server import FakeChatServer, ReplayPolicy
 
     with FakeChatServer(ReplayPolicy(suite.tasks)) as server:
         agent = OpenAIAgent(base_url=server.base_url, model="fake")
@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal
 
-from .suite import Task
+from ..suite import Task
 
 __all__ = [
     "ChatPolicy",

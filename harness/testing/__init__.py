@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .policy import TransientError
+from ..errors import TransientError
 
 __all__ = ["FakeClock", "Flaky"]
 

@@ -23,26 +23,22 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import click
-
 import harness
 
-from .errors import HarnessError
-from .report import RunData, open_run
-from .stats import InfraPolicy
-from .store import TransactionRow, TrialRow
-from .suite import Task, load_suite
+from ..errors import HarnessError
+from ..stats import InfraPolicy
+from ..store import TransactionRow, TrialRow
+from ..suite import Task, load_suite
+from . import RunData, open_run
 
 __all__ = [
     "EXPORT_FORMATS",
     "ExportFormat",
-    "export_command",
     "export_run",
     "jsonl_records",
     "tau2_results",
@@ -449,36 +445,3 @@ def export_run(
                 json.dump(tau2_results(data), fh, indent=1, default=str)
         tmp.replace(target)
     return target
-
-
-@click.command("export")
-@click.argument("run", type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(EXPORT_FORMATS),
-    required=True,
-    help="taubench (tau-bench results list), tau2 (tau2-bench Results) or jsonl.",
-)
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="File to write [default: export-<format>.json or export.jsonl in the run folder].",
-)
-@click.option(
-    "--infra",
-    type=click.Choice(["fail", "exclude"]),
-    default="fail",
-    show_default=True,
-    help="taubench: write infrastructure errors as reward 0 (fail) or leave them out. "
-    "tau2 always marks them infrastructure_error, which tau2's metrics exclude.",
-)
-def export_command(run: Path, fmt: ExportFormat, out: Path | None, infra: InfraPolicy) -> None:
-    """Export RUN (logs/<run>) as files tau-bench's or tau2-bench's scorers read, or JSON lines."""
-    try:
-        target = export_run(run, fmt, out, infra=infra)
-    except HarnessError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    click.echo(f"wrote {target}")

@@ -22,20 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._json import canonical, dumps, loads
-from .action import Action
-from .agents.base import Agent, CallRecord, Toolbox, ToolResult
-from .errors import (
+from .._json import canonical, dumps, loads
+from ..action import Action
+from ..agents.base import Agent, CallRecord, Toolbox, ToolResult
+from ..episode.cursor import REMEMBERED, RecordedStep, call_step, rebuilt_error, recorded_steps
+from ..errors import (
     ConfigurationError,
+    Diverged,
     EpisodeClosed,
     Escalated,
     HarnessError,
     InvalidArguments,
 )
-from .record import REMEMBERED, Diverged, RecordedStep, call_step, rebuilt_error, recorded_steps
-from .state import DictState, FileState, SQLState
-from .store import EscalationRow, Store, TransactionRow
-from .transaction import observed_changes
+from ..state import DictState, FileState, SQLState
+from ..store import EscalationRow, Store, TransactionRow
+from ..transaction import observed_changes
 
 __all__ = [
     "RecordingToolbox",
@@ -100,7 +101,7 @@ class ReplayEpisode:
 
     Args:
         episode_id: the episode replayed.
-        steps: its recorded steps (:func:`~harness.record.recorded_steps`).
+        steps: its recorded steps (:func:`~harness.episode.cursor.recorded_steps`).
         escalations: its escalations (to raise them again where they were raised).
     """
 
@@ -367,9 +368,9 @@ def replay_episode(
     """
     from verifiers import verify
 
-    from .audit import open_run
+    from ..audit import open_run
     from .resume import run_agent, run_suite
-    from .trials import _steps_done, reference_outcome
+    from .start import _steps_done, reference_outcome
 
     with open_run(folder) as run:
         store: Store = run.store

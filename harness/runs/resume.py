@@ -25,14 +25,14 @@ from typing import Any
 
 import harness
 
-from ._json import dumps
-from .agents import Agent, registry
-from .audit import OpenRun, open_run
-from .errors import ConfigurationError, HarnessError
-from .policy import Policy, Retry
-from .store import RunRow, Store, TrialRow
-from .suite import Suite, SuiteError, load_suite
-from .trials import (
+from .._json import dumps
+from ..agents import Agent, registry
+from ..audit import OpenRun, open_run
+from ..errors import ConfigurationError, HarnessError, SuiteError
+from ..policy import Policy, Retry
+from ..store import RunRow, Store, TrialRow
+from ..suite import Suite, load_suite
+from .start import (
     REDACTED,
     RunResult,
     TrialResult,

@@ -1,0 +1,36 @@
+"""The ``harness`` command line: a thin layer over the library, one module per command group.
+
+- :mod:`.run`: ``run``, ``resume``, ``replay`` (trials are executed).
+- :mod:`.audit`: ``audit``, ``escalations`` (a run's record, and decisions on it).
+- :mod:`.report`: ``report``, ``compare``, ``export`` (a run read back).
+- :mod:`._common`: the console, errors, JSON output; environment variables are read there only.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .audit import audit_command, escalations_command
+from .report import compare_command, export_command, report_command
+from .run import replay_command, resume_command, run_command
+
+__all__ = ["main"]
+
+
+@click.group()
+@click.version_option(package_name="harness")
+def main() -> None:
+    """A transactional agent-execution harness."""
+
+
+for _command in (
+    run_command,
+    resume_command,
+    replay_command,
+    audit_command,
+    escalations_command,
+    report_command,
+    compare_command,
+    export_command,
+):
+    main.add_command(_command)

@@ -1,0 +1,5 @@
+"""``python -m harness.cli``: the command line."""
+
+from . import main
+
+main()

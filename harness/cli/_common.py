@@ -1,0 +1,94 @@
+"""What every command shares: the console, how errors end a command, JSON output, settings.
+
+Environment variables are read here only (:func:`openai_settings`), never in the library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import HarnessError
+from ..runs import RunResult
+
+__all__ = [
+    "console",
+    "dump",
+    "fail",
+    "failures_table",
+    "openai_settings",
+    "summary_table",
+]
+
+console = Console(soft_wrap=True, highlight=False)
+
+OPENAI_DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+
+
+def fail(exc: HarnessError) -> NoReturn:
+    """End the command: the error on stderr, exit status 2."""
+    Console(stderr=True, soft_wrap=True, highlight=False).print(
+        f"[red]error:[/red] {escape(str(exc))}"
+    )
+    sys.exit(2)
+
+
+def dump(value: Any) -> None:
+    """Print ``value`` as JSON (strict: a NaN is an error, not a bare ``NaN``)."""
+    click.echo(json.dumps(value, indent=2, allow_nan=False, default=str))
+
+
+def openai_settings(base_url: str | None = None, model: str | None = None) -> dict[str, Any]:
+    """The ``openai`` agent's options: flags first, then ``HARNESS_OPENAI_BASE_URL``,
+    ``HARNESS_OPENAI_MODEL`` and ``HARNESS_OPENAI_API_KEY``."""
+    options: dict[str, Any] = {
+        "base_url": base_url or os.environ.get("HARNESS_OPENAI_BASE_URL", OPENAI_DEFAULT_BASE_URL),
+        "model": model or os.environ.get("HARNESS_OPENAI_MODEL", "default"),
+    }
+    key = os.environ.get("HARNESS_OPENAI_API_KEY")
+    if key:
+        options["api_key"] = key
+    return options
+
+
+def secrets() -> dict[str, Any] | None:
+    """Agent options a run does not record (an API key), from the environment."""
+    key = os.environ.get("HARNESS_OPENAI_API_KEY")
+    return {"api_key": key} if key else None
+
+
+def summary_table(result: RunResult) -> Table:
+    """pass^k and pass@k for k = 1..n with intervals."""
+    table = Table(title=f"{result.suite}: pass^k over {len(result.counts()[0])} tasks")
+    for col in ("k", "pass^k", "95% interval", "pass@k", "method"):
+        table.add_column(col, justify="right" if col != "method" else "left")
+    n = min(result.counts()[2], default=0)
+    for k in range(1, n + 1):
+        est = result.pass_hat(k)
+        table.add_row(
+            str(k),
+            f"{est.value:.3f}",
+            f"[{est.low:.3f}, {est.high:.3f}]",
+            f"{result.pass_at(k):.3f}",
+            est.method,
+        )
+    return table
+
+
+def failures_table(result: RunResult) -> Table:
+    """Failed tool calls by class and episodes by outcome."""
+    table = Table(title="failures by class and outcomes")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for name, count in sorted(result.failures_by_class().items()):
+        table.add_row(f"failed call: {name}", str(count))
+    for name, count in sorted(result.outcomes().items()):
+        table.add_row(f"episode {name}", str(count))
+    return table
