@@ -281,7 +281,7 @@ def _exact_cp(c: int, n: int, alpha: float) -> tuple[float, float]:
 
 @pytest.mark.parametrize("n", [1, 2, 7, 30, 120])
 def test_clopper_pearson_is_accurate_to_1e8(n: int) -> None:
-    """The continued-fraction beta quantile matches exact binomial tails to better than 1e-8."""
+    """The beta quantile (scipy.special) matches exact binomial tails to better than 1e-8."""
     for c in sorted({0, 1, n // 3, n // 2, n - 1, n}):
         for confidence in (0.9, 0.95, 0.99):
             est = clopper_pearson(c, n, confidence)
@@ -292,8 +292,19 @@ def test_clopper_pearson_is_accurate_to_1e8(n: int) -> None:
     assert clopper_pearson(n, n).low == pytest.approx((alpha / 2) ** (1 / n), abs=1e-12)
 
 
+@pytest.mark.parametrize("n", [1, 10**6])
+@pytest.mark.parametrize("confidence", [0.5, 0.9, 0.999])
+def test_clopper_pearson_closed_forms_at_the_ends(n: int, confidence: float) -> None:
+    """c = 0 and c = n have closed-form bounds, for a single trial and for a million."""
+    tail = (1 - confidence) / 2
+    log_root = math.log(tail) / n  # root = (alpha / 2) ** (1 / n); 1 - root via expm1
+    none, every = clopper_pearson(0, n, confidence), clopper_pearson(n, n, confidence)
+    assert none.low == 0.0 and none.high == pytest.approx(-math.expm1(log_root), rel=1e-12)
+    assert every.high == 1.0 and every.low == pytest.approx(math.exp(log_root), rel=1e-12)
+
+
 def test_t_quantiles_match_closed_forms_and_tables() -> None:
-    """Student-t quantiles from the incomplete beta match closed forms (df 1, 2) and tables."""
+    """Student-t quantiles match closed forms (df 1, 2), tables and the large-df expansion."""
     q = 0.975
     assert stats._t_quantile(1, q) == pytest.approx(math.tan(math.pi * (q - 0.5)), rel=1e-10)
     assert stats._t_quantile(2, q) == pytest.approx(
@@ -301,7 +312,7 @@ def test_t_quantiles_match_closed_forms_and_tables() -> None:
     )
     assert stats._t_quantile(9, q) == pytest.approx(2.262157163, abs=1e-9)
     assert stats._t_quantile(49, q) == pytest.approx(2.009575237, abs=1e-9)
-    assert stats._t_quantile(10**6, q) == pytest.approx(1.959966, abs=1e-5)
+    assert stats._t_quantile(10**6, q) == pytest.approx(1.9599663568, abs=1e-9)
 
 
 def test_binomial_interval_arguments_are_checked() -> None:
