@@ -5,6 +5,7 @@ write-ahead intent, retries, postconditions against observed state, scope check,
 compensation), recorded in a hash-chained log, inside an :class:`Episode`.
 """
 
+from ._json import canonical, digest
 from .action import Action, Context, action, current_context
 from .clock import Clock, SystemClock
 from .episode import Episode, current_episode
@@ -24,17 +25,18 @@ from .errors import (
     NotSerializable,
     PreconditionFailed,
     Rejected,
+    RunNotFound,
     ScopeViolation,
     StoreError,
     SuiteError,
     TransientError,
 )
 from .policy import Decision, FailureClass, Policy, Retry
-from .runs.start import RunResult, run_trials
+from .runs import RunResult, run_trials
 from .state import DictState, FileState, SQLState, StateAdapter
 from .state.base import escape_glob
 from .store import ChainReport, Store
-from .suite import Suite, Task, load_suite
+from .suite import FieldCheck, Suite, Task, Verification, Verifier, load_suite
 
 __version__ = "0.1.0"
 
@@ -54,6 +56,7 @@ __all__ = [
     "EpisodeClosed",
     "Escalated",
     "FailureClass",
+    "FieldCheck",
     "FileState",
     "HarnessError",
     "IdempotencyConflict",
@@ -65,6 +68,7 @@ __all__ = [
     "PreconditionFailed",
     "Rejected",
     "Retry",
+    "RunNotFound",
     "RunResult",
     "SQLState",
     "ScopeViolation",
@@ -76,10 +80,14 @@ __all__ = [
     "SystemClock",
     "Task",
     "TransientError",
+    "Verification",
+    "Verifier",
     "__version__",
     "action",
+    "canonical",
     "current_context",
     "current_episode",
+    "digest",
     "escape_glob",
     "load_suite",
     "run_trials",

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["canonical", "digest", "dumps", "encodable", "loads", "storable"]
+__all__ = ["canonical", "digest", "dumps", "encodable", "loads", "loads_or", "storable"]
 
 
 def _default(value: Any) -> Any:
@@ -65,6 +65,17 @@ def digest(value: Any) -> str:
 
 
 loads = json.loads
+
+
+def loads_or(text: str | None, default: Any = None, *, keep_text: bool = False) -> Any:
+    """A stored JSON column read back: ``default`` when it is empty; when it is not JSON (a
+    damaged or hand-edited row), ``default``, or the text itself with ``keep_text``."""
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text if keep_text else default
 
 
 def encodable(text: str) -> bool:

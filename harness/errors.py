@@ -17,7 +17,7 @@ The tree::
     │   └── NotSerializable     its result cannot be stored as JSON
     ├── Escalated               the policy paused the episode for a person to decide
     ├── SuiteError              a suite, manifest or task file is malformed
-    ├── RunNotFound             a run folder does not exist or holds no run (harness.report)
+    ├── RunNotFound             a run folder does not exist or holds no run
     ├── ModelServerError        a model server stayed down or rate-limited
     │   └── ModelRequestError   the server refused the request (wrong model, bad key)
     ├── Rejected                a person rejected this action when resolving an escalation
@@ -52,6 +52,7 @@ __all__ = [
     "NotSerializable",
     "PreconditionFailed",
     "Rejected",
+    "RunNotFound",
     "ScopeViolation",
     "StoreError",
     "SuiteError",
@@ -342,3 +343,15 @@ def _show(step: dict[str, Any]) -> str:
         shown = canonical(args) if args is not None else f"key {step.get('key')!r}"
         return f"{step.get('name')}({shown})"
     return f"{kind} {step.get('name')} {canonical(step.get('request'))}"
+
+
+class RunNotFound(HarnessError):
+    """A path given as a run folder is not one: missing, or without its ``harness.db``.
+
+    Attributes:
+        path: the path as given.
+    """
+
+    def __init__(self, path: Any, message: str) -> None:
+        self.path = path
+        super().__init__(message)

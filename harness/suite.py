@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -35,9 +35,11 @@ __all__ = [
 
 TASK_FORMAT_VERSION = 1
 MANIFEST_FIELDS = frozenset(
-    {"name", "version", "description", "environment", "environment_options", "tasks"}
+    {"name", "version", "description", "environment", "environment_options", "verifier", "tasks"}
 )
 BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvironment"}
+# The verifier a suite uses unless its manifest names another (``"verifier": "module:function"``).
+DEFAULT_VERIFIER = "verifiers:verify"
 
 
 @runtime_checkable
@@ -54,6 +56,44 @@ class Environment(Protocol):
     def close(self) -> None:
         """Release the copy."""
         ...
+
+
+class Verification(Protocol):
+    """What a verifier returns: pass/fail, partial credit beside it, and what it compared."""
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def partial(self) -> float | None: ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as stored with the trial (JSON-ready)."""
+        ...
+
+
+class Verifier(Protocol):
+    """Judges one trial on the external state it left (named by a suite like its environment).
+
+    Args:
+        task: the task.
+        actual: resources the trial changed: key -> final value (None: removed).
+        expected: the same for the task's reference actions on a fresh environment.
+        message: the agent's final message.
+        state: the trial's state adapter, after the trial.
+        steps: for each reference write, whether the trial committed the same call.
+    """
+
+    def __call__(
+        self,
+        task: Task,
+        *,
+        actual: Mapping[str, Any],
+        expected: Mapping[str, Any],
+        message: str,
+        state: Any,
+        steps: Sequence[bool],
+    ) -> Verification: ...
 
 
 class ToolCall(BaseModel):
@@ -113,14 +153,17 @@ def task_schema() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-def _import(spec: str, where: str) -> Any:
+def _import(spec: str, where: str, what: str = "environment") -> Any:
     module, _, attr = spec.partition(":")
     if not module or not attr:
-        raise SuiteError(f"{where}: environment {spec!r} must look like 'package.module:Class'")
+        raise SuiteError(f"{where}: {what} {spec!r} must look like 'package.module:name'")
     try:
-        return getattr(importlib.import_module(module), attr)
+        found = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
-        raise SuiteError(f"{where}: cannot import environment {spec!r} ({exc})") from exc
+        raise SuiteError(f"{where}: cannot import {what} {spec!r} ({exc})") from exc
+    if not callable(found):
+        raise SuiteError(f"{where}: {what} {spec!r} is not callable")
+    return found
 
 
 class Suite:
@@ -131,6 +174,8 @@ class Suite:
         path: where it was loaded from.
         tasks: the tasks, in file order.
         environment: the ``module:Class`` that builds a fresh environment.
+        verifier: the ``module:function`` that judges a trial (:class:`Verifier`); its
+            callable is :attr:`verify`.
     """
 
     def __init__(
@@ -142,6 +187,7 @@ class Suite:
         tasks: list[Task],
         environment: str,
         environment_options: dict[str, Any] | None = None,
+        verifier: str = DEFAULT_VERIFIER,
     ) -> None:
         self.name = name
         self.version = version
@@ -150,6 +196,8 @@ class Suite:
         self.environment = environment
         self.environment_options = environment_options or {}
         self._factory = _import(environment, str(path))
+        self.verifier = verifier
+        self.verify: Verifier = _import(verifier, str(path), what="verifier")
         self._check_tools()
 
     def _check_tools(self) -> None:
@@ -182,6 +230,7 @@ class Suite:
             "name": self.name,
             "version": self.version,
             "environment": self.environment,
+            "verifier": self.verifier,
             "tasks": {t.id: {"version": t.version, "digest": t.digest} for t in self.tasks},
         }
 
@@ -297,6 +346,7 @@ def load_suite(path: str | Path) -> Suite:
             tasks=tasks,
             environment=manifest["environment"],
             environment_options=manifest.get("environment_options") or {},
+            verifier=manifest.get("verifier") or DEFAULT_VERIFIER,
         )
     if not p.exists():
         raise SuiteError(f"{p}: no such suite folder or task file")

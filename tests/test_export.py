@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict
 
 from harness.cli import main
-from harness.report import RunNotFound, load_report
+from harness.errors import RunNotFound
+from harness.report import load_report
 from harness.report.export import export_run
 from harness.runs.start import run_trials
 

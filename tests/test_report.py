@@ -15,13 +15,8 @@ from click.testing import CliRunner
 import harness as hx
 from harness import stats
 from harness.cli import main
-from harness.report import (
-    REPORT_FORMAT,
-    RunNotFound,
-    compare_reports,
-    load_report,
-    render_html,
-)
+from harness.errors import RunNotFound
+from harness.report import REPORT_FORMAT, compare_reports, load_report, render_html
 from harness.runs.start import run_trials
 from harness.store import RunRow, TrialRow
 

@@ -23,9 +23,9 @@ import harness as hx
 from harness.agents import OpenAIAgent
 from harness.cli import main
 from harness.errors import Diverged
-from harness.runs.replay import RecordingToolbox
 from harness.runs.resume import resume_run
 from harness.runs.start import run_trials
+from harness.runs.toolbox import RecordingToolbox
 from harness.testing import FakeClock
 from harness.testing.model_server import FakeChatServer, text_reply, tool_reply
 

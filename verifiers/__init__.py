@@ -4,6 +4,10 @@ Each check records what it compared, so a verdict can be audited: final-state eq
 state the reference actions produce (by digest of the changes), field checks on resources,
 required outputs in the agent's final message (case-insensitive substrings, as tau-bench does),
 and explicit partial credit, reported separately from pass/fail.
+
+:func:`verify` is the verifier a suite uses unless its ``suite.json`` names another
+(``"verifier": "module:function"``, a :class:`harness.Verifier`). This package uses harness's
+public API only.
 """
 
 from .checks import (

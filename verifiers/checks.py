@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness._json import canonical, digest
-from harness.suite import FieldCheck, Task
+from harness import FieldCheck, Task, canonical, digest
 
 __all__ = [
     "CheckResult",

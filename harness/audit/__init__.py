@@ -1,7 +1,5 @@
 """Auditing a run: what happened, step by step, and proof the record was not edited.
 
-- :func:`open_run` opens a run folder for reading, refusing (with nothing written) a missing
-  folder, a damaged database or one from a newer harness.
 - :func:`timeline` gives one episode's record as people read it: every action with its
   arguments, outcome, decision and failure class, attempts, timing, the state diff it made and
   its checkpoint, escalations and who resolved them, the verifier's verdict.
@@ -13,10 +11,7 @@
 
 from .html import render_html
 from .model import (
-    OpenRun,
-    check_database,
     episode_summaries,
-    open_run,
     pending_escalations,
     timeline,
 )
@@ -25,11 +20,8 @@ from .verify import Finding, VerifyReport, verify_episode, verify_run
 
 __all__ = [
     "Finding",
-    "OpenRun",
     "VerifyReport",
-    "check_database",
     "episode_summaries",
-    "open_run",
     "pending_escalations",
     "render_html",
     "render_text",

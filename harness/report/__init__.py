@@ -9,7 +9,7 @@ fitted from the per-trial step lists, its horizon at s = 0.5, and the self-condi
 The modules:
 
 ``model``
-    ``open_run``, ``build_report``/``load_report``, ``compare_reports`` and the value objects.
+    ``build_report``/``load_report``, ``compare_reports`` and the value objects.
 ``terminal``
     ``render`` and ``render_comparison``: rich tables.
 ``html``
@@ -28,13 +28,10 @@ from .model import (
     REPORT_VERSION,
     Comparison,
     Report,
-    RunData,
-    RunNotFound,
     TaskResult,
     build_report,
     compare_reports,
     load_report,
-    open_run,
 )
 from .terminal import render, render_comparison
 
@@ -45,13 +42,10 @@ __all__ = [
     "REPORT_VERSION",
     "Comparison",
     "Report",
-    "RunData",
-    "RunNotFound",
     "TaskResult",
     "build_report",
     "compare_reports",
     "load_report",
-    "open_run",
     "render",
     "render_comparison",
     "render_html",

@@ -30,11 +30,12 @@ from typing import Any, Literal
 
 import harness
 
+from .._json import loads_or
 from ..errors import HarnessError
+from ..runs.layout import OpenRun, open_run
 from ..stats import InfraPolicy
 from ..store import TransactionRow, TrialRow
 from ..suite import Task, load_suite
-from . import RunData, open_run
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -49,31 +50,22 @@ ExportFormat = Literal["taubench", "tau2", "jsonl"]
 EXPORT_FORMATS: tuple[ExportFormat, ...] = ("taubench", "tau2", "jsonl")
 
 
-def _loads(text: str | None, default: Any) -> Any:
-    if not text:
-        return default
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return default
-
-
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat()
 
 
-def _task_order(data: RunData) -> list[str]:
+def _task_order(data: OpenRun) -> list[str]:
     seen = {t.task_id for t in data.trials}
     listed = [t for t in data.config.get("tasks", []) if t in seen]
     return listed + sorted(seen - set(listed))
 
 
-def _ordered_trials(data: RunData) -> list[TrialRow]:
+def _ordered_trials(data: OpenRun) -> list[TrialRow]:
     position = {t: i for i, t in enumerate(_task_order(data))}
     return sorted(data.trials, key=lambda r: (r.trial, position[r.task_id]))
 
 
-def _suite_tasks(data: RunData) -> dict[str, Task]:
+def _suite_tasks(data: OpenRun) -> dict[str, Task]:
     """The run's tasks from its suite, if the suite still loads from where it ran."""
     path = data.config.get("suite_path")
     if not path:
@@ -124,7 +116,7 @@ def _openai_traj(task: Task | None, txns: list[TransactionRow], message: str) ->
 
 
 def _expected_digest(row: TrialRow) -> str:
-    verdict = _loads(row.verdict, {})
+    verdict = loads_or(row.verdict, {})
     for check in verdict.get("checks", []):
         if check.get("name") == "state_equality":
             return str(check.get("compared", {}).get("expected_digest", ""))
@@ -141,10 +133,10 @@ def _harness_info(row: TrialRow) -> dict[str, Any]:
         "partial": row.partial,
         "outcome": row.outcome,
         "infra_error": row.infra_error,
-        "failures": _loads(row.failures, {}),
-        "steps": _loads(row.steps, []),
-        "verdict": _loads(row.verdict, {}),
-        "agent_meta": _loads(row.agent_meta, {}),
+        "failures": loads_or(row.failures, {}),
+        "steps": loads_or(row.steps, []),
+        "verdict": loads_or(row.verdict, {}),
+        "agent_meta": loads_or(row.agent_meta, {}),
     }
 
 
@@ -154,7 +146,7 @@ def _integer_ids(ids: list[str]) -> dict[str, int]:
     return {t: i for i, t in enumerate(ids)}
 
 
-def taubench_records(data: RunData, *, infra: InfraPolicy = "fail") -> list[dict[str, Any]]:
+def taubench_records(data: OpenRun, *, infra: InfraPolicy = "fail") -> list[dict[str, Any]]:
     """The run as tau-bench's results file (a list of ``EnvRunResult`` records).
 
     Args:
@@ -207,7 +199,7 @@ def taubench_records(data: RunData, *, infra: InfraPolicy = "fail") -> list[dict
 def _termination(row: TrialRow) -> str:
     if row.infra_error:
         return "infrastructure_error"
-    if "error" in _loads(row.agent_meta, {}):
+    if "error" in loads_or(row.agent_meta, {}):
         return "agent_error"
     return "agent_stop"
 
@@ -227,7 +219,7 @@ def _tau2_messages(
                     {
                         "id": call_id,
                         "name": txn.action,
-                        "arguments": _loads(txn.args, {}),
+                        "arguments": loads_or(txn.args, {}),
                         "requestor": "assistant",
                     }
                 ],
@@ -293,7 +285,7 @@ def _agent_info(evidence: dict[str, Any]) -> dict[str, Any]:
     return {"implementation": f"harness:{name}", "llm": agent.get("model"), "llm_args": agent}
 
 
-def tau2_results(data: RunData) -> dict[str, Any]:
+def tau2_results(data: OpenRun) -> dict[str, Any]:
     """The run as tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``)."""
     order = _task_order(data)
     tasks = _suite_tasks(data)
@@ -305,7 +297,7 @@ def tau2_results(data: RunData) -> dict[str, Any]:
     for row in _ordered_trials(data):
         start = row.created_at - row.duration
         reward = 1.0 if row.passed and not row.infra_error else 0.0
-        verdict = _loads(row.verdict, {})
+        verdict = loads_or(row.verdict, {})
         db_match = next(
             (
                 c.get("passed")
@@ -364,7 +356,7 @@ def tau2_results(data: RunData) -> dict[str, Any]:
     }
 
 
-def jsonl_records(data: RunData) -> Iterable[dict[str, Any]]:
+def jsonl_records(data: OpenRun) -> Iterable[dict[str, Any]]:
     """One dict per trial: the trial row, decoded, with its transactions."""
     for row in _ordered_trials(data):
         record: dict[str, Any] = {
@@ -386,16 +378,16 @@ def jsonl_records(data: RunData) -> Iterable[dict[str, Any]]:
                 "id": t.id,
                 "seq": t.seq,
                 "action": t.action,
-                "args": _loads(t.args, t.args),
+                "args": loads_or(t.args, t.args),
                 "status": t.status,
                 "mutating": t.mutating,
                 "failure_class": t.failure_class,
                 "decision": t.decision,
                 "reason": t.reason,
-                "result": _loads(t.result, t.result),
-                "diff": _loads(t.diff, t.diff),
+                "result": loads_or(t.result, t.result),
+                "diff": loads_or(t.diff, t.diff),
                 "attempts": t.attempts,
-                "errors": _loads(t.errors, []),
+                "errors": loads_or(t.errors, []),
                 "started_at": t.started_at,
                 "ended_at": t.ended_at,
                 "duration": t.duration,
@@ -427,7 +419,7 @@ def export_run(
     """
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
-    with open_run(run) as data:
+    with open_run(run, finished=True) as data:
         target = (
             Path(out)
             if out is not None

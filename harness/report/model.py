@@ -7,16 +7,16 @@ infrastructure-error policy; ``compare_reports`` pairs two reports on their shar
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import HarnessError
+from .._json import loads_or
+from ..errors import HarnessError, RunNotFound
+from ..runs.layout import OpenRun, open_run
 from ..stats import (
     INTERVAL_METHODS,
     Estimate,
@@ -32,7 +32,7 @@ from ..stats import (
     suite_curve,
     suite_pass_hat_k,
 )
-from ..store import RunRow, Store, TrialRow
+from ..store import TrialRow
 
 __all__ = [
     "COMPARISON_FORMAT",
@@ -41,13 +41,10 @@ __all__ = [
     "REPORT_VERSION",
     "Comparison",
     "Report",
-    "RunData",
-    "RunNotFound",
     "TaskResult",
     "build_report",
     "compare_reports",
     "load_report",
-    "open_run",
 ]
 
 REPORT_FORMAT = "harness.report"
@@ -60,125 +57,9 @@ INFRA_DESCRIPTIONS: Mapping[str, str] = {
 }
 
 
-class RunNotFound(HarnessError):
-    """A path given as a run folder is not one: missing, or without its ``harness.db``.
-
-    Attributes:
-        path: the path as given.
-    """
-
-    def __init__(self, path: Path, message: str) -> None:
-        self.path = path
-        super().__init__(message)
-
-
 # --------------------------------------------------------------------------------------------
 # Reading a run folder.
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunData:
-    """The raw records of one run: its row, its trials, its evidence, and its open store."""
-
-    folder: Path
-    run: RunRow
-    trials: list[TrialRow]
-    evidence: dict[str, Any]
-    config: dict[str, Any]
-    store: Store
-
-    def close(self) -> None:
-        """Release the store's connections."""
-        self.store.close()
-
-
-def _runs_hint(folder: Path) -> str:
-    parent = folder.parent if str(folder.parent) not in ("", ".") else Path(".")
-    try:
-        runs = sorted(p.name for p in parent.iterdir() if (p / "harness.db").is_file())
-    except OSError:
-        runs = []
-    if not runs:
-        return ""
-    shown = ", ".join(runs[-5:])
-    return f" (run folders in {parent}: {shown})"
-
-
-def _loads(text: str | None, default: Any) -> Any:
-    if not text:
-        return default
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return default
-
-
-@contextmanager
-def open_run(path: str | Path) -> Iterator[RunData]:
-    """Open the run in ``path`` (``logs/<run>``, or its ``harness.db``) for reading.
-
-    Nothing is created when the path is not a run folder.
-
-    Raises:
-        RunNotFound: the folder does not exist, is not a folder, has no ``harness.db``, or its
-            store holds no run or no finished trial.
-        StoreError: the ``harness.db`` does not open as a harness store.
-    """
-    folder = Path(path)
-    if folder.is_file() and folder.suffix == ".db":
-        folder = folder.parent
-    if not folder.exists():
-        raise RunNotFound(
-            folder,
-            f"no run folder {folder}: give the folder `harness run` printed "
-            f"(logs/<run>){_runs_hint(folder)}",
-        )
-    if not folder.is_dir():
-        raise RunNotFound(
-            folder, f"{folder} is a file, not a run folder: give logs/<run>{_runs_hint(folder)}"
-        )
-    db = folder / "harness.db"
-    if not db.is_file():
-        raise RunNotFound(
-            folder,
-            f"{folder} has no harness.db, so it is not a run folder: give the folder "
-            f"`harness run` printed (logs/<run>){_runs_hint(folder / 'x')}",
-        )
-    store = Store(db)
-    try:
-        runs = store.runs()
-        if not runs:
-            raise RunNotFound(folder, f"{db} holds no run record: was it written by `harness run`?")
-        by_id = {r.id: r for r in runs}
-        if folder.name in by_id:
-            run = by_id[folder.name]
-        elif len(runs) == 1:
-            run = runs[0]
-        else:
-            raise RunNotFound(
-                folder,
-                f"{db} holds {len(runs)} runs ({', '.join(sorted(by_id))}) and none is named "
-                f"after the folder {folder.name!r}: give each run its own folder",
-            )
-        trials = store.trials(run.id)
-        if not trials:
-            raise RunNotFound(
-                folder,
-                f"run {run.id} in {folder} has no finished trials yet (status {run.status}): "
-                "let it finish, or `harness resume` it",
-            )
-        evidence = _loads(run.evidence, {})
-        if not evidence and (folder / "evidence.json").is_file():
-            evidence = _loads((folder / "evidence.json").read_text(encoding="utf-8"), {})
-        data = RunData(folder, run, trials, evidence, _loads(run.config, {}), store)
-    except BaseException:
-        store.close()
-        raise
-    try:
-        yield data
-    finally:
-        data.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,13 +247,13 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _task_order(data: RunData) -> list[str]:
+def _task_order(data: OpenRun) -> list[str]:
     seen = {t.task_id for t in data.trials}
     listed = [t for t in data.config.get("tasks", []) if t in seen]
     return listed + sorted(seen - set(listed))
 
 
-def build_report(data: RunData, *, infra: InfraPolicy = "fail", confidence: float = 0.95) -> Report:
+def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: float = 0.95) -> Report:
     """The report of an opened run.
 
     Args:
@@ -413,7 +294,7 @@ def build_report(data: RunData, *, infra: InfraPolicy = "fail", confidence: floa
     step_lists: list[list[bool]] = []
     partials: list[float] = []
     for i in keep:
-        steps_here = [[bool(b) for b in _loads(x.steps, [])] for x in counted[i]]
+        steps_here = [[bool(b) for b in loads_or(x.steps, [])] for x in counted[i]]
         step_lists.extend(steps_here)
         part = [x.partial for x in counted[i] if x.partial is not None]
         partials.extend(part)
@@ -450,7 +331,7 @@ def build_report(data: RunData, *, infra: InfraPolicy = "fail", confidence: floa
     sc = self_conditioning(histories, confidence) if histories else None
     failures: Counter[str] = Counter()
     for row in data.trials:
-        failures.update({str(k): int(v) for k, v in _loads(row.failures, {}).items()})
+        failures.update({str(k): int(v) for k, v in loads_or(row.failures, {}).items()})
     return Report(
         run_id=data.run.id,
         suite=data.run.suite,
@@ -477,7 +358,7 @@ def load_report(
     path: str | Path, *, infra: InfraPolicy = "fail", confidence: float = 0.95
 ) -> Report:
     """Open the run folder ``path`` and build its report (see ``build_report``)."""
-    with open_run(path) as data:
+    with open_run(path, finished=True) as data:
         return build_report(data, infra=infra, confidence=confidence)
 
 

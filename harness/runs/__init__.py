@@ -7,7 +7,8 @@
 
 from .replay import ReplayReport, replay_episode
 from .resume import ResumeResult, resume_run
-from .start import RunResult, TrialResult, run_trials
+from .start import RunResult, run_trials
+from .worker import TrialResult
 
 __all__ = [
     "ReplayReport",

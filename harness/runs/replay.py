@@ -1,92 +1,37 @@
-"""Replaying episodes: recorded tool reads, state rebuilt from the record, agents re-run.
+"""``harness replay``: one episode re-verified, and its agent re-run against its record.
 
-Three pieces, used by ``harness resume`` and ``harness replay``:
-
-- :class:`RecordingToolbox`: the toolbox trials use. Writes are transactions (recorded by the
-  engine); reads go through :meth:`Episode.remember`, so the agent's whole path (what it read,
-  what the model said) is in the record and comes back unchanged when the episode resumes.
-- :func:`recorded_changes` / :func:`apply_changes`: an episode's effects, from its transaction
-  rows, applied to a fresh environment's state (a trial's environment does not outlive its
-  process, so a resumed or replayed trial starts from the state its record says it left).
-- :func:`replay_episode`: re-runs the verifiers against the recorded final state, and re-runs
-  the episode's agent against the record (a :class:`ReplayEpisode` answers every call from it;
-  nothing is executed), reporting the first step where the agent and the record differ.
+:func:`replay_episode` re-runs the suite's verifier against the recorded final state, and
+re-runs the episode's agent against the record (a :class:`ReplayEpisode` answers every call
+from it; nothing is executed), reporting the first step where the agent and the record differ.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._json import canonical, dumps, loads
 from ..action import Action
-from ..agents.base import Agent, CallRecord, Toolbox, ToolResult
+from ..agents.base import Agent
 from ..episode.cursor import REMEMBERED, RecordedStep, call_step, rebuilt_error, recorded_steps
 from ..errors import (
-    ConfigurationError,
     Diverged,
     EpisodeClosed,
     Escalated,
     HarnessError,
     InvalidArguments,
 )
-from ..state import DictState, FileState, SQLState
-from ..store import EscalationRow, Store, TransactionRow
-from ..transaction import observed_changes
+from ..store import EscalationRow, Store
+from .judge import judge, reference_outcome
+from .layout import open_run
+from .rebuild import apply_changes, recorded_changes
+from .resume import run_agent, run_suite
+from .toolbox import RecordingToolbox
 
-__all__ = [
-    "RecordingToolbox",
-    "ReplayEpisode",
-    "ReplayReport",
-    "apply_changes",
-    "recorded_changes",
-    "replay_episode",
-]
-
-
-def _result_data(result: ToolResult) -> dict[str, Any]:
-    """A tool result as JSON, its content as text when JSON cannot hold it (as a model reads it)."""
-    content = result.content
-    try:
-        dumps(content)
-    except (TypeError, ValueError):
-        content = json.dumps(content, default=str)
-    return {"ok": result.ok, "content": content, "error": result.error, "kind": result.kind}
-
-
-class RecordingToolbox(Toolbox):
-    """A toolbox whose reads are part of the episode's record.
-
-    Write tools run as transactions, as in :class:`Toolbox`. A read's result is remembered by
-    the episode (:meth:`Episode.remember`), so on resume, and in a replay, the agent reads what
-    it read the first time; a divergence from the record is raised, not turned into a tool
-    result.
-    """
-
-    def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
-        """Call a tool; reads are recorded (and answered from the record on resume)."""
-        arguments = dict(arguments or {})
-        tool = self.tools.get(name)
-        if tool is not None and not isinstance(tool, Action):
-            ran: list[ToolResult] = []
-
-            def read() -> dict[str, Any]:
-                ran.append(Toolbox.call(self, name, arguments))
-                return _result_data(ran[0])
-
-            data = self.episode.remember("read", {"tool": name, "arguments": arguments}, read)
-            if not ran:
-                self.calls.append(CallRecord(name, arguments, data["ok"], data["kind"], False))
-            return ToolResult(data["ok"], data["content"], data["error"], data["kind"])
-        result = super().call(name, arguments)
-        diverged = getattr(self.episode, "diverged", None)
-        if diverged is not None:
-            raise diverged
-        return result
+__all__ = ["ReplayEpisode", "ReplayReport", "replay_episode"]
 
 
 class RecordEnds(HarnessError):
@@ -188,105 +133,6 @@ class ReplayEpisode:
 
 
 # --------------------------------------------------------------------------------------------
-# State from the record.
-# --------------------------------------------------------------------------------------------
-
-
-def recorded_changes(rows: Sequence[TransactionRow]) -> dict[str, Any]:
-    """The resources an episode's transactions left changed: key -> value after (None: absent).
-
-    Committed and recovered transactions count, and failed ones whose effect remained (their
-    row keeps the diff); compensated ones do not. Later writes win.
-    """
-    out: dict[str, Any] = {}
-    for row in sorted(rows, key=lambda r: r.seq):
-        if not row.diff or row.status in ("compensated", "abandoned"):
-            continue
-        for key, change in loads(row.diff).items():
-            out[key] = change[1]
-    return out
-
-
-def apply_changes(state: Any, changes: Mapping[str, Any]) -> None:
-    """Set each resource of ``state`` to its value in ``changes`` (None: remove it).
-
-    Works for :class:`DictState`, :class:`SQLState` and :class:`FileState` (text files); any
-    other adapter needs an ``apply_changes(changes)`` method of its own.
-
-    Raises:
-        ConfigurationError: the adapter cannot be written this way.
-    """
-    if not changes:
-        return
-    hook = getattr(state, "apply_changes", None)
-    if callable(hook):
-        hook(changes)
-    elif isinstance(state, DictState):
-        for key, value in changes.items():
-            if value is None:
-                state.pop(key, None)
-            else:
-                state[key] = value
-    elif isinstance(state, SQLState):
-        _apply_sql(state, changes)
-    elif isinstance(state, FileState):
-        _apply_files(state, changes)
-    else:
-        raise ConfigurationError(
-            f"cannot rebuild the recorded state on {type(state).__name__}: give the adapter an "
-            "apply_changes(changes) method (key -> value, None to remove)"
-        )
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _apply_sql(state: SQLState, changes: Mapping[str, Any]) -> None:
-    conn = state.connection
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for key, value in changes.items():
-            table, pk = state._split(key)
-            if value is None:
-                where = " AND ".join(f"{_quote(c)} = ?" for c in table.pk) or "rowid = ?"
-                conn.execute(f"DELETE FROM {_quote(table.name)} WHERE {where}", pk)
-                continue
-            cols = [c for c in table.columns if c in value]
-            values = [
-                json.dumps(value[c])
-                if c in table.json_columns and value[c] is not None
-                else value[c]
-                for c in cols
-            ]
-            conn.execute(
-                f"INSERT OR REPLACE INTO {_quote(table.name)} ({', '.join(map(_quote, cols))}) "
-                f"VALUES ({', '.join('?' for _ in cols)})",
-                values,
-            )
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _apply_files(state: FileState, changes: Mapping[str, Any]) -> None:
-    root = Path(state.root)
-    for key, value in changes.items():
-        path = root / key
-        if value is None:
-            path.unlink(missing_ok=True)
-        elif isinstance(value, str) and not value.startswith("sha256:"):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(value, encoding="utf-8")
-        else:
-            raise ConfigurationError(
-                f"cannot rebuild {key!r} under {root}: the record holds only a digest of its "
-                "binary content"
-            )
-
-
-# --------------------------------------------------------------------------------------------
 # harness replay
 # --------------------------------------------------------------------------------------------
 
@@ -366,12 +212,6 @@ def replay_episode(
         StoreError: its database is damaged or from a newer harness.
         HarnessError: no such episode in the run; the suite or agent cannot be loaded.
     """
-    from verifiers import verify
-
-    from ..audit import open_run
-    from .resume import run_agent, run_suite
-    from .start import _steps_done, reference_outcome
-
     with open_run(folder) as run:
         store: Store = run.store
         episode = store.episode(episode_id)
@@ -387,26 +227,21 @@ def replay_episode(
         rows = store.transactions(episode_id)
         steps = recorded_steps(rows, store.log(episode_id))
         notes: list[str] = []
-        # 1. The verifiers against the recorded final state.
+        # 1. The verifier against the recorded final state.
         reference = reference_outcome(suite, task)
         env = suite.new_environment()
         try:
             mark = env.state.mark()
             apply_changes(env.state, recorded_changes(rows))
-            actual = {k: a for k, (_, a) in observed_changes(env.state, mark).items()}
-            committed = [
-                (t.action, canonical(loads(t.args)))
-                for t in rows
-                if t.mutating and t.status in ("committed", "recovered")
-            ]
-            verdict = verify(
+            verdict = judge(
+                suite,
                 task,
-                actual=actual,
-                expected=reference.changes,
-                message=trial.message if trial else "",
+                reference,
                 state=env.state,
-                steps=_steps_done(reference, committed),
-            ).to_dict()
+                mark=mark,
+                rows=rows,
+                message=trial.message if trial else "",
+            )[0].to_dict()
             env.state.release(mark)
         finally:
             env.close()

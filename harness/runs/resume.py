@@ -12,13 +12,10 @@ same run at once never execute the same episode: the second one skips it.
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
 import socket
 import time
 from collections.abc import Callable
-from concurrent import futures as cf
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,22 +24,14 @@ import harness
 
 from .._json import dumps
 from ..agents import Agent, registry
-from ..audit import OpenRun, open_run
 from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
-from ..store import RunRow, Store, TrialRow
+from ..store import Store
 from ..suite import Suite, load_suite
-from .start import (
-    REDACTED,
-    RunResult,
-    TrialResult,
-    _import_agents,
-    _init_worker,
-    _run_job,
-    _Worker,
-    trial_seed,
-    trial_state,
-)
+from .layout import EVIDENCE_FILE, OpenRun, episode_id, open_run, run_row, store_url, write_json
+from .pool import run_jobs
+from .start import REDACTED, RunResult, trial_seed
+from .worker import Job, TrialResult, Worker, trial_state
 
 __all__ = ["ResumeResult", "resume_run", "run_agent", "run_policy", "run_suite"]
 
@@ -71,7 +60,6 @@ def run_agent(run: OpenRun) -> Agent:
 
 def registry_agent(run: OpenRun, secrets: dict[str, Any] | None) -> Agent:
     """A new agent as the run configured it, with ``secrets`` given back."""
-    _import_agents()
     name = run.config.get("agent")
     if not isinstance(name, str) or name not in registry.names():
         raise ConfigurationError(
@@ -156,22 +144,6 @@ class ResumeResult:
         }
 
 
-def _result(row: TrialRow) -> TrialResult:
-    return TrialResult(
-        row.task_id,
-        row.trial,
-        row.seed,
-        row.episode_id,
-        row.passed,
-        row.partial,
-        row.outcome,
-        row.infra_error,
-        json.loads(row.failures or "{}"),
-        json.loads(row.steps or "[]"),
-        row.duration,
-    )
-
-
 def resume_run(
     folder: str | Path,
     *,
@@ -213,16 +185,16 @@ def resume_run(
         trials = int(config.get("trials") or 1)
         seed = int(config.get("seed") or 0)
         out = ResumeResult(RunResult(run_id, run.folder, suite.name, trials, []), notes=notes)
-        jobs: list[tuple[str, int, int, str]] = []
+        jobs: list[Job] = []
         states: dict[str, str] = {}
         for i in range(trials):
             for task_id in tasks:
-                episode_id = f"{run_id}-{task_id}-{i}"
-                state = states[episode_id] = trial_state(store, episode_id)
+                eid = episode_id(run_id, task_id, i)
+                state = states[eid] = trial_state(store, eid)
                 if state == "done":
-                    out.kept.append(episode_id)
+                    out.kept.append(eid)
                 elif state == "pending":
-                    out.pending.append(episode_id)
+                    out.pending.append(eid)
                 else:
                     jobs.append((task_id, i, trial_seed(seed, task_id, i), "auto"))
         evidence = dict(run.evidence)
@@ -235,64 +207,61 @@ def resume_run(
                 "trials": len(jobs),
             }
         )
-        _set_run(store, run.run, "running", evidence)
-        store_url = f"sqlite:///{run.db}"
-        agent_name = config.get("agent") if agent is None else agent_obj
-        done: list[TrialResult | None] = []
 
-        def finished(job: tuple[str, int, int, str], result: TrialResult | None) -> None:
-            episode_id = f"{run_id}-{job[0]}-{job[1]}"
+        def record_run(status: str) -> None:
+            row = run.run
+            store.add(
+                run_row(
+                    row.id,
+                    suite=row.suite,
+                    status=status,
+                    config=row.config,
+                    evidence=dumps(evidence),
+                    created_at=row.created_at,
+                )
+            )
+
+        record_run("running")
+        url = store_url(run.folder)
+        agent_name = config.get("agent") if agent is None else agent_obj
+
+        def finished(job: Job, result: TrialResult | None) -> None:
+            eid = episode_id(run_id, job[0], job[1])
             if result is None:
-                out.skipped.append(episode_id)
+                out.skipped.append(eid)
                 return
-            done.append(result)
-            (out.resumed if states[episode_id] == "resume" else out.started).append(episode_id)
+            (out.resumed if states[eid] == "resume" else out.started).append(eid)
             if progress:
                 progress(result)
 
-        if workers == 1 or not isinstance(agent_name, str):
-            worker = _Worker(str(suite.path), agent_obj, {}, store_url, run_id, policy)
-            worker.lease_seconds = lease_seconds
-            for job in jobs:
-                finished(job, worker.trial(*job))
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(
-                workers,
-                mp_context=ctx,
-                initializer=_init_worker,
-                initargs=(
-                    str(suite.path),
-                    agent_name,
-                    agent_options(run, secrets),
-                    store_url,
-                    run_id,
-                    policy,
-                ),
-            ) as pool:
-                submitted = {pool.submit(_run_job, job): job for job in jobs}
-                for fut in cf.as_completed(submitted):
-                    finished(submitted[fut], fut.result())
+        run_jobs(
+            jobs,
+            workers=workers,
+            worker_args=(
+                str(suite.path),
+                agent_name,
+                agent_options(run, secrets),
+                url,
+                run_id,
+                policy,
+                None,
+                lease_seconds,
+            ),
+            on_result=finished,
+            in_process=Worker(
+                str(suite.path), agent_obj, {}, url, run_id, policy, None, lease_seconds
+            )
+            if workers == 1 or not isinstance(agent_name, str)
+            else None,
+        )
         rows = store.trials(run_id)
         complete = len(rows) == trials * len(tasks) and not any(
             r.outcome == "escalated" for r in rows
         )
-        _set_run(store, run.run, "finished" if complete else "interrupted", evidence)
-        out.run = RunResult(run_id, run.folder, suite.name, trials, [_result(r) for r in rows])
-        if rows:
-            (run.folder / "summary.json").write_text(json.dumps(out.run.summary(), indent=2))
-        (run.folder / "evidence.json").write_text(json.dumps(evidence, indent=2, default=str))
-        return out
-
-
-def _set_run(store: Store, row: RunRow, status: str, evidence: dict[str, Any]) -> None:
-    store.add(
-        RunRow(
-            id=row.id,
-            created_at=row.created_at,
-            suite=row.suite,
-            status=status,
-            config=row.config,
-            evidence=dumps(evidence),
+        record_run("finished" if complete else "interrupted")
+        out.run = RunResult(
+            run_id, run.folder, suite.name, trials, [TrialResult.from_row(r) for r in rows]
         )
-    )
+        out.run.write_summary()
+        write_json(run.folder, EVIDENCE_FILE, evidence)
+        return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from .._json import digest
@@ -173,6 +173,14 @@ class DictState(MutableMapping[str, Any]):
 
     def fingerprint(self) -> str:
         return digest(self._data)
+
+    def apply_changes(self, changes: Mapping[str, Any]) -> None:
+        """Set each key to its value in ``changes`` (None: remove it), as a record says."""
+        for key, value in changes.items():
+            if value is None:
+                self.pop(key, None)
+            else:
+                self[key] = value
 
     def to_dict(self) -> dict[str, Any]:
         """A deep copy of every resource."""

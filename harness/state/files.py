@@ -12,7 +12,7 @@ import os
 import posixpath
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +180,23 @@ class FileState:
         sigs = self._scan()
         self._refresh_cache(sigs)
         return {k: self._cache[k][1] for k in sorted(sigs)}
+
+    def apply_changes(self, changes: Mapping[str, Any]) -> None:
+        """Write each file to its recorded text (None: remove it).
+
+        Raises:
+            ConfigurationError: the record holds only a digest of a binary file.
+        """
+        root = Path(self.root)
+        for key, value in changes.items():
+            path = root / key
+            if value is None:
+                path.unlink(missing_ok=True)
+            elif isinstance(value, str) and not value.startswith("sha256:"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(value, encoding="utf-8")
+            else:
+                raise ConfigurationError(
+                    f"cannot rebuild {key!r} under {root}: the record holds only a digest of its "
+                    "binary content"
+                )

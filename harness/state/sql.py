@@ -30,7 +30,7 @@ import sqlite3
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -420,3 +420,31 @@ class SQLState:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def apply_changes(self, changes: Mapping[str, Any]) -> None:
+        """Write each row to its recorded image (None: delete it), in one transaction."""
+        conn = self.connection
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for key, value in changes.items():
+                table, pk = self._split(key)
+                if value is None:
+                    where = " AND ".join(f"{_quote(c)} = ?" for c in table.pk) or "rowid = ?"
+                    conn.execute(f"DELETE FROM {_quote(table.name)} WHERE {where}", pk)
+                    continue
+                cols = [c for c in table.columns if c in value]
+                values = [
+                    json.dumps(value[c])
+                    if c in table.json_columns and value[c] is not None
+                    else value[c]
+                    for c in cols
+                ]
+                conn.execute(
+                    f"INSERT OR REPLACE INTO {_quote(table.name)} "
+                    f"({', '.join(map(_quote, cols))}) VALUES ({', '.join('?' for _ in cols)})",
+                    values,
+                )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")

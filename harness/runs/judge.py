@@ -1,0 +1,97 @@
+"""Judging a trial: what the task's reference actions do, and the suite's verifier on the state.
+
+A trial passes only on verified external state: the changes it left are compared with what the
+reference actions produce on a fresh environment, by the verifier its suite names.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._json import canonical, loads
+from ..action import Action
+from ..store import TransactionRow
+from ..suite import Suite, Task, Verification
+from ..transaction import observed_changes
+
+__all__ = ["Reference", "committed_calls", "judge", "plain", "reference_outcome", "steps_done"]
+
+
+@dataclass
+class Reference:
+    """What a task's reference actions do on a fresh environment."""
+
+    changes: dict[str, Any]
+    writes: list[tuple[str, str]]
+
+
+def plain(tool: Any) -> Callable[..., Any]:
+    """The function behind a tool (an action's undecorated function)."""
+    return tool.fn if isinstance(tool, Action) else tool
+
+
+def reference_outcome(suite: Suite, task: Task) -> Reference:
+    """Replay the reference actions with the plain tools on a fresh environment."""
+    env = suite.new_environment()
+    try:
+        mark = env.state.mark()
+        writes = []
+        for call in task.reference_actions:
+            tool = env.tools[call.name]
+            try:
+                plain(tool)(**call.arguments)
+            except Exception:  # a reference call upstream's own tools refuse: counted as such
+                continue
+            if isinstance(tool, Action) and tool.mutating:
+                # Compare as the transaction log records them: validated, defaults filled in.
+                values = tool.call_values(tool.validate_mapping(dict(call.arguments)))
+                writes.append((call.name, canonical(values)))
+        changes = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
+        env.state.release(mark)
+        return Reference(changes, writes)
+    finally:
+        env.close()
+
+
+def committed_calls(rows: Iterable[TransactionRow]) -> list[tuple[str, str]]:
+    """The writes an episode committed: (action, canonical arguments)."""
+    return [
+        (t.action, canonical(loads(t.args)))
+        for t in rows
+        if t.mutating and t.status in ("committed", "recovered")
+    ]
+
+
+def steps_done(reference: Reference, committed: Iterable[tuple[str, str]]) -> list[bool]:
+    """For each reference write, whether the trial committed the same call."""
+    pool = Counter(committed)
+    done = []
+    for call in reference.writes:
+        if pool[call] > 0:
+            pool[call] -= 1
+            done.append(True)
+        else:
+            done.append(False)
+    return done
+
+
+def judge(
+    suite: Suite,
+    task: Task,
+    reference: Reference,
+    *,
+    state: Any,
+    mark: Any,
+    rows: Sequence[TransactionRow],
+    message: str,
+) -> tuple[Verification, list[bool]]:
+    """The suite's verdict on a trial's state (changed since ``mark``) and its required steps."""
+    actual = {k: after for k, (_, after) in observed_changes(state, mark).items()}
+    steps = steps_done(reference, committed_calls(rows))
+    verdict = suite.verify(
+        task, actual=actual, expected=reference.changes, message=message, state=state, steps=steps
+    )
+    return verdict, steps

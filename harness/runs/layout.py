@@ -1,0 +1,237 @@
+"""A run folder's layout, and opening one for reading.
+
+A run lives in ``<logs>/<run id>/``: ``harness.db`` (the store: run row, episodes, transactions,
+trials, the hash-chained log), ``evidence.json`` (what the run must keep to be reproduced and
+believed) and ``summary.json`` (pass^k and pass@k when trials finished). Each trial is one
+episode, ``<run id>-<task id>-<trial>``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._json import loads_or
+from ..errors import RunNotFound, StoreError
+from ..store import SCHEMA_VERSION, RunRow, Store, TrialRow
+
+__all__ = [
+    "DB_FILE",
+    "EVIDENCE_FILE",
+    "SUMMARY_FILE",
+    "OpenRun",
+    "check_database",
+    "episode_id",
+    "new_run_id",
+    "open_run",
+    "run_row",
+    "store_url",
+    "write_json",
+]
+
+DB_FILE = "harness.db"
+EVIDENCE_FILE = "evidence.json"
+SUMMARY_FILE = "summary.json"
+
+
+def new_run_id() -> str:
+    """A run id: when it started, and six random hex digits."""
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def episode_id(run_id: str, task_id: str, trial: int) -> str:
+    """The episode (and trial row) id of one trial of a run."""
+    return f"{run_id}-{task_id}-{trial}"
+
+
+def store_url(folder: Path) -> str:
+    """The URL of a run folder's store."""
+    return f"sqlite:///{folder / DB_FILE}"
+
+
+def write_json(folder: Path, name: str, data: Any) -> None:
+    """Write ``folder/name`` as indented JSON (values JSON cannot hold as text)."""
+    (folder / name).write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+
+
+def run_row(
+    run_id: str,
+    *,
+    suite: str,
+    status: str,
+    config: str,
+    evidence: str,
+    created_at: float | None = None,
+) -> RunRow:
+    """The run's row (its status changes as the run goes; the rest is written once)."""
+    return RunRow(
+        id=run_id,
+        created_at=time.time() if created_at is None else created_at,
+        suite=suite,
+        status=status,
+        config=config,
+        evidence=evidence,
+    )
+
+
+def _shorter_than_its_header(db: Path) -> str:
+    """Why the file is cut short, judging by its SQLite header ("" when it is not)."""
+    with db.open("rb") as f:
+        header = f.read(100)
+    size = db.stat().st_size
+    if not header.startswith(b"SQLite format 3\x00") or len(header) < 100:
+        return ""  # not SQLite at all: opening it says so
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[24:28] == header[92:96]  # the in-header size is current
+    if valid and size < pages * page_size:
+        return f"truncated: {size} bytes of the {pages * page_size} its header records"
+    return ""
+
+
+def check_database(db: Path) -> None:
+    """Refuse, without writing to it, a database that is damaged or from a newer harness.
+
+    Raises:
+        StoreError: naming the file, what is wrong and what to do.
+    """
+    short = _shorter_than_its_header(db)
+    if short:
+        raise StoreError(
+            f"{db} is damaged ({short}); nothing was written. Restore it from a copy, or save "
+            f"what is readable with `sqlite3 {db} .recover`"
+        )
+    # Without a write-ahead log to read, open it immutable: not even a -shm file is created.
+    mode = "mode=ro" if Path(f"{db}-wal").exists() else "mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?{mode}", uri=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{db} does not open ({exc}); check its permissions") from exc
+    try:
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+        if problems != ["ok"]:
+            raise StoreError(
+                f"{db} is damaged ({'; '.join(problems[:3])}); nothing was written. Restore it "
+                f"from a copy, or save what is readable with `sqlite3 {db} .recover`"
+            )
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "hx_meta" in tables:
+            row = conn.execute("SELECT value FROM hx_meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{db} has schema version {version}, newer than this harness understands "
+                    f"({SCHEMA_VERSION}); nothing was written. Upgrade harness to read it"
+                )
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{db} is damaged or not a database ({exc}); nothing was written. Restore it "
+            f"from a copy, or save what is readable with `sqlite3 {db} .recover`"
+        ) from exc
+    finally:
+        conn.close()
+
+
+@dataclass
+class OpenRun:
+    """A run folder opened for reading: its store, run row, configuration, evidence, trials."""
+
+    folder: Path
+    db: Path
+    store: Store
+    run: RunRow
+    config: dict[str, Any]
+    evidence: dict[str, Any]
+    trials: list[TrialRow] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        self.store.close()
+
+
+def _runs_hint(folder: Path) -> str:
+    parent = folder.parent if str(folder.parent) not in ("", ".") else Path(".")
+    try:
+        runs = sorted(p.name for p in parent.iterdir() if (p / "harness.db").is_file())
+    except OSError:
+        runs = []
+    if not runs:
+        return ""
+    shown = ", ".join(runs[-5:])
+    return f" (run folders in {parent}: {shown})"
+
+
+def _not_found(folder: Path, message: str) -> RunNotFound:
+    return RunNotFound(folder, message + _runs_hint(folder))
+
+
+@contextmanager
+def open_run(path: str | Path, *, finished: bool = False) -> Iterator[OpenRun]:
+    """Open the run in ``path`` (``logs/<run>`` or its ``harness.db``); nothing is created.
+
+    Args:
+        finished: refuse a run without a finished trial (what reports need).
+
+    Raises:
+        RunNotFound: the folder does not exist, has no ``harness.db``, or holds no run (or,
+            with ``finished``, no finished trial).
+        StoreError: the database is damaged or from a newer harness (nothing is written).
+    """
+    folder = Path(path)
+    if folder.suffix == ".db" and folder.is_file():
+        folder = folder.parent
+    if not folder.exists():
+        raise _not_found(
+            folder, f"no run folder {folder}: give the folder `harness run` printed (logs/<run>)"
+        )
+    if not folder.is_dir():
+        raise _not_found(folder, f"{folder} is a file, not a run folder: give logs/<run>")
+    db = folder / DB_FILE
+    if not db.is_file():
+        raise RunNotFound(
+            folder,
+            f"{folder} has no {DB_FILE}, so it is not a run folder: give the folder "
+            f"`harness run` printed (logs/<run>){_runs_hint(folder / 'x')}",
+        )
+    check_database(db)
+    store = Store(db)
+    try:
+        runs = {r.id: r for r in store.runs()}
+        if not runs:
+            raise RunNotFound(folder, f"{db} holds no run record: was it written by `harness run`?")
+        if folder.name in runs:
+            run = runs[folder.name]
+        elif len(runs) == 1:
+            (run,) = runs.values()
+        else:
+            raise RunNotFound(
+                folder,
+                f"{db} holds {len(runs)} runs ({', '.join(sorted(runs))}) and none is named after "
+                f"the folder {folder.name!r}: give each run its own folder",
+            )
+        trials = store.trials(run.id)
+        if finished and not trials:
+            raise RunNotFound(
+                folder,
+                f"run {run.id} in {folder} has no finished trials yet (status {run.status}): "
+                "let it finish, or `harness resume` it",
+            )
+        evidence = loads_or(run.evidence, {}) or {}
+        if not evidence and (folder / EVIDENCE_FILE).is_file():
+            evidence = loads_or((folder / EVIDENCE_FILE).read_text(encoding="utf-8"), {}) or {}
+        opened = OpenRun(folder, db, store, run, loads_or(run.config, {}) or {}, evidence, trials)
+    except BaseException:
+        store.close()
+        raise
+    try:
+        yield opened
+    finally:
+        opened.close()

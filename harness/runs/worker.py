@@ -1,0 +1,273 @@
+"""One process's share of a run: a worker runs trials, each under its episode's lease.
+
+The worker builds the trial's environment, runs the agent inside an :class:`~harness.Episode`
+(resuming it from its records when it was interrupted), judges the state it left, and writes
+the trial's row. Worker processes of a pool build one worker each (:func:`start_worker`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._json import dumps, loads
+from ..action import Action
+from ..agents import Agent, registry
+from ..episode import Episode
+from ..errors import Escalated, HarnessError, ModelServerError
+from ..faults import RunFaults, WorkerCrash
+from ..policy import Policy
+from ..store import Store, TrialRow
+from ..suite import Task, load_suite
+from .judge import Reference, judge, reference_outcome
+from .layout import episode_id
+from .rebuild import apply_changes, recorded_changes
+from .toolbox import RecordingToolbox
+
+__all__ = ["Job", "TrialResult", "Worker", "run_job", "start_worker", "trial_state"]
+
+# One trial to run: task id, trial index, seed, and mode (``new`` or ``auto``).
+Job = tuple[str, int, int, str]
+
+
+@dataclass
+class TrialResult:
+    """One trial's outcome, as the run summarises it."""
+
+    task_id: str
+    trial: int
+    seed: int
+    episode_id: str
+    passed: bool
+    partial: float | None
+    outcome: str
+    infra_error: bool = False
+    failures: dict[str, int] = field(default_factory=dict)
+    steps: list[bool] = field(default_factory=list)
+    duration: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: TrialRow) -> TrialResult:
+        """The result a trial row records."""
+        return cls(
+            row.task_id,
+            row.trial,
+            row.seed,
+            row.episode_id,
+            row.passed,
+            row.partial,
+            row.outcome,
+            row.infra_error,
+            loads(row.failures or "{}"),
+            loads(row.steps or "[]"),
+            row.duration,
+        )
+
+
+def trial_state(store: Store, episode: str) -> str:
+    """What a trial of a run needs: ``new`` (never started), ``resume`` (interrupted, or
+    escalated with every escalation resolved), ``pending`` (waiting for a person) or ``done``."""
+    with store.session() as s:
+        finished = s.get(TrialRow, episode)
+    if store.episode(episode) is None:
+        return "new"
+    if finished is not None and finished.outcome != "escalated":
+        return "done"
+    if store.escalations("pending", episode_id=episode):
+        return "pending"
+    return "resume"
+
+
+class Worker:
+    """Everything one process needs to run trials of one run.
+
+    Args:
+        suite_path: the suite (loaded here: workers may be other processes).
+        agent: an agent, or a registered agent's name built with ``agent_options``.
+        store_url: the run's store.
+        run_id: the run.
+        policy: the policy of every episode.
+        faults: the run's fault injection, if any.
+        lease_seconds: how long an episode's lease lasts without renewal.
+    """
+
+    def __init__(
+        self,
+        suite_path: str,
+        agent: str | Agent,
+        agent_options: dict[str, Any],
+        store_url: str,
+        run_id: str,
+        policy: Policy,
+        faults: RunFaults | None = None,
+        lease_seconds: float = 600.0,
+    ) -> None:
+        self.suite = load_suite(suite_path)
+        self.agent = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
+        self.store = Store(store_url)
+        self.run_id = run_id
+        self.policy = policy
+        self.faults = faults
+        self.references: dict[str, Reference] = {}
+        # Leases name their holder: host, process and this worker.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_seconds = lease_seconds
+
+    def reference(self, task: Task) -> Reference:
+        """The task's reference outcome (computed once per worker)."""
+        if task.id not in self.references:
+            self.references[task.id] = reference_outcome(self.suite, task)
+        return self.references[task.id]
+
+    def trial(self, task_id: str, trial: int, seed: int, mode: str = "new") -> TrialResult | None:
+        """Run one trial while holding its episode's lease.
+
+        Args:
+            mode: ``new`` (a fresh episode), or ``auto``: decided under the lease from the
+                store (:func:`trial_state`): run it, resume it, or leave it.
+
+        Returns:
+            The result, or None when another process holds the lease or nothing is to be done.
+        """
+        eid = episode_id(self.run_id, task_id, trial)
+        with self.store.lease(eid, owner=self.owner, seconds=self.lease_seconds) as held:
+            if not held:
+                return None
+            state = "new" if mode == "new" else trial_state(self.store, eid)
+            if state in ("done", "pending"):
+                return None
+            return self._trial(task_id, trial, seed, resume=state == "resume")
+
+    def _trial(self, task_id: str, trial: int, seed: int, *, resume: bool) -> TrialResult:
+        task = self.suite.task(task_id)
+        reference = self.reference(task)
+        started = time.perf_counter()
+        eid = episode_id(self.run_id, task_id, trial)
+        env = self.suite.new_environment()
+        injector = None if self.faults is None else self.faults.injector(env, task_id, trial, eid)
+        message, infra, meta = "", False, {}
+        try:
+            mark = env.state.mark()
+            if resume:
+                # The trial's environment died with the process that ran it: rebuild the state
+                # its record says the episode left, so the verdict sees every effect.
+                apply_changes(env.state, recorded_changes(self.store.transactions(eid)))
+            if injector is not None:
+                injector.install()
+
+            def episode(resume: bool = False) -> Episode:
+                return Episode(
+                    state=env.state,
+                    store=self.store,
+                    policy=self.policy,
+                    episode_id=eid,
+                    resume=resume,
+                    clock=None if injector is None else injector.clock,
+                    run_id=self.run_id,
+                    task_id=task_id,
+                    trial=trial,
+                    meta={"seed": seed},
+                    actions=[t for t in env.tools.values() if isinstance(t, Action)],
+                )
+
+            ep = episode(resume=resume)
+            toolbox = RecordingToolbox(env.tools, ep, env)
+            while True:
+                try:
+                    with ep:
+                        out = self.agent.run(task, toolbox, seed=seed)
+                        message, meta = out.message, out.meta
+                except Escalated:
+                    pass
+                except HarnessError as exc:
+                    # A server that is down or rate-limiting is infrastructure; a request it
+                    # refuses (wrong model, bad key) is a configuration the run must not count
+                    # as the agent's success or failure either.
+                    infra = isinstance(exc, ModelServerError)
+                    meta = {"error": f"{type(exc).__name__}: {exc}"}
+                except WorkerCrash as crash:
+                    # An injected worker death: resume the episode from its records, as a
+                    # restarted worker would, and let the agent start its turn over.
+                    assert injector is not None
+                    if injector.crashes > injector.plan.max_resumes:
+                        meta = {"error": f"worker crashed {injector.crashes} times: {crash}"}
+                    else:
+                        ep = toolbox.episode = episode(resume=True)
+                        continue
+                break
+            outcome = ep.outcome
+            verdict, steps = judge(
+                self.suite,
+                task,
+                reference,
+                state=env.state,
+                mark=mark,
+                rows=self.store.transactions(eid),
+                message=message,
+            )
+            passed = verdict.passed and outcome == "committed"
+            failures = Counter(c.kind for c in toolbox.calls if c.kind)
+            if injector is not None and injector.finish(self.store).planned and not passed:
+                # Announced in advance: the trial was interrupted, not failed by the agent.
+                infra, meta = True, {**meta, "interruption": "planned"}
+        finally:
+            if injector is not None:
+                injector.uninstall()
+            env.close()
+        result = TrialResult(
+            task_id,
+            trial,
+            seed,
+            eid,
+            passed,
+            verdict.partial,
+            outcome,
+            infra,
+            dict(failures),
+            steps,
+            time.perf_counter() - started,
+        )
+        self.store.add(
+            TrialRow(
+                id=eid,
+                run_id=self.run_id,
+                task_id=task_id,
+                task_version=task.version,
+                trial=trial,
+                seed=seed,
+                episode_id=eid,
+                passed=passed,
+                partial=verdict.partial,
+                outcome=outcome,
+                infra_error=infra,
+                failures=dumps(result.failures),
+                steps=dumps(steps),
+                message=message[:4000],
+                verdict=dumps(verdict.to_dict()),
+                agent_meta=dumps(meta),
+                duration=result.duration,
+                created_at=time.time(),
+            )
+        )
+        return result
+
+
+# The worker of a pool's process (built by its initializer).
+_WORKER: Worker | None = None
+
+
+def start_worker(*args: Any) -> None:
+    """A pool process's initializer: build its :class:`Worker`."""
+    global _WORKER
+    _WORKER = Worker(*args)
+
+
+def run_job(job: Job) -> TrialResult | None:
+    """Run one job on this process's worker."""
+    assert _WORKER is not None, "start_worker runs first (the pool's initializer)"
+    return _WORKER.trial(*job)
