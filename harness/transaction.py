@@ -15,7 +15,7 @@ import inspect
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tenacity
 
@@ -25,18 +25,19 @@ from .errors import (
     CheckError,
     CompensationFailed,
     ConfigurationError,
+    Escalated,
     NotSerializable,
     PreconditionFailed,
     ScopeViolation,
     StoreError,
 )
-from .policy import Decision, FailureClass
+from .policy import Decision, FailureClass, Policy
 from .state.base import ScopeMatcher
 
 if TYPE_CHECKING:
-    from .episode import Episode
+    from .clock import Clock
 
-__all__ = ["ActionTimeout", "Call", "Sleep", "adrive", "drive"]
+__all__ = ["ActionTimeout", "Call", "Host", "Sleep", "Transaction", "adrive", "drive"]
 
 
 class ActionTimeout(TimeoutError):
@@ -268,6 +269,61 @@ def compensate(
     return action.undo_check is not None
 
 
+class Host(Protocol):
+    """What a transaction needs of the episode it runs in (:class:`~harness.Episode` is one).
+
+    The policy and clock it runs under, the pivot that bars a rollback, the records it writes
+    as it goes, and the saga it starts when the policy decides to roll back.
+    """
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def pivot(self) -> str | None: ...
+
+    def record_intent(self, txn: Transaction) -> None: ...
+
+    def record_commit(
+        self, txn: Transaction, result: Any, diff: dict[str, tuple[Any, Any]], *, recovered: bool
+    ) -> None: ...
+
+    def record_refusal(
+        self, txn: Transaction, status: str, reason: str, decision: Decision = ...
+    ) -> None: ...
+
+    def record_retry(self, txn: Transaction, delay: float) -> None: ...
+
+    def record_failure(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass,
+        decision: Decision,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+        *,
+        existing: bool = ...,
+        status: str = ...,
+    ) -> None: ...
+
+    def escalate(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass | str,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+    ) -> Escalated: ...
+
+    def leave_in_doubt(self, txn: Transaction, error: BaseException) -> StoreError: ...
+
+    def leave_unrecorded(self, txn: Transaction, error: BaseException) -> StoreError: ...
+
+    def rollback_steps(self, *, reason: str, can_await: bool) -> Steps: ...
+
+
 class Transaction:
     """The steps of one call of ``action`` in ``episode``."""
 
@@ -296,7 +352,7 @@ class Transaction:
 
     def __init__(
         self,
-        episode: Episode,
+        episode: Host,
         action: Action[Any, Any],
         ctx: Context,
         *,

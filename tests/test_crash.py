@@ -31,6 +31,7 @@ import pytest
 import harness as hx
 from harness.audit import verify_run
 from harness.episode import Episode
+from harness.episode.recorder import Recorder
 from harness.store import EpisodeWriter
 
 WINDOWS = (
@@ -257,7 +258,7 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
     intent, flush, commit = (
         Episode.record_intent,
         EpisodeWriter.flush,
-        Episode._commit_entry,
+        Recorder.commit_entry,
     )
 
     def record_intent(self: Episode, txn: Any) -> None:
@@ -270,14 +271,14 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
         if rows:
             hook("during_materialise")
 
-    def commit_entry(self: Episode, *args: Any, **kw: Any) -> Any:
+    def commit_entry(self: Recorder, *args: Any, **kw: Any) -> Any:
         entry = commit(self, *args, **kw)
         phase.value = 0
         return entry
 
     Episode.record_intent = record_intent  # type: ignore[method-assign]
     EpisodeWriter.flush = materialise  # type: ignore[method-assign]
-    Episode._commit_entry = commit_entry  # type: ignore[method-assign]
+    Recorder.commit_entry = commit_entry  # type: ignore[method-assign]
     env = LedgerEnvironment(folder / "env.db", hook)
     store = hx.Store(folder / "store.db", create=True)
     for n in range(episodes):

@@ -15,10 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._json import dumps
 from ..action import Action, _build_model
-from ..episode import Episode
 from ..errors import (
     ActionFailed,
     ConfigurationError,
+    Diverged,
     EpisodeClosed,
     Escalated,
     InvalidArguments,
@@ -32,6 +32,7 @@ __all__ = [
     "AgentOutput",
     "AgentRegistry",
     "CallRecord",
+    "Session",
     "ToolResult",
     "Toolbox",
     "registry",
@@ -79,17 +80,35 @@ class CallRecord:
     write: bool
 
 
+class Session(Protocol):
+    """What a toolbox needs of the episode its calls run in: a live :class:`~harness.Episode`,
+    or a replay that answers every call from the episode's record."""
+
+    @property
+    def diverged(self) -> Diverged | None:
+        """The divergence from the record found (None: none)."""
+        ...
+
+    def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
+        """Run ``action`` with arguments given as a mapping (a model's tool call)."""
+        ...
+
+    def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:
+        """A value the agent's path depends on, computed once and given back on resume."""
+        ...
+
+
 class Toolbox:
     """The tools of one trial's environment, called as the agent would call them.
 
     Args:
         tools: tool name -> callable (actions run as transactions, others plainly).
-        episode: the trial's episode.
+        episode: the trial's episode (or a replay of it).
         environment: the trial's environment (agents may read hooks from it).
     """
 
     def __init__(
-        self, tools: dict[str, Callable[..., Any]], episode: Episode, environment: Any = None
+        self, tools: dict[str, Callable[..., Any]], episode: Session, environment: Any = None
     ) -> None:
         self.tools = tools
         self.episode = episode

@@ -336,10 +336,7 @@ class OpenAIAgent:
         The response is remembered by the episode under the request's digest, so an episode
         resumed (or replayed) gets the model's recorded answers and follows the same path.
         """
-        remember = getattr(toolbox.episode, "remember", None)
-        if remember is None:
-            return self._complete(body)
-        response, attempts = remember(
+        response, attempts = toolbox.episode.remember(
             "model_call", request_digest, lambda: list(self._complete(body))
         )
         return dict(response), int(attempts)

@@ -1,8 +1,10 @@
 """``Episode``: construction, the ``with`` protocol, and calls.
 
-The rest of the class is layered in mixins, each using only the ones below it and sharing the
-episode's state through ``self``: ``_Records`` (:mod:`.records`, the records and the hot path),
-``_Rollback`` (:mod:`.rollback`, the saga), ``_Resume`` (:mod:`.resume`, resume and replay).
+An episode is composed of parts it owns, sharing its :class:`~.memory.Memory`: the
+:class:`~.recorder.Recorder` (its records, the hot path), the :class:`~.settle.Settler` (calls in
+doubt, resolutions, the memory rebuilt on resume), the :class:`~.saga.Saga` (rollback) and a
+:class:`~.cursor.RecordCursor` (a resumed agent's calls held to its record). The episode is the
+:class:`~harness.transaction.Host` its transactions run in.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import contextvars
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
@@ -29,13 +31,23 @@ from ..errors import (
     PreconditionFailed,
     StoreError,
 )
-from ..policy import Policy
-from ..store import GENESIS, EscalationRow, Store
+from ..policy import Decision, FailureClass, Policy
+from ..store import GENESIS, Store
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
-from .cursor import RecordedStep, recorded_steps
+from .cursor import (
+    IN_DOUBT_FIRST,
+    REMEMBERED,
+    RecordCursor,
+    RecordedStep,
+    rebuilt_error,
+    recorded_steps,
+)
 from .gate import Gate
-from .resume import IN_DOUBT_FIRST, _Resume
-from .values import Committed, InDoubt, _current, _jsonable, dumps_args
+from .memory import Memory
+from .recorder import Recorder
+from .saga import Saga
+from .settle import Settler
+from .values import Committed, _current, _jsonable, dumps_args
 
 
 def _nested_steps(action: Action[Any, Any], ctx: Context) -> Steps:
@@ -50,7 +62,7 @@ def _nested_steps(action: Action[Any, Any], ctx: Context) -> Steps:
 _ADAPTER_METHODS = ("get", "snapshot", "mark", "changes", "release")
 
 
-class Episode(_Resume):
+class Episode:
     """One agent execution: an ordered log of transactions, checkpoints, a policy, an outcome.
 
     Args:
@@ -107,32 +119,130 @@ class Episode(_Resume):
         self.resume = resume
         self.run_id, self.task_id, self.trial = run_id, task_id, trial
         self.meta = meta or {}
-        self.outcome = "running"
-        self.committed: list[Committed] = []
-        self.escalation_id: str | None = None
-        self.pivot: str | None = None
         self._gate = Gate()
-        self.steps = 0
-        self.digest = GENESIS
         self._actions = {a.name: a for a in actions}
-        self._done: dict[str, Committed] = {}
-        self._in_doubt: dict[str, InDoubt] = {}
-        # Calls whose outcome could not be recorded (the store failed): settled first thing.
-        self._unsettled: dict[str, Action[Any, Any]] = {}
-        # Calls that changed nothing whose record the store refused: recorded as failed next.
-        self._unrecorded: list[tuple[Transaction, str]] = []
-        self._resolutions: dict[str, EscalationRow] = {}
-        self._seq = 0
+        self._m = Memory(self.id)
+        self._recorder = Recorder(self._m, self.clock)
+        self._settler = Settler(
+            self._m, self._recorder, self, self.store, state, self._actions, self.clock
+        )
+        self._saga = Saga(self._m, self._recorder, self._settler, self, state, self._actions)
         # On resume: the agent's recorded steps its re-executed calls are matched against.
-        self._record: list[RecordedStep] = []
-        self._at = 0
-        self._diverged: Diverged | None = None
-        self._by_txn: dict[str, Committed] = {}
-        self._compensating: set[str] = set()
-        self._rolled_back = False
+        self._cursor = RecordCursor(self.id, [], live_after=True, on_diverge=self._log_divergence)
         self._token: contextvars.Token[Episode | None] | None = None
-        self._writer: Any = None
-        self.log: Any = None
+
+    # --- what the episode knows (its memory) ---
+    @property
+    def outcome(self) -> str:
+        """``running``, then ``committed``, ``rolled_back``, ``escalated`` or ``failed``."""
+        return self._m.outcome
+
+    @outcome.setter
+    def outcome(self, value: str) -> None:
+        self._m.outcome = value
+
+    @property
+    def committed(self) -> list[Committed]:
+        """The calls that committed, in order (compensated ones are marked)."""
+        return self._m.committed
+
+    @property
+    def steps(self) -> int:
+        """Committed writes so far (the checkpoint's step)."""
+        return self._m.steps
+
+    @property
+    def digest(self) -> str:
+        """The checkpoint digest: a hash chained over every committed write's diff."""
+        return self._m.digest
+
+    @property
+    def pivot(self) -> str | None:
+        """The committed pivot action past which the episode is not rolled back (if any)."""
+        return self._m.pivot
+
+    @property
+    def escalation_id(self) -> str | None:
+        """The last escalation raised (None: none)."""
+        return self._m.escalation_id
+
+    @property
+    def diverged(self) -> Diverged | None:
+        """The divergence from the record found on resume, if any (every later call raises it)."""
+        return self._cursor.diverged
+
+    @property
+    def log(self) -> Any:
+        """The episode's structured log (JSON lines) while it is open."""
+        return self._recorder.log
+
+    @property
+    def _writer(self) -> Any:
+        """The store writer while the episode is open (None otherwise)."""
+        return self._recorder.writer
+
+    @_writer.setter
+    def _writer(self, writer: Any) -> None:
+        self._recorder.writer = writer
+
+    # --- what its transactions write (the Host protocol) ---
+    def record_intent(self, txn: Transaction) -> None:
+        """Write-ahead: the intent is durable before the tool runs."""
+        self._recorder.record_intent(txn)
+
+    def record_commit(
+        self, txn: Transaction, result: Any, diff: dict[str, tuple[Any, Any]], *, recovered: bool
+    ) -> None:
+        """Commit: the outcome, the diff and a compact checkpoint, in one database transaction."""
+        self._recorder.commit_entry(txn, result, diff, recovered=recovered)
+
+    def record_refusal(
+        self, txn: Transaction, status: str, reason: str, decision: Decision = Decision.CONTINUE
+    ) -> None:
+        """A precondition was false or raised (or the call is held for approval)."""
+        self._recorder.record_refusal(txn, status, reason, decision)
+
+    def record_retry(self, txn: Transaction, delay: float) -> None:
+        """A retry decision, logged with the error that caused it."""
+        self._recorder.record_retry(txn, delay)
+
+    def record_failure(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass,
+        decision: Decision,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+        *,
+        existing: bool = False,
+        status: str = "failed",
+    ) -> None:
+        """The transaction did not commit (or its undo failed): its class, the decision, why."""
+        self._recorder.record_failure(
+            txn, failure_class, decision, reason, diff, existing=existing, status=status
+        )
+
+    def escalate(
+        self,
+        txn: Transaction,
+        failure_class: FailureClass | str,
+        reason: str,
+        diff: dict[str, tuple[Any, Any]],
+    ) -> Escalated:
+        """Store an escalation, pause the episode, return the error to raise."""
+        return self._recorder.escalate(txn, failure_class, reason, diff)
+
+    def leave_in_doubt(self, txn: Transaction, error: BaseException) -> StoreError:
+        """The tool ran but its outcome could not be recorded: the call is in doubt."""
+        return self._recorder.leave_in_doubt(txn, error)
+
+    def leave_unrecorded(self, txn: Transaction, error: BaseException) -> StoreError:
+        """A call that changed nothing could not be recorded: it is recorded as failed next."""
+        return self._recorder.leave_unrecorded(txn, error)
+
+    def rollback_steps(self, *, reason: str, can_await: bool) -> Steps:
+        """The saga's steps: compensate in reverse order; a failed undo escalates."""
+        return self._saga.steps(reason=reason, can_await=can_await)
 
     # --- lifecycle ---
     def __enter__(self) -> Episode:
@@ -179,22 +289,24 @@ class Episode(_Resume):
             raise ConfigurationError(f"episode {self.id} is already open")
         writer = self.store.writer(self.id)
         self._writer = writer
-        self.log = self.store.jsonl(episode_id=self.id, run_id=self.run_id)
+        self._recorder.log = self.store.jsonl(episode_id=self.id, run_id=self.run_id)
         existing = self.store.episode(self.id)
         if self.resume:
             if existing is None:
                 writer.close()
                 self._writer = None
                 raise StoreError(f"no episode {self.id!r} to resume in {self.store.url}")
-            self._load()
+            self._settler.load()
             writer.load_head()  # (and takes over rows a crash left unwritten)
             with writer.batch():
                 writer.append(
-                    "resume", None, {"steps": self.steps, "in_doubt": len(self._in_doubt)}
+                    "resume", None, {"steps": self.steps, "in_doubt": len(self._m.in_doubt)}
                 )
                 writer.update_episode(status="running", steps=self.steps, digest=self.digest)
-            self._settle_in_doubt()
-            self._record = recorded_steps(self.store.transactions(self.id), self.store.log(self.id))
+            self._settler.settle_in_doubt()
+            self._cursor.steps = recorded_steps(
+                self.store.transactions(self.id), self.store.log(self.id)
+            )
         else:
             if existing is not None:
                 writer.close()
@@ -251,9 +363,9 @@ class Episode(_Resume):
             self._gate.exit(token)
 
     def _end(self, error: BaseException | None) -> None:
-        if self._unrecorded:
+        if self._m.unrecorded:
             try:
-                self._flush_unrecorded()
+                self._recorder.flush_unrecorded()
             except HarnessError as exc:
                 error = exc if error is None else error
         if self._winding_up(error):
@@ -262,16 +374,16 @@ class Episode(_Resume):
                     asyncio.run(adrive(self._wind_up(can_await=True), self.clock))
                 else:
                     drive(self._wind_up(can_await=False), self.clock)
-                if self._unsettled:
+                if self._m.unsettled:
                     raise StoreError(
                         f"episode {self.id} ends with async calls in doubt "
-                        f"({', '.join(self._unsettled)}) that a sync `with` inside a running "
+                        f"({', '.join(self._m.unsettled)}) that a sync `with` inside a running "
                         "event loop cannot settle; resume the episode to settle them"
                     )
             except HarnessError as exc:
                 error = exc if error is None else error
         if self.outcome == "running":
-            if error is None and any(r.status == "pending" for r in self._resolutions.values()):
+            if error is None and any(r.status == "pending" for r in self._m.resolutions.values()):
                 # A call held for a person the agent did not come back to: still held.
                 self.outcome = "escalated"
             elif error is None:
@@ -370,23 +482,24 @@ class Episode(_Resume):
                 f"episode {self.id} is not open; use it as `with Episode(...):` before calling "
                 f"{action.name!r}"
             )
-        if self._diverged is not None:
-            raise self._diverged
+        if self.diverged is not None:
+            raise self.diverged
         if self.outcome != "running":
             raise EpisodeClosed(self.id, self.outcome)
-        if self._unrecorded:
-            self._flush_unrecorded()
-        if self._unsettled:
-            yield from self._settle_unsettled(action.is_async)
-        if self._record and not action.is_async:
-            refused = self._refused_before(action.name, dumps_args(args, kwargs))
+        m = self._m
+        if m.unrecorded:
+            self._recorder.flush_unrecorded()
+        if m.unsettled:
+            yield from self._settler.settle_unsettled(action.is_async)
+        if self._cursor and not action.is_async:
+            refused = self._cursor.refused_before(action.name, loads(dumps_args(args, kwargs)))
             if refused is not None:
                 raise ConfigurationError(refused)
         try:
-            if self._unsettled:
+            if m.unsettled:
                 raise ConfigurationError(
                     f"{IN_DOUBT_FIRST}{self.id} is in doubt "
-                    f"({', '.join(self._unsettled)}) and must be settled before the next call, "
+                    f"({', '.join(m.unsettled)}) and must be settled before the next call, "
                     f"which needs an event loop: {action.name!r} is sync. Call an async action "
                     "first, or `await episode.asettle()`"
                 )
@@ -398,17 +511,17 @@ class Episode(_Resume):
             scope = action.scope(model) if callable(action.writes) else None
         except (InvalidArguments, ConfigurationError) as exc:
             raw = dumps_args(args, kwargs)
-            if not self._record or not self._replay_invalid(action.name, raw):
-                self._record_simple(action.name, "", raw, "invalid", str(exc))
+            if not self._cursor or self._cursor.expect_invalid(action.name, loads(raw)) is None:
+                self._recorder.record_simple(action.name, "", raw, "invalid", str(exc))
             raise
-        if self._record:
-            step = self._expect_call(action, loads(args_json), key)
+        if self._cursor:
+            step = self._cursor.expect_call(action.name, loads(args_json), key)
             if step is not None and not step.live:
                 return (yield from self._replayed(action, key, step))
-        done = self._done.get(key) if action.mutating else None
+        done = m.done.get(key) if action.mutating else None
         if done is not None:
             return self._dedup(action, key, done, args_json)
-        resolution = self._resolutions.get(key)
+        resolution = m.resolutions.get(key)
         if resolution is not None and canonical(loads(resolution.args)) != canonical(
             loads(args_json)
         ):
@@ -416,23 +529,25 @@ class Episode(_Resume):
             # arguments is another call, and needs its own approval where one is needed.
             resolution = None
         if resolution is not None:
-            model = yield from self._apply_resolution(action, model, resolution)
+            model = yield from self._settler.apply_resolution(action, model, resolution)
             if resolution.status == "edited":
                 values = action.call_values(model)
                 args_json = action.encode_args(model, values)
                 key = action.key_for(model)
-                done = self._done.get(key) if action.mutating else None
+                done = m.done.get(key) if action.mutating else None
                 if done is not None:
                     return self._dedup(action, key, done, args_json)
-        in_doubt = self._in_doubt.pop(resolution.idem_key if resolution else key, None)
+        in_doubt = m.in_doubt.pop(resolution.idem_key if resolution else key, None)
         if in_doubt is not None:
-            recovered = yield from self._resolve_in_doubt(action, in_doubt, approved=resolution)
+            recovered = yield from self._settler.resolve_in_doubt(
+                action, in_doubt, approved=resolution
+            )
             if recovered is not None:
                 return recovered.result
-        self._seq += 1
+        m.seq += 1
         ctx = Context(action.name, model, self.state, self.id)
         ctx.idempotency_key = key
-        ctx.txn_id = f"{self.id}:{self._seq}"
+        ctx.txn_id = f"{self.id}:{m.seq}"
         txn = Transaction(self, action, ctx, approved=resolution is not None, values=values)
         txn.args_json = args_json
         # Only an answer to an approval request clears the approval rules: approving a call
@@ -466,11 +581,9 @@ class Episode(_Resume):
         # Compared as recorded (JSON, canonical), before either tool could change its own.
         if canonical(loads(done.args_json)) != canonical(loads(args_json)):
             conflict = IdempotencyConflict(action.name, key, done.txn_id, done.args_json, args_json)
-            self._record_simple(action.name, key, args_json, "invalid", str(conflict))
+            self._recorder.record_simple(action.name, key, args_json, "invalid", str(conflict))
             raise conflict
-        with self._writer.batch():
-            self._writer.append("dedup", done.txn_id, {"action": action.name, "key": key})
-            self._update_episode()
+        self._recorder.note("dedup", done.txn_id, {"action": action.name, "key": key})
         return done.result_for(action)
 
     def _winding_up(self, error: BaseException | None) -> bool:
@@ -478,7 +591,7 @@ class Episode(_Resume):
         by Ctrl-C, it ends at once, like a crash: resume does that work.)"""
         interrupted = error is not None and not isinstance(error, Exception)
         return (
-            bool(self._unsettled or self._compensating)
+            bool(self._m.unsettled or self._m.compensating)
             and self.outcome == "running"
             and not interrupted
         )
@@ -487,8 +600,8 @@ class Episode(_Resume):
         """Settle the calls left in doubt (cancelled, or refused by the store), and finish a
         rollback cut short (its task cancelled): the state is part undone, which no outcome but
         rolled_back (or escalated) describes."""
-        yield from self._settle_unsettled(can_await)
-        if self._compensating and self.outcome == "running":
+        yield from self._settler.settle_unsettled(can_await)
+        if self._m.compensating and self.outcome == "running":
             yield from self.rollback_steps(
                 reason="finishing a rollback that was cut short", can_await=can_await
             )
@@ -498,7 +611,98 @@ class Episode(_Resume):
         state, then commit, compensate or escalate each. Calls do this first anyway; this is
         for when the next call is sync and an async one is in doubt."""
         async with self._gate.aheld():
-            await adrive(self._settle_unsettled(True), self.clock)
+            await adrive(self._settler.settle_unsettled(True), self.clock)
+
+    # --- rollback ---
+    def _not_in_a_tool(self) -> None:
+        running = _ACTIVE.get()
+        if running is not None and running.in_tool and running.episode_id == self.id:
+            raise ConfigurationError(
+                f"rollback() was called from inside the tool of {running.action!r}, which is "
+                "still running; let the tool fail (raise) and the policy roll back, or roll "
+                "back from the agent after the call"
+            )
+
+    def rollback(self) -> None:
+        """Compensate every committed action, newest first, and verify the state is back."""
+        self._not_in_a_tool()
+        with self._gate.held():
+            drive(self._saga.steps(reason="requested", can_await=False), self.clock)
+
+    async def arollback(self) -> None:
+        """``rollback`` for episodes whose compensations are async."""
+        self._not_in_a_tool()
+        async with self._gate.aheld():
+            await adrive(self._saga.steps(reason="requested", can_await=True), self.clock)
+
+    # --- resume: the record's answers ---
+    def _replayed(self, action: Action[Any, Any], key: str, step: RecordedStep) -> Steps:
+        """A call the record has: the agent gets its recorded outcome; nothing is executed."""
+        if step.returned:
+            entry = self._m.by_txn.get(step.txn_id or "")
+            if entry is not None and entry.impl is None:
+                entry.impl = action
+            if step.kind == "action" and action.mutating and step.status != "compensated":
+                self._recorder.note(
+                    "dedup", step.txn_id, {"action": action.name, "key": key, "replay": True}
+                )
+            return entry.result_for(action) if entry is not None else step.result
+        row = step.row
+        if row is None:  # pragma: no cover - steps without a row are live
+            raise ConfigurationError(f"step {step.step} of episode {self.id} has no outcome")
+        error = rebuilt_error(row)
+        if row.decision == "rollback":
+            # The call's failure rolled the episode back; a crash may have cut the saga short.
+            if self._m.rolled_back:
+                self.outcome = "rolled_back"
+            else:
+                yield from self._saga.steps(
+                    reason=f"{action.name}: {row.reason}", can_await=action.is_async
+                )
+        raise error
+
+    def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:
+        """A value the agent's path depends on: computed and recorded once, given back on resume.
+
+        Agent code re-executed on resume must see what it saw the first time (a tool read, a
+        model's response). The first time, ``compute()`` runs and its value is appended to the
+        episode's log with ``request``; on resume the recorded value comes back instead, and a
+        different ``request`` at that step raises :class:`~harness.episode.cursor.Diverged`.
+
+        Args:
+            what: what is remembered (``read``, ``model_call``...).
+            request: what identifies the question (JSON: arguments, a request digest).
+            compute: produces the value (JSON-serializable) when the record does not have it.
+
+        Returns:
+            The value, as JSON gives it back (the same on first run and on resume).
+        """
+        if self._writer is None:
+            raise ConfigurationError(
+                f"episode {self.id} is not open; remember values inside `with Episode(...)`"
+            )
+        if self.diverged is not None:
+            raise self.diverged
+        if self._cursor:
+            step = self._cursor.expect_remembered(what, request)
+            if step is not None:
+                return step.value
+        value = compute()
+        try:
+            payload = dumps({"what": what, "request": request, "value": value})
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"Episode.remember({what!r}): the value or request is not JSON ({exc}); "
+                "return dicts, lists, strings, numbers, booleans or None"
+            ) from exc
+        self._recorder.note_text(REMEMBERED, None, payload)
+        return loads(payload)["value"]
+
+    def _log_divergence(self, error: Diverged) -> None:
+        """A divergence from the record found on resume: logged (every later call raises it)."""
+        detail = {"step": error.step, "expected": error.expected, "actual": error.actual}
+        self._recorder.note_text("diverged", None, _jsonable(detail))
+        self.log.warning("diverged", step=error.step)
 
     # --- introspection ---
     @property
@@ -510,7 +714,7 @@ class Episode(_Resume):
     @property
     def in_doubt(self) -> list[str]:
         """Idempotency keys of actions with an intent and no outcome (after a resume)."""
-        return sorted(self._in_doubt)
+        return sorted(self._m.in_doubt)
 
     def __repr__(self) -> str:
         return f"<Episode {self.id} {self.outcome} steps={self.steps}>"

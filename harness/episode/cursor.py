@@ -13,7 +13,7 @@ path, so recording costs nothing beyond what the engine already writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,13 +22,18 @@ from ..errors import (
     ActionFailed,
     CheckError,
     CompensationFailed,
+    Diverged,
     HarnessError,
     PreconditionFailed,
     ScopeViolation,
 )
 from ..store import LogRow, TransactionRow
 
-__all__ = ["RecordedStep", "rebuilt_error", "recorded_steps"]
+__all__ = ["IN_DOUBT_FIRST", "RecordCursor", "RecordedStep", "rebuilt_error", "recorded_steps"]
+
+# How the refusal of a sync call while an async call is in doubt begins (see Episode): a
+# refusal that depended on that moment is refused again on resume, not run.
+IN_DOUBT_FIRST = "an async call of episode "
 
 REMEMBERED = "recorded"
 """Log kind of a value an agent asked the episode to remember (``Episode.remember``)."""
@@ -280,3 +285,113 @@ def rebuilt_error(row: TransactionRow) -> HarnessError:
         errors=errors,
         txn_id=row.id,
     )
+
+
+class RecordCursor:
+    """Where re-executed agent code is in its record: resume and replay hold it to each step.
+
+    Args:
+        episode_id: the episode.
+        steps: its recorded steps (:func:`recorded_steps`).
+        live_after: past the last step, the episode runs live (resume); otherwise anything
+            more is a divergence (replay, where nothing executes).
+        on_diverge: told of the divergence when it is found (resume records it).
+    """
+
+    def __init__(
+        self,
+        episode_id: str,
+        steps: Sequence[RecordedStep],
+        *,
+        live_after: bool,
+        on_diverge: Callable[[Diverged], None] | None = None,
+    ) -> None:
+        self.episode_id = episode_id
+        self.steps = list(steps)
+        self.at = 0
+        self.live_after = live_after
+        self.diverged: Diverged | None = None
+        self._on_diverge = on_diverge
+
+    def __bool__(self) -> bool:
+        """Whether steps remain to be matched (False once the episode runs live)."""
+        return bool(self.steps)
+
+    def expect(
+        self, actual: dict[str, Any], same: Callable[[RecordedStep], bool]
+    ) -> RecordedStep | None:
+        """The next step if ``same`` accepts it; None past the record when it goes live;
+        otherwise :class:`Diverged` (raised, and raised again by every later call)."""
+        if self.diverged is not None:
+            raise self.diverged
+        if self.at >= len(self.steps):
+            if not self.live_after:
+                raise self.diverge(None, {**actual, "step": self.at + 1})
+            self.steps = []
+            return None
+        step = self.steps[self.at]
+        if not same(step):
+            raise self.diverge(step.describe(), {**actual, "step": step.step})
+        self.at += 1
+        return step
+
+    def expect_call(self, name: str, values: Any, key: str) -> RecordedStep | None:
+        """The next step if it is this call of action ``name`` (its arguments and key)."""
+        return self.expect(
+            call_step(self.at + 1, name, values, key),
+            lambda s: s.matches_action(name, values, key),
+        )
+
+    def expect_invalid(self, name: str, arguments: Any) -> RecordedStep | None:
+        """The next step if it is this call of ``name``, refused as invalid."""
+        text = canonical(arguments)
+        return self.expect(
+            call_step(self.at + 1, name, arguments),
+            lambda s: (
+                s.kind == "action"
+                and s.status == "invalid"
+                and s.name == name
+                and canonical(s.arguments) == text
+            ),
+        )
+
+    def expect_remembered(self, what: str, request: Any) -> RecordedStep | None:
+        """The next step if it is a value remembered for this ``request``."""
+        text = canonical(request)
+        return self.expect(
+            {"step": self.at + 1, "kind": REMEMBERED, "name": what, "request": request},
+            lambda s: s.kind == REMEMBERED and s.name == what and canonical(s.request) == text,
+        )
+
+    def refused_before(self, name: str, arguments: Any) -> str | None:
+        """The reason the record gives for refusing this very call here, when the refusal
+        depended on the moment (an async call then in doubt), so that it is refused again
+        instead of run; None when the next step is something else."""
+        if self.at >= len(self.steps):
+            return None
+        step = self.steps[self.at]
+        row = step.row
+        if (
+            step.kind == "action"
+            and step.status == "invalid"
+            and step.name == name
+            and row is not None
+            and (row.reason or "").startswith(IN_DOUBT_FIRST)
+            and canonical(step.arguments) == canonical(arguments)
+        ):
+            self.at += 1
+            return row.reason
+        return None
+
+    def diverge(self, expected: dict[str, Any] | None, actual: dict[str, Any] | None) -> Diverged:
+        """Record the divergence at ``expected``'s (or ``actual``'s) step and return it."""
+        step = int((expected or actual or {}).get("step") or self.at + 1)
+        self.diverged = Diverged(self.episode_id, step, expected, actual)
+        if self._on_diverge is not None:
+            self._on_diverge(self.diverged)
+        return self.diverged
+
+    def finish(self) -> None:
+        """Raise :class:`Diverged` if the agent ended before the record does."""
+        if self.diverged is None and self.at < len(self.steps):
+            raise self.diverge(self.steps[self.at].describe(), None)

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._json import canonical, dumps, loads
+from .._json import canonical, loads
 from ..action import Action
 from ..agents.base import Agent
-from ..episode.cursor import REMEMBERED, RecordedStep, call_step, rebuilt_error, recorded_steps
+from ..episode.cursor import RecordCursor, RecordedStep, rebuilt_error, recorded_steps
+from ..episode.values import dumps_args
 from ..errors import (
     Diverged,
     EpisodeClosed,
@@ -41,8 +42,9 @@ class RecordEnds(HarnessError):
 class ReplayEpisode:
     """Stands in for an episode when its agent re-runs against the record; nothing executes.
 
-    Every action call, read and model call is matched against the next recorded step and
-    answered with the recorded outcome; the first mismatch raises :class:`Diverged`.
+    Every action call, read and model call is matched against the next recorded step
+    (:class:`~harness.episode.cursor.RecordCursor`, as a resumed episode's are) and answered
+    with the recorded outcome; the first mismatch raises :class:`Diverged`.
 
     Args:
         episode_id: the episode replayed.
@@ -54,27 +56,14 @@ class ReplayEpisode:
         self, episode_id: str, steps: Sequence[RecordedStep], escalations: Sequence[EscalationRow]
     ) -> None:
         self.id = episode_id
-        self.steps = list(steps)
-        self.at = 0
+        self.cursor = RecordCursor(episode_id, steps, live_after=False)
         self.outcome = "running"
-        self.diverged: Diverged | None = None
         self._escalations = {e.txn_id: e for e in escalations}
 
-    def _expect(self, actual: dict[str, Any], same: Callable[[RecordedStep], bool]) -> RecordedStep:
-        if self.diverged is not None:
-            raise self.diverged
-        if self.at >= len(self.steps):
-            raise self._diverge(None, {**actual, "step": self.at + 1})
-        step = self.steps[self.at]
-        if not same(step):
-            raise self._diverge(step.describe(), {**actual, "step": step.step})
-        self.at += 1
-        return step
-
-    def _diverge(self, expected: dict[str, Any] | None, actual: dict[str, Any] | None) -> Diverged:
-        step = int((expected or actual or {}).get("step") or self.at + 1)
-        self.diverged = Diverged(self.id, step, expected, actual)
-        return self.diverged
+    @property
+    def diverged(self) -> Diverged | None:
+        """The first divergence from the record (None: none yet)."""
+        return self.cursor.diverged
 
     def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
         """Answer an action call from the record."""
@@ -85,22 +74,12 @@ class ReplayEpisode:
         try:
             model = action.validate_mapping(dict(arguments))
         except InvalidArguments:
-            raw = loads(dumps({"args": [], "kwargs": dict(arguments)}))
-            self._expect(
-                call_step(self.at + 1, action.name, raw),
-                lambda s: (
-                    s.status == "invalid"
-                    and s.name == action.name
-                    and canonical(s.arguments) == canonical(raw)
-                ),
-            )
+            self.cursor.expect_invalid(action.name, loads(dumps_args((), dict(arguments))))
             raise
         values = action.call_values(model)
         key = action.key_for(model)
-        step = self._expect(
-            call_step(self.at + 1, action.name, values, key),
-            lambda s: s.matches_action(action.name, values, key),
-        )
+        step = self.cursor.expect_call(action.name, values, key)
+        assert step is not None  # (a replay never goes live)
         if step.returned:
             return step.result
         if step.status == "in_doubt":
@@ -119,17 +98,13 @@ class ReplayEpisode:
 
     def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:
         """The recorded value for ``request`` (``compute`` is never called)."""
-        text = canonical(request)
-        step = self._expect(
-            {"step": self.at + 1, "kind": REMEMBERED, "name": what, "request": request},
-            lambda s: s.kind == REMEMBERED and s.name == what and canonical(s.request) == text,
-        )
+        step = self.cursor.expect_remembered(what, request)
+        assert step is not None  # (a replay never goes live)
         return step.value
 
     def finish(self) -> None:
         """Raise :class:`Diverged` if the agent ended before the record does."""
-        if self.diverged is None and self.at < len(self.steps):
-            raise self._diverge(self.steps[self.at].describe(), None)
+        self.cursor.finish()
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,7 +228,7 @@ def replay_episode(
         ended = "answered"
         started = time.perf_counter()
         try:
-            toolbox = RecordingToolbox(env.tools, replay, env)  # type: ignore[arg-type]
+            toolbox = RecordingToolbox(env.tools, replay, env)
             try:
                 message = agent.run(task, toolbox, seed=trial.seed if trial else 0).message
                 replay.finish()
@@ -277,7 +252,7 @@ def replay_episode(
             episode_id=episode_id,
             task_id=episode.task_id,
             steps=len(steps),
-            replayed=replay.at if replay.diverged is None else replay.diverged.step - 1,
+            replayed=replay.cursor.at if replay.diverged is None else replay.diverged.step - 1,
             divergence=replay.diverged,
             ended=ended,
             verdict=verdict,

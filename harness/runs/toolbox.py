@@ -47,7 +47,6 @@ class RecordingToolbox(Toolbox):
                 self.calls.append(CallRecord(name, arguments, data["ok"], data["kind"], False))
             return ToolResult(data["ok"], data["content"], data["error"], data["kind"])
         result = super().call(name, arguments)
-        diverged = getattr(self.episode, "diverged", None)
-        if diverged is not None:
-            raise diverged
+        if self.episode.diverged is not None:
+            raise self.episode.diverged
         return result

@@ -1,7 +1,9 @@
-"""The episode's records: intents, outcomes, refusals, retries, failures, escalations.
+"""The episode's recorder: intents, outcomes, refusals, retries, failures, escalations.
 
-``record_intent`` and ``_commit_entry`` are the hot path: every call of an action goes through
-them, so they build their rows and payloads as text.
+Every record goes through the episode's store writer; :class:`Recorder` keeps the episode's
+:class:`~.memory.Memory` in step with what it wrote (steps, digest, what committed, what is in
+doubt). ``record_intent`` and ``commit_entry`` are the hot path: every call of an action goes
+through them, so they build their rows and payloads as text.
 """
 
 from __future__ import annotations
@@ -12,48 +14,61 @@ from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from .._json import digest, dumps, loads, storable
-from ..action import Action
 from ..clock import Clock
 from ..errors import ConfigurationError, Escalated, HarnessError, StoreError
 from ..policy import Decision, FailureClass
 from ..transaction import Transaction
+from .memory import Memory
 from .values import Committed, InDoubt, _jsonable
 
+__all__ = ["Recorder"]
 
-class _Records:
-    """Writes the episode's records through its store writer (mixed into :class:`Episode`)."""
 
-    id: str
-    clock: Clock
-    outcome: str
-    steps: int
-    digest: str
-    committed: list[Committed]
-    pivot: str | None
-    escalation_id: str | None
-    log: Any
-    _writer: Any
-    _seq: int
-    _done: dict[str, Committed]
-    _in_doubt: dict[str, InDoubt]
-    _unsettled: dict[str, Action[Any, Any]]
-    _unrecorded: list[tuple[Transaction, str]]
+class Recorder:
+    """Writes one episode's records and keeps its memory in step with them.
+
+    Args:
+        memory: the episode's memory.
+        clock: the episode's clock (durations).
+
+    Attributes:
+        writer: the store writer while the episode is open (None otherwise).
+        log: the episode's structured log (JSON lines).
+    """
+
+    def __init__(self, memory: Memory, clock: Clock) -> None:
+        self.m = memory
+        self.clock = clock
+        self.writer: Any = None
+        self.log: Any = None
+
+    def note(self, kind: str, txn_id: str | None, payload: dict[str, Any]) -> None:
+        """One log record and the episode's row, in one batch."""
+        with self.writer.batch():
+            self.writer.append(kind, txn_id, payload)
+            self.update_episode()
+
+    def note_text(self, kind: str, txn_id: str | None, payload: str) -> None:
+        """:meth:`note` for a payload that is JSON text already."""
+        with self.writer.batch():
+            self.writer.append_text(kind, txn_id, payload)
+            self.update_episode()
 
     # --- records (the hot path) ---
-    def _update_episode(self) -> None:
-        self._writer.update_episode(status=self.outcome, steps=self.steps, digest=self.digest)
+    def update_episode(self) -> None:
+        self.writer.update_episode(status=self.m.outcome, steps=self.m.steps, digest=self.m.digest)
 
-    def _record_simple(self, action: str, key: str, args: str, status: str, reason: str) -> None:
+    def record_simple(self, action: str, key: str, args: str, status: str, reason: str) -> None:
         args, reason = _jsonable(loads(args)), storable(reason)
-        self._seq += 1
-        txn_id = f"{self.id}:{self._seq}"
+        self.m.seq += 1
+        txn_id = f"{self.m.id}:{self.m.seq}"
         now = time.time()
-        with self._writer.batch():
-            self._writer.insert_txn(
+        with self.writer.batch():
+            self.writer.insert_txn(
                 {
                     "id": txn_id,
-                    "episode_id": self.id,
-                    "seq": self._seq,
+                    "episode_id": self.m.id,
+                    "seq": self.m.seq,
                     "action": action,
                     "idem_key": key,
                     "args": args,
@@ -68,8 +83,8 @@ class _Records:
                     "duration": 0.0,
                 }
             )
-            self._writer.append(status, txn_id, {"action": action, "reason": reason})
-            self._update_episode()
+            self.writer.append(status, txn_id, {"action": action, "reason": reason})
+            self.update_episode()
         self.log.info(status, txn_id=txn_id, action=action, reason=reason)
 
     def record_refusal(
@@ -85,7 +100,7 @@ class _Records:
         ctx = txn.ctx
         return {
             "id": ctx.txn_id,
-            "episode_id": self.id,
+            "episode_id": self.m.id,
             "seq": txn.seq,
             "action": ctx.action,
             "idem_key": ctx.idempotency_key,
@@ -100,8 +115,8 @@ class _Records:
         held = status == "held"
         ctx = txn.ctx
         now = time.time()
-        with self._writer.batch():
-            self._writer.insert_txn(
+        with self.writer.batch():
+            self.writer.insert_txn(
                 self._txn_row(
                     txn,
                     before=None,
@@ -115,12 +130,12 @@ class _Records:
                     duration=0.0,
                 )
             )
-            self._writer.append(
+            self.writer.append(
                 "held" if held else "precondition",
                 ctx.txn_id,
                 {"action": ctx.action, "check": reason, "decision": decision},
             )
-            self._update_episode()
+            self.update_episode()
         txn.recorded = True
 
     def record_intent(self, txn: Transaction) -> None:
@@ -139,9 +154,9 @@ class _Records:
                 f"JSON ({exc}); nothing ran. Keep resources JSON values (str, numbers, bools, "
                 "None, lists, dicts with str keys)"
             ) from None
-        written = self._writer.seq
+        written = self.writer.seq
         try:
-            self._writer.hot(
+            self.writer.hot(
                 "intent",
                 ctx.txn_id,
                 f'{{"action":{_quote(ctx.action)},"key":{_quote(ctx.idempotency_key)},'
@@ -149,7 +164,7 @@ class _Records:
             )
         finally:
             # (Ctrl-C can arrive just after the record landed: it is written all the same.)
-            txn.intended = self._writer.seq != written
+            txn.intended = self.writer.seq != written
 
     def leave_in_doubt(self, txn: Transaction, error: BaseException) -> StoreError:
         """The tool ran but its outcome could not be recorded: remember the call as in doubt,
@@ -164,8 +179,8 @@ class _Records:
             txn.started,
             dict(txn.seen),
         )
-        self._in_doubt[ctx.idempotency_key] = intent
-        self._unsettled[ctx.idempotency_key] = txn.action
+        self.m.in_doubt[ctx.idempotency_key] = intent
+        self.m.unsettled[ctx.idempotency_key] = txn.action
         self.log.warning(
             "in_doubt", txn_id=ctx.txn_id, action=ctx.action, error=f"{type(error).__name__}"
         )
@@ -193,34 +208,32 @@ class _Records:
             else f"cut short ({type(error).__name__})"
         )
         reason = f"{why} ({error}); {what}"
-        self._unrecorded.append((txn, reason))
+        self.m.unrecorded.append((txn, reason))
         return StoreError(
             f"action {ctx.action!r} ({ctx.txn_id}): {reason}; it is recorded as failed with the "
             "episode's next write"
         )
 
-    def _flush_unrecorded(self) -> None:
+    def flush_unrecorded(self) -> None:
         """Record the calls the store refused earlier (see :meth:`leave_unrecorded`)."""
-        while self._unrecorded:
-            txn, reason = self._unrecorded[0]
+        while self.m.unrecorded:
+            txn, reason = self.m.unrecorded[0]
             self.record_failure(txn, FailureClass.FAIL_STOP, Decision.CONTINUE, reason, {})
-            self._unrecorded.pop(0)
+            self.m.unrecorded.pop(0)
 
     def record_retry(self, txn: Transaction, delay: float) -> None:
         """A retry decision, logged with the error that caused it."""
         last = txn.errors[-1] if txn.errors else None
-        with self._writer.batch():
-            self._writer.append(
-                "decision",
-                txn.ctx.txn_id,
-                {
-                    "decision": "retry",
-                    "attempt": txn.ctx.attempt,
-                    "wait": delay,
-                    "reason": f"{type(last).__name__}: {last}" if last else "",
-                },
-            )
-            self._update_episode()
+        self.note(
+            "decision",
+            txn.ctx.txn_id,
+            {
+                "decision": "retry",
+                "attempt": txn.ctx.attempt,
+                "wait": delay,
+                "reason": f"{type(last).__name__}: {last}" if last else "",
+            },
+        )
         self.log.info(
             "retry",
             txn_id=txn.ctx.txn_id,
@@ -233,9 +246,9 @@ class _Records:
         self, txn: Transaction, result: Any, diff: dict[str, tuple[Any, Any]], *, recovered: bool
     ) -> None:
         """Commit: the outcome, the diff and a compact checkpoint, in one database transaction."""
-        self._commit_entry(txn, result, diff, recovered=recovered)
+        self.commit_entry(txn, result, diff, recovered=recovered)
 
-    def _commit_entry(
+    def commit_entry(
         self,
         txn: Transaction,
         result: Any,
@@ -248,13 +261,13 @@ class _Records:
         diff_json = dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else "{}"
         errors = _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]) if txn.errors else "[]"
         step: int | None = None
-        digest = self.digest
+        digest = self.m.digest
         # The record is the outcome: the transaction row and the checkpoint are its projection
         # (harness.store.projection), written with the episode's next batch. It is assembled
         # as text: it is on the hot path, and every part is JSON already.
         if act.mutating:
-            step = self.steps + 1
-            digest = hashlib.sha256(f"{self.digest}{diff_json}".encode()).hexdigest()
+            step = self.m.steps + 1
+            digest = hashlib.sha256(f"{self.m.digest}{diff_json}".encode()).hexdigest()
             args, before = txn.args_json, txn.before_json
             call = f'"step":{step},"digest":"{digest}"'
         else:
@@ -269,7 +282,7 @@ class _Records:
         # texts at hand; the writer adds the record's time as ended_at.
         row = {
             "id": ctx.txn_id,
-            "episode_id": self.id,
+            "episode_id": self.m.id,
             "seq": txn.seq,
             "action": ctx.action,
             "idem_key": ctx.idempotency_key,
@@ -289,10 +302,10 @@ class _Records:
             "duration": duration,
             "step": step,
         }
-        written = self._writer.seq
+        written = self.writer.seq
         txn.recorded = False
         try:
-            self._writer.hot(
+            self.writer.hot(
                 status,
                 ctx.txn_id,
                 f'{{"action":{_quote(ctx.action)},{call},"attempts":{ctx.attempt},'
@@ -303,7 +316,7 @@ class _Records:
         except BaseException:
             # Interrupted (Ctrl-C) after the record was written: the episode remembers the
             # commit as the log has it, then the interruption goes on.
-            if self._writer.seq != written:
+            if self.writer.seq != written:
                 txn.recorded = True
                 self._remember_commit(txn, result, diff, step, digest)
             raise
@@ -330,7 +343,7 @@ class _Records:
         """The episode's memory of a written commit: step, digest, dedup and rollback entry."""
         ctx, act = txn.ctx, txn.action
         if step is not None:
-            self.steps, self.digest = step, digest
+            self.m.steps, self.m.digest = step, digest
         entry = Committed(
             ctx.txn_id,
             ctx.action,
@@ -344,11 +357,11 @@ class _Records:
             impl=act,
             result_json=txn.result_json,
         )
-        self.committed.append(entry)
+        self.m.committed.append(entry)
         if act.mutating:
-            self._done[ctx.idempotency_key] = entry
+            self.m.done[ctx.idempotency_key] = entry
             if act.pivot:
-                self.pivot = act.name
+                self.m.pivot = act.name
         return entry
 
     def record_failure(
@@ -376,15 +389,15 @@ class _Records:
             "ended_at": now,
             "duration": self.clock.now() - txn.t0,
         }
-        with self._writer.batch():
+        with self.writer.batch():
             if existing:
                 # A committed call whose undo failed: the row keeps what its commit record
                 # says (result, diff, errors, times) and takes the decision record's fields.
                 decided = ("status", "failure_class", "decision", "reason")
-                self._writer.update_txn(ctx.txn_id, {k: fields[k] for k in decided})
+                self.writer.update_txn(ctx.txn_id, {k: fields[k] for k in decided})
             else:
-                self._writer.insert_txn(self._txn_row(txn, **fields))
-            self._writer.append(
+                self.writer.insert_txn(self._txn_row(txn, **fields))
+            self.writer.append(
                 "decision",
                 ctx.txn_id,
                 {
@@ -396,7 +409,7 @@ class _Records:
                     **({"undo": "semantic"} if txn.semantic_undo else {}),
                 },
             )
-            self._update_episode()
+            self.update_episode()
         txn.recorded = True
         self.log.warning(
             "failed",
@@ -424,14 +437,14 @@ class _Records:
             "diff": {k: [b, a] for k, (b, a) in diff.items()},
             "errors": [f"{type(e).__name__}: {e}" for e in txn.errors],
             "attempts": ctx.attempt,
-            "step": self.steps,
-            "digest": self.digest,
+            "step": self.m.steps,
+            "digest": self.m.digest,
         }
-        self.outcome = "escalated"
-        with self._writer.batch():
-            esc_id = self._writer.insert_escalation(
+        self.m.outcome = "escalated"
+        with self.writer.batch():
+            esc_id = self.writer.insert_escalation(
                 {
-                    "episode_id": self.id,
+                    "episode_id": self.m.id,
                     "txn_id": ctx.txn_id,
                     "action": act.name,
                     "idem_key": ctx.idempotency_key,
@@ -444,7 +457,7 @@ class _Records:
                     "fallback": "reject",
                 }
             )
-            self._writer.append(
+            self.writer.append(
                 "escalation",
                 ctx.txn_id,
                 {
@@ -454,8 +467,8 @@ class _Records:
                     "reason": reason,
                 },
             )
-            self._update_episode()
-        self.escalation_id = esc_id
+            self.update_episode()
+        self.m.escalation_id = esc_id
         self.log.warning(
             "escalated",
             txn_id=ctx.txn_id,
