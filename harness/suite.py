@@ -4,6 +4,10 @@ A suite is a folder with a ``suite.json`` manifest naming its environment (an im
 ``module:Class``) and its task files; each task file is validated against the JSON Schema that
 ships in the package (``harness/schemas/tasks.schema.json``) before anything runs. A tau2-bench
 ``tasks.json`` loads too, on the built-in environment of its domain.
+
+The built-in suites (:data:`BUILTIN_SUITES`) load by name: ``load_suite("retail")``. Their data
+(``suite.json``, ``tasks.json``) lives in the repository's ``tasks/`` folder, and a built wheel
+carries a copy in ``harness/_suites/`` (:func:`builtin_suite`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,13 +27,17 @@ from ._json import digest
 from .errors import SuiteError
 
 __all__ = [
+    "BUILTIN_ENVIRONMENTS",
+    "BUILTIN_SUITES",
     "Environment",
     "FieldCheck",
     "Suite",
     "SuiteError",
     "Task",
     "ToolCall",
+    "builtin_suite",
     "load_suite",
+    "resolve_suite",
     "task_schema",
 ]
 
@@ -37,7 +45,10 @@ TASK_FORMAT_VERSION = 1
 MANIFEST_FIELDS = frozenset(
     {"name", "version", "description", "environment", "environment_options", "verifier", "tasks"}
 )
+BUILTIN_SUITES: Final = ("retail", "configs")
+"""The suites that ship with harness, loadable by name (:func:`builtin_suite`)."""
 BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvironment"}
+"""tau2 domain -> the built-in environment a tau2 ``tasks.json`` of that domain runs on."""
 # The verifier a suite uses unless its manifest names another (``"verifier": "module:function"``).
 DEFAULT_VERIFIER = "verifiers:verify"
 
@@ -238,6 +249,60 @@ class Suite:
         return f"<Suite {self.name} v{self.version}: {len(self.tasks)} tasks>"
 
 
+def _checkout_tasks() -> Path | None:
+    """The repository's ``tasks/`` folder, beside the ``harness`` package in a source checkout.
+
+    The one place that knows where suite data lives in a checkout; None when the package is not
+    a folder on disk.
+    """
+    package = resources.files("harness")
+    return package.resolve().parent / "tasks" if isinstance(package, Path) else None
+
+
+def builtin_suite(name: str) -> Path | None:
+    """The folder of the built-in suite ``name`` (one of :data:`BUILTIN_SUITES`).
+
+    A built wheel carries each built-in's ``suite.json`` and task files in
+    ``harness/_suites/<name>/``; a source checkout has them in the repository's
+    ``tasks/<name>/``. The packaged copy comes first.
+
+    Returns:
+        The folder, or None: ``name`` is not a built-in, or its data is in neither place.
+    """
+    if name not in BUILTIN_SUITES:
+        return None
+    packaged = resources.files("harness") / "_suites" / name
+    checkout = _checkout_tasks()
+    for folder in (packaged, None if checkout is None else checkout / name):
+        if isinstance(folder, Path) and (folder / "suite.json").is_file():
+            return folder
+    return None
+
+
+def resolve_suite(path: str | Path) -> Path:
+    """What :func:`load_suite` loads: ``path`` if it exists, else the built-in suite so named.
+
+    Raises:
+        SuiteError: ``path`` is neither an existing path nor a built-in suite (the message
+            lists the built-ins), or a built-in's data is missing.
+    """
+    p = Path(path)
+    if p.exists():
+        return p
+    builtin = builtin_suite(str(path))
+    if builtin is not None:
+        return builtin
+    if str(path) in BUILTIN_SUITES:
+        raise SuiteError(
+            f"built-in suite {str(path)!r}: its data is in neither the package "
+            f"(harness/_suites) nor a source checkout ({_checkout_tasks()})"
+        )
+    raise SuiteError(
+        f"{str(path)!r} is neither a suite folder, a task file, nor a built-in suite "
+        f"({', '.join(BUILTIN_SUITES)})"
+    )
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -307,12 +372,13 @@ def _from_tau2(path: Path, data: list[dict[str, Any]]) -> list[Task]:
 
 
 def load_suite(path: str | Path) -> Suite:
-    """Load a suite folder (with ``suite.json``) or a tau2-format ``tasks.json``.
+    """Load a suite folder (with ``suite.json``), a task file, a tau2-format ``tasks.json``, or
+    a built-in suite by name (:data:`BUILTIN_SUITES`) when no such path exists.
 
     Raises:
         SuiteError: naming the file, the task and the field that is wrong.
     """
-    p = Path(path)
+    p = resolve_suite(path)
     if p.is_dir():
         manifest_path = p / "suite.json"
         manifest = _read_json(manifest_path)
@@ -348,8 +414,6 @@ def load_suite(path: str | Path) -> Suite:
             environment_options=manifest.get("environment_options") or {},
             verifier=manifest.get("verifier") or DEFAULT_VERIFIER,
         )
-    if not p.exists():
-        raise SuiteError(f"{p}: no such suite folder or task file")
     data = _read_json(p)
     if _is_tau2(data):
         domain = (data[0].get("user_scenario") or {}).get("instructions", {}).get("domain")

@@ -20,8 +20,6 @@ from harness.domains.retail.tools import (
     RetailTools,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-DB_JSON = REPO / "tasks" / "retail" / "db.json"
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau2-retail"
 GOLD_JSON = REFERENCE / "gold.json"
 NO_GOLD = f"reference data absent: {GOLD_JSON} (the shared folder beside the repository)"
@@ -36,7 +34,7 @@ def _gold_tasks() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def pristine() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(DB_JSON.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(db.DEFAULT_DB_JSON.read_text(encoding="utf-8"))
     return data
 
 

@@ -10,31 +10,13 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..errors import HarnessError
+from ..errors import HarnessError, SuiteError
 from ..faults import FaultPlan
 from ..runs import TrialResult, replay_episode, resume_run, run_trials
-from ..suite import load_suite
+from ..suite import load_suite, resolve_suite
 from ._common import console, dump, fail, failures_table, openai_settings, secrets, summary_table
 
 __all__ = ["replay_command", "resume_command", "run_command"]
-
-BUILTIN_SUITES = ("retail", "configs")
-
-
-def resolve_suite(name: str) -> Path:
-    """A suite path, or the name of a built-in suite (``retail``, ``configs``)."""
-    path = Path(name)
-    if path.exists():
-        return path
-    if name in BUILTIN_SUITES:
-        builtin = Path(__file__).resolve().parents[1] / "tasks" / name
-        if builtin.exists():
-            return builtin
-    raise click.BadParameter(
-        f"{name!r} is neither a suite folder, a tasks.json, nor a built-in suite "
-        f"({', '.join(BUILTIN_SUITES)})",
-        param_hint="SUITE",
-    )
 
 
 @click.command("run")
@@ -85,7 +67,10 @@ def run_command(
     faults_file: str | None,
 ) -> None:
     """Run SUITE (a folder, a tau2 tasks.json, or a built-in name) as repeated trials."""
-    path = resolve_suite(suite)
+    try:
+        path = resolve_suite(suite)
+    except SuiteError as exc:
+        raise click.BadParameter(str(exc), param_hint="SUITE") from None
     options: dict[str, Any] = {}
     if agent == "simulated":
         options = {"error_rate": error_rate, "self_conditioning": self_conditioning}

@@ -1,4 +1,7 @@
-"""Generate ``tasks.json``, the project's own retail suite, from ``db.json`` beside it.
+"""Generate ``tasks.json``, the project's own retail suite, from tau2-bench's ``db.json``.
+
+The data ships in the package (``harness/domains/retail/data/db.json``, read as
+:data:`harness.domains.retail.db.DEFAULT_DB_JSON`), so ``harness`` must be importable.
 
 Run from anywhere: ``python tasks/retail/make_tasks.py`` (``--check`` only compares the file
 with what it would write). Each task below is written by hand around real users, orders, items
@@ -20,8 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.domains.retail.db import DEFAULT_DB_JSON
+
 HERE = Path(__file__).resolve().parent
-DB: dict[str, dict[str, Any]] = json.loads((HERE / "db.json").read_text(encoding="utf-8"))
+DB: dict[str, dict[str, Any]] = json.loads(DEFAULT_DB_JSON.read_text(encoding="utf-8"))
 USERS, ORDERS, PRODUCTS = DB["users"], DB["orders"], DB["products"]
 WRITES = (
     "cancel_pending_order",

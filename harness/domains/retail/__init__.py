@@ -1,8 +1,9 @@
 """The tau2-bench retail environment on SQLite: schema and data (`db`), plain tools (`tools`),
 the write tools as transactional actions (`actions`) and one trial's environment (`environment`).
 
-The data and the behaviour of the tools follow Sierra Research's tau2-bench (MIT licence, kept
-beside the data in ``tasks/retail/LICENSE``).
+The data (``data/db.json``, ``data/policy.md``, read with :mod:`importlib.resources`) and the
+behaviour of the tools follow Sierra Research's tau2-bench (MIT licence, kept beside the data in
+``data/LICENSE``).
 """
 
 from harness.domains.retail.actions import build_actions
@@ -14,10 +15,11 @@ from harness.domains.retail.db import (
     fresh_copy,
     template_path,
 )
-from harness.domains.retail.environment import RetailEnvironment
+from harness.domains.retail.environment import POLICY, RetailEnvironment
 from harness.domains.retail.tools import READ_TOOLS, WRITE_TOOLS, RetailError, RetailTools
 
 __all__ = [
+    "POLICY",
     "READ_TOOLS",
     "WRITE_TOOLS",
     "RetailEnvironment",

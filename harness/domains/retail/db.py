@@ -25,6 +25,8 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Final
 
@@ -96,8 +98,8 @@ PRIMARY_KEYS: Final[Mapping[str, str]] = {
 # Bump when the bytes a template holds would change for the same db.json (encoding, schema).
 _FORMAT_VERSION: Final = 1
 
-DEFAULT_DB_JSON: Final[Path] = Path(__file__).resolve().parents[3] / "tasks" / "retail" / "db.json"
-"""The repository's copy of upstream's ``db.json`` (``tasks/retail/db.json``)."""
+DEFAULT_DB_JSON: Final[Traversable] = resources.files("harness.domains.retail") / "data" / "db.json"
+"""Upstream's ``db.json``, shipped in the package (``harness/domains/retail/data/db.json``)."""
 
 
 def schema_sql() -> str:
@@ -241,12 +243,20 @@ def template_path(db_json_path: str | os.PathLike[str] | None = None) -> Path:
     and the schema, so processes with the same data share it; it is rebuilt when missing.
 
     Args:
-        db_json_path: Upstream's ``db.json``; the repository's ``tasks/retail/db.json`` by default.
+        db_json_path: Upstream's ``db.json``; the package's copy (:data:`DEFAULT_DB_JSON`) by
+            default.
 
     Returns:
         The path of the template file. Copy it (:func:`fresh_copy`); never open it for writing.
     """
-    source = Path(db_json_path if db_json_path is not None else DEFAULT_DB_JSON).resolve()
+    if db_json_path is not None:
+        return _template_for(Path(db_json_path).resolve())
+    # On disk (the usual install) as_file gives the file itself; from a zip, a temporary copy.
+    with resources.as_file(DEFAULT_DB_JSON) as shipped:
+        return _template_for(shipped.resolve())
+
+
+def _template_for(source: Path) -> Path:
     stat = source.stat()
     key = (str(source), stat.st_mtime_ns, stat.st_size)
     with _templates_lock:
@@ -269,7 +279,7 @@ def fresh_copy(
 
     Args:
         dest_path: Where the copy goes (replaced if it exists).
-        db_json_path: Upstream's ``db.json``; the repository's copy by default.
+        db_json_path: Upstream's ``db.json``; the package's copy by default.
 
     Returns:
         ``dest_path`` as a :class:`~pathlib.Path`.

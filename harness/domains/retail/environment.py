@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 import harness as hx
@@ -28,7 +29,12 @@ from harness.domains.retail.actions import build_actions
 from harness.domains.retail.db import Record
 from harness.domains.retail.tools import TOOL_TYPES, RetailTools
 
-__all__ = ["RetailEnvironment"]
+__all__ = ["POLICY", "RetailEnvironment"]
+
+POLICY: str = (
+    resources.files("harness.domains.retail").joinpath("data", "policy.md").read_text("utf-8")
+)
+"""Upstream's retail agent policy (what the preconditions enforce), in words."""
 
 DB_FILE = "retail.sqlite"
 """The database's file name inside the environment's folder."""
@@ -40,8 +46,8 @@ class RetailEnvironment(FolderEnvironment):
     Args:
         folder: Where the database file goes (created if missing; left in place on
             :meth:`close`). Default: a new temporary folder, removed on :meth:`close`.
-        db_json_path: Upstream's ``db.json`` to build the template from (default: the
-            repository's ``tasks/retail/db.json``).
+        db_json_path: Upstream's ``db.json`` to build the template from (default: the copy
+            shipped in the package, ``harness/domains/retail/data/db.json``).
 
     Attributes:
         path: The database file.
