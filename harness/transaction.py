@@ -33,6 +33,7 @@ from .errors import (
 )
 from .policy import Decision, FailureClass, Policy
 from .state.base import ScopeMatcher
+from .store.tables import txn_seq
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -375,7 +376,7 @@ class Transaction:
         self.started = time.time()
         self.t0 = episode.clock.now()
         self.values = values if values is not None else action.call_values(ctx.args)
-        self.seq = int(ctx.txn_id.rsplit(":", 1)[1])
+        self.seq = txn_seq(ctx.txn_id)
         self.args_json = ""
         self.before_json = "{}"
         self.result_json = "null"

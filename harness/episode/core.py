@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..policy import Decision, FailureClass, Policy
 from ..store import GENESIS, Store
+from ..store.tables import txn_id
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
 from .cursor import (
     IN_DOUBT_FIRST,
@@ -547,7 +548,7 @@ class Episode:
         m.seq += 1
         ctx = Context(action.name, model, self.state, self.id)
         ctx.idempotency_key = key
-        ctx.txn_id = f"{self.id}:{m.seq}"
+        ctx.txn_id = txn_id(self.id, m.seq)
         txn = Transaction(self, action, ctx, approved=resolution is not None, values=values)
         txn.args_json = args_json
         # Only an answer to an approval request clears the approval rules: approving a call

@@ -17,6 +17,7 @@ from .._json import digest, dumps, loads, storable
 from ..clock import Clock
 from ..errors import ConfigurationError, Escalated, HarnessError, StoreError
 from ..policy import Decision, FailureClass
+from ..store.tables import transaction_row
 from ..transaction import Transaction
 from .memory import Memory
 from .values import Committed, InDoubt, _jsonable
@@ -61,28 +62,25 @@ class Recorder:
     def record_simple(self, action: str, key: str, args: str, status: str, reason: str) -> None:
         args, reason = _jsonable(loads(args)), storable(reason)
         self.m.seq += 1
-        txn_id = f"{self.m.id}:{self.m.seq}"
         now = time.time()
+        row = transaction_row(
+            episode_id=self.m.id,
+            seq=self.m.seq,
+            action=action,
+            idem_key=key,
+            args=args,
+            status=status,
+            mutating=False,
+            failure_class="precondition" if status != "invalid" else None,
+            decision="continue",
+            reason=reason,
+            started_at=now,
+            ended_at=now,
+            duration=0.0,
+        )
+        txn_id = row["id"]
         with self.writer.batch():
-            self.writer.insert_txn(
-                {
-                    "id": txn_id,
-                    "episode_id": self.m.id,
-                    "seq": self.m.seq,
-                    "action": action,
-                    "idem_key": key,
-                    "args": args,
-                    "status": status,
-                    "mutating": False,
-                    "failure_class": "precondition" if status != "invalid" else None,
-                    "decision": "continue",
-                    "reason": reason,
-                    "errors": "[]",
-                    "started_at": now,
-                    "ended_at": now,
-                    "duration": 0.0,
-                }
-            )
+            self.writer.insert_txn(row)
             self.writer.append(status, txn_id, {"action": action, "reason": reason})
             self.update_episode()
         self.log.info(status, txn_id=txn_id, action=action, reason=reason)
@@ -98,18 +96,15 @@ class Recorder:
     def _txn_row(self, txn: Transaction, **fields: Any) -> dict[str, Any]:
         """A transaction row: the call's identity, then ``fields`` (outcome, timings...)."""
         ctx = txn.ctx
-        return {
-            "id": ctx.txn_id,
-            "episode_id": self.m.id,
-            "seq": txn.seq,
+        identity: dict[str, Any] = {
             "action": ctx.action,
             "idem_key": ctx.idempotency_key,
             "args": txn.args_json or dumps(txn.values),
             "before": txn.before_json,
             "mutating": txn.action.mutating,
             "started_at": txn.started,
-            **fields,
         }
+        return transaction_row(episode_id=self.m.id, seq=txn.seq, **{**identity, **fields})
 
     def _seq_row(self, txn: Transaction, status: str, reason: str, decision: str) -> None:
         held = status == "held"
@@ -280,28 +275,23 @@ class Recorder:
         status = "recovered" if recovered else "committed"
         # The row the record projects to (harness.store.projection.committed_row), from the
         # texts at hand; the writer adds the record's time as ended_at.
-        row = {
-            "id": ctx.txn_id,
-            "episode_id": self.m.id,
-            "seq": txn.seq,
-            "action": ctx.action,
-            "idem_key": ctx.idempotency_key,
-            "args": args,
-            "before": before,
-            "mutating": act.mutating,
-            "status": status,
-            "failure_class": None,
-            "decision": None,
-            "reason": None,
-            "result": txn.result_json,
-            "diff": diff_json,
-            "attempts": ctx.attempt,
-            "errors": errors,
-            "started_at": txn.started,
-            "ended_at": None,
-            "duration": duration,
-            "step": step,
-        }
+        row = transaction_row(
+            episode_id=self.m.id,
+            seq=txn.seq,
+            action=ctx.action,
+            idem_key=ctx.idempotency_key,
+            args=args,
+            before=before,
+            mutating=act.mutating,
+            status=status,
+            result=txn.result_json,
+            diff=diff_json,
+            attempts=ctx.attempt,
+            errors=errors,
+            started_at=txn.started,
+            duration=duration,
+            step=step,
+        )
         written = self.writer.seq
         txn.recorded = False
         try:

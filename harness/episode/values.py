@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._json import dumps, encodable, loads
 from ..action import _CURRENT, Action
+from ..store.tables import txn_seq
 
 if TYPE_CHECKING:
     from .core import Episode
@@ -35,7 +36,7 @@ class InDoubt:
 
     @property
     def seq(self) -> int:
-        return int(self.id.rsplit(":", 1)[1])
+        return txn_seq(self.id)
 
     @classmethod
     def from_log(cls, txn_id: str, payload: str, ts: float) -> InDoubt:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._json import dumps, loads
 from ..errors import StoreError
-from .tables import CheckpointRow, LogRow, TransactionRow
+from .tables import CheckpointRow, LogRow, TransactionRow, transaction_row, txn_seq
 
 HOT_OUTCOMES = frozenset({"committed", "recovered"})
 """Outcome kinds written on the hot path: their rows are materialised later."""
@@ -34,28 +34,24 @@ def committed_row(
     no intent, and its commit record carries them.
     """
     call = intent if intent is not None else payload
-    return {
-        "id": txn_id,
-        "episode_id": episode_id,
-        "seq": int(txn_id.rsplit(":", 1)[1]),
-        "action": payload["action"],
-        "idem_key": call["key"],
-        "args": dumps(call["args"]),
-        "before": dumps(call["before"]),
-        "mutating": payload["step"] is not None,
-        "status": kind,
-        "failure_class": None,
-        "decision": None,
-        "reason": None,
-        "result": dumps(payload["result"]),
-        "diff": dumps(payload["diff"]),
-        "attempts": payload["attempts"],
-        "errors": dumps(payload["errors"]),
-        "started_at": call["started"],
-        "ended_at": ts,
-        "duration": payload["duration"],
-        "step": payload["step"],
-    }
+    return transaction_row(
+        episode_id=episode_id,
+        seq=txn_seq(txn_id),
+        action=payload["action"],
+        idem_key=call["key"],
+        args=dumps(call["args"]),
+        before=dumps(call["before"]),
+        mutating=payload["step"] is not None,
+        status=kind,
+        result=dumps(payload["result"]),
+        diff=dumps(payload["diff"]),
+        attempts=payload["attempts"],
+        errors=dumps(payload["errors"]),
+        started_at=call["started"],
+        ended_at=ts,
+        duration=payload["duration"],
+        step=payload["step"],
+    )
 
 
 def checkpoint_row(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import BigInteger, Column, Integer
 from sqlalchemy.orm import registry
@@ -108,6 +109,67 @@ class TransactionRow(_Base, table=True):
     ended_at: float | None = None
     duration: float | None = None
     step: int | None = None
+
+
+def txn_id(episode_id: str, seq: int) -> str:
+    """A transaction's id: its episode and its sequence number in it (``<episode>:<seq>``)."""
+    return f"{episode_id}:{seq}"
+
+
+def txn_seq(txn: str) -> int:
+    """The sequence number in a transaction id (:func:`txn_id`)."""
+    return int(txn.rsplit(":", 1)[1])
+
+
+def transaction_row(
+    *,
+    episode_id: str,
+    seq: int,
+    action: str,
+    idem_key: str,
+    args: str,
+    status: str,
+    started_at: float,
+    mutating: bool = True,
+    before: str | None = None,
+    failure_class: str | None = None,
+    decision: str | None = None,
+    reason: str | None = None,
+    result: str | None = None,
+    diff: str | None = None,
+    attempts: int = 0,
+    errors: str = "[]",
+    ended_at: float | None = None,
+    duration: float | None = None,
+    step: int | None = None,
+) -> dict[str, Any]:
+    """An ``hx_transaction`` row (:class:`TransactionRow`'s columns) as the writer inserts it.
+
+    Every row is built here: the engine's records and the log's projection of a commit
+    (:func:`harness.store.projection.committed_row`) must agree column for column.
+    """
+    return {
+        "id": txn_id(episode_id, seq),
+        "episode_id": episode_id,
+        "seq": seq,
+        "action": action,
+        "idem_key": idem_key,
+        "args": args,
+        "before": before,
+        "mutating": mutating,
+        "status": status,
+        "failure_class": failure_class,
+        "decision": decision,
+        "reason": reason,
+        "result": result,
+        "diff": diff,
+        "attempts": attempts,
+        "errors": errors,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "duration": duration,
+        "step": step,
+    }
 
 
 class CheckpointRow(_Base, table=True):

@@ -30,6 +30,7 @@ from .tables import (
     log_key,
     log_range,
     record_hash,
+    txn_seq,
 )
 
 Projected = tuple[dict[str, Any], "str | None"]
@@ -480,7 +481,7 @@ class EpisodeWriter:
                 f"UPDATE hx_transaction SET {sets} "
                 f"WHERE episode_id={self._p('ep_')} AND seq={self._p('seq_')}"
             )
-        self._exec(sql, {**fields, "ep_": self.episode_id, "seq_": int(txn_id.rsplit(":", 1)[1])})
+        self._exec(sql, {**fields, "ep_": self.episode_id, "seq_": txn_seq(txn_id)})
 
     def insert_escalation(self, row: Mapping[str, Any]) -> str:
         """Insert an escalation; returns its id."""
