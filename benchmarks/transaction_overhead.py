@@ -50,8 +50,7 @@ from typing import Any
 import tenacity
 
 import harness as hx
-import harness.episode as hx_episode
-import harness.episode.records as hx_records
+import harness.episode.recorder as hx_records
 import harness.store.store as hx_store
 import harness.store.writer as hx_writer
 import harness.transaction as hx_transaction
@@ -543,9 +542,9 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
                 setattr(proxy, attr, p.wrap(tenacity_label, getattr(module, attr)))
         p.swap(hx_transaction, "tenacity", proxy)
         p.patch(module.BaseRetrying, "iter", tenacity_label)
-    p.patch(hx_episode.Episode, "record_intent", "intent record: building the rows")
-    p.patch(hx_episode.Episode, "_commit_entry", "commit record: building the rows")
-    p.patch(hx_episode.Episode, "_update_episode", "writer.update_episode")
+    p.patch(hx_records.Recorder, "record_intent", "intent record: building the rows")
+    p.patch(hx_records.Recorder, "commit_entry", "commit record: building the rows")
+    p.patch(hx_records.Recorder, "update_episode", "writer.update_episode")
     p.patch(EpisodeWriter, "update_episode", "writer.update_episode")
     p.patch(EpisodeWriter, "append", "writer.append/append_text: log record")
     if hasattr(EpisodeWriter, "append_text"):
@@ -573,7 +572,7 @@ def breakdown(bench: HarnessBench) -> tuple[list[tuple[str, float, float]], floa
                     p.patch(module, "dumps", "JSON encoding (_json.dumps)")
             writer = ep._writer
             writer.conn = _TimedConn(writer.conn, p)
-            ep.log = _TimedLog(ep.log, p)
+            ep.recorder.log = _TimedLog(ep.log, p)
             p.reset()
             t0 = time.perf_counter()
             bench.loop()

@@ -38,7 +38,7 @@ from .store.tables import txn_seq
 if TYPE_CHECKING:
     from .clock import Clock
 
-__all__ = ["ActionTimeout", "Call", "Host", "Sleep", "Transaction", "adrive", "drive"]
+__all__ = ["ActionTimeout", "Call", "Host", "Records", "Sleep", "Transaction", "adrive", "drive"]
 
 
 class ActionTimeout(TimeoutError):
@@ -270,21 +270,9 @@ def compensate(
     return action.undo_check is not None
 
 
-class Host(Protocol):
-    """What a transaction needs of the episode it runs in (:class:`~harness.Episode` is one).
-
-    The policy and clock it runs under, the pivot that bars a rollback, the records it writes
-    as it goes, and the saga it starts when the policy decides to roll back.
-    """
-
-    @property
-    def policy(self) -> Policy: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def pivot(self) -> str | None: ...
+class Records(Protocol):
+    """The records a transaction writes as it goes (:class:`harness.episode.recorder.Recorder`
+    writes them; this protocol repeats its signatures so the engine need not import it)."""
 
     def record_intent(self, txn: Transaction) -> None: ...
 
@@ -321,6 +309,24 @@ class Host(Protocol):
     def leave_in_doubt(self, txn: Transaction, error: BaseException) -> StoreError: ...
 
     def leave_unrecorded(self, txn: Transaction, error: BaseException) -> StoreError: ...
+
+
+class Host(Protocol):
+    """What a transaction needs of the episode it runs in (:class:`~harness.Episode` is one):
+    the policy and clock it runs under, the pivot that bars a rollback, the recorder of its
+    records, and the saga it starts when the policy decides to roll back."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def pivot(self) -> str | None: ...
+
+    @property
+    def recorder(self) -> Records: ...
 
     def rollback_steps(self, *, reason: str, can_await: bool) -> Steps: ...
 
@@ -393,18 +399,20 @@ class Transaction:
         in_doubt = self.action.mutating and self.intended and not self.recorded
         if isinstance(exc, StoreError) and not self.recorded:
             if in_doubt:
-                return self.ep.leave_in_doubt(self, exc)
-            return self.ep.leave_unrecorded(self, exc)
+                return self.ep.recorder.leave_in_doubt(self, exc)
+            return self.ep.recorder.leave_unrecorded(self, exc)
         if isinstance(exc, ConfigurationError) and not self.recorded and not self.intended:
-            self.ep.leave_unrecorded(self, exc)  # nothing ran; the log still gets the call
+            self.ep.recorder.leave_unrecorded(self, exc)  # nothing ran; the log still gets the call
         elif not isinstance(exc, Exception) and in_doubt:
-            self.ep.leave_in_doubt(self, exc)
+            self.ep.recorder.leave_in_doubt(self, exc)
         elif (
             not isinstance(exc, Exception)
             and not self.recorded
             and not isinstance(exc, GeneratorExit)
         ):
-            self.ep.leave_unrecorded(self, exc)  # cut short with no effect: logged as failed
+            self.ep.recorder.leave_unrecorded(
+                self, exc
+            )  # cut short with no effect: logged as failed
         return exc
 
     def run(self) -> Steps:
@@ -428,8 +436,8 @@ class Transaction:
             rule = yield from self._approval_rule()
             if rule:
                 reason = f"held for a person's approval before it runs ({rule})"
-                ep.record_refusal(self, "held", reason, Decision.ESCALATE)
-                raise ep.escalate(self, "approval", reason, {})
+                ep.recorder.record_refusal(self, "held", reason, Decision.ESCALATE)
+                raise ep.recorder.escalate(self, "approval", reason, {})
         scope = self.scope if self.scope is not None else act.scope(ctx.args, self.values)
         matcher = ScopeMatcher(scope)
         concrete = list(matcher.literal)
@@ -437,16 +445,16 @@ class Transaction:
         try:
             ctx.before = ctx.state.snapshot(concrete) if concrete else {}
             if act.mutating:
-                ep.record_intent(self)
+                ep.recorder.record_intent(self)
             try:
                 result, diff = yield from self._attempts(mark, matcher, concrete)
             except _Failed as failed:
                 return (yield from self._fail(failed))
             except _Recovered as rec:
                 result = yield from self.recovered_result()
-                ep.record_commit(self, result, rec.diff, recovered=True)
+                ep.recorder.record_commit(self, result, rec.diff, recovered=True)
                 return result
-            ep.record_commit(self, result, diff, recovered=False)
+            ep.recorder.record_commit(self, result, diff, recovered=False)
             return result
         except BaseException:
             if act.mutating and self.intended and not self.recorded:
@@ -484,13 +492,13 @@ class Transaction:
         if decision is Decision.ROLLBACK and ep.pivot is not None:
             decision = Decision.ESCALATE
         error.decision = str(decision)
-        ep.record_refusal(self, status, reason, decision)
+        ep.recorder.record_refusal(self, status, reason, decision)
         if decision is Decision.ROLLBACK:
             yield from ep.rollback_steps(
                 reason=f"{self.action.name}: {reason}", can_await=self.action.is_async
             )
         elif decision is Decision.ESCALATE:
-            raise ep.escalate(self, FailureClass.PRECONDITION, str(error), {}) from error
+            raise ep.recorder.escalate(self, FailureClass.PRECONDITION, str(error), {}) from error
         raise error
 
     def _attempts(
@@ -521,7 +529,7 @@ class Transaction:
                     raise replay
                 if waits:
                     delay = waits.pop()
-                    self.ep.record_retry(self, delay)
+                    self.ep.recorder.record_retry(self, delay)
                     yield Sleep(delay)
                 outcome = yield from self._attempt(mark, matcher, concrete)
         return outcome
@@ -755,9 +763,9 @@ class Transaction:
         error.args = (
             f"action {act.name!r} failed ({failed.failure_class}, decision {decision}): {reason}",
         )
-        ep.record_failure(self, failed.failure_class, decision, reason, failed.diff)
+        ep.recorder.record_failure(self, failed.failure_class, decision, reason, failed.diff)
         if decision is Decision.ROLLBACK:
             yield from ep.rollback_steps(reason=f"{act.name}: {reason}", can_await=act.is_async)
         elif decision is Decision.ESCALATE:
-            raise ep.escalate(self, failed.failure_class, reason, failed.diff)
+            raise ep.recorder.escalate(self, failed.failure_class, reason, failed.diff)
         raise error

@@ -256,12 +256,12 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
                 time.sleep(60)  # until the parent's SIGKILL
 
     intent, flush, commit = (
-        Episode.record_intent,
+        Recorder.record_intent,
         EpisodeWriter.flush,
         Recorder.commit_entry,
     )
 
-    def record_intent(self: Episode, txn: Any) -> None:
+    def record_intent(self: Recorder, txn: Any) -> None:
         intent(self, txn)
         hook("after_intent")
 
@@ -276,7 +276,7 @@ def child(folder: Path, episodes: int, target: str | None, occurrence: int, phas
         phase.value = 0
         return entry
 
-    Episode.record_intent = record_intent  # type: ignore[method-assign]
+    Recorder.record_intent = record_intent  # type: ignore[method-assign]
     EpisodeWriter.flush = materialise  # type: ignore[method-assign]
     Recorder.commit_entry = commit_entry  # type: ignore[method-assign]
     env = LedgerEnvironment(folder / "env.db", hook)

@@ -31,7 +31,7 @@ from ..errors import (
     PreconditionFailed,
     StoreError,
 )
-from ..policy import Decision, FailureClass, Policy
+from ..policy import Policy
 from ..store import GENESIS, Store
 from ..store.tables import txn_id
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
@@ -123,11 +123,12 @@ class Episode:
         self._gate = Gate()
         self._actions = {a.name: a for a in actions}
         self._m = Memory(self.id)
-        self._recorder = Recorder(self._m, self.clock)
+        # Every record the episode and its transactions write goes through its recorder.
+        self.recorder = Recorder(self._m, self.clock)
         self._settler = Settler(
-            self._m, self._recorder, self, self.store, state, self._actions, self.clock
+            self._m, self.recorder, self, self.store, state, self._actions, self.clock
         )
-        self._saga = Saga(self._m, self._recorder, self._settler, self, state, self._actions)
+        self._saga = Saga(self._m, self.recorder, self._settler, self, state, self._actions)
         # On resume: the agent's recorded steps its re-executed calls are matched against.
         self._cursor = RecordCursor(self.id, [], live_after=True, on_diverge=self._log_divergence)
         self._token: contextvars.Token[Episode | None] | None = None
@@ -175,72 +176,18 @@ class Episode:
     @property
     def log(self) -> Any:
         """The episode's structured log (JSON lines) while it is open."""
-        return self._recorder.log
+        return self.recorder.log
 
     @property
     def _writer(self) -> Any:
         """The store writer while the episode is open (None otherwise)."""
-        return self._recorder.writer
+        return self.recorder.writer
 
     @_writer.setter
     def _writer(self, writer: Any) -> None:
-        self._recorder.writer = writer
+        self.recorder.writer = writer
 
-    # --- what its transactions write (the Host protocol) ---
-    def record_intent(self, txn: Transaction) -> None:
-        """Write-ahead: the intent is durable before the tool runs."""
-        self._recorder.record_intent(txn)
-
-    def record_commit(
-        self, txn: Transaction, result: Any, diff: dict[str, tuple[Any, Any]], *, recovered: bool
-    ) -> None:
-        """Commit: the outcome, the diff and a compact checkpoint, in one database transaction."""
-        self._recorder.commit_entry(txn, result, diff, recovered=recovered)
-
-    def record_refusal(
-        self, txn: Transaction, status: str, reason: str, decision: Decision = Decision.CONTINUE
-    ) -> None:
-        """A precondition was false or raised (or the call is held for approval)."""
-        self._recorder.record_refusal(txn, status, reason, decision)
-
-    def record_retry(self, txn: Transaction, delay: float) -> None:
-        """A retry decision, logged with the error that caused it."""
-        self._recorder.record_retry(txn, delay)
-
-    def record_failure(
-        self,
-        txn: Transaction,
-        failure_class: FailureClass,
-        decision: Decision,
-        reason: str,
-        diff: dict[str, tuple[Any, Any]],
-        *,
-        existing: bool = False,
-        status: str = "failed",
-    ) -> None:
-        """The transaction did not commit (or its undo failed): its class, the decision, why."""
-        self._recorder.record_failure(
-            txn, failure_class, decision, reason, diff, existing=existing, status=status
-        )
-
-    def escalate(
-        self,
-        txn: Transaction,
-        failure_class: FailureClass | str,
-        reason: str,
-        diff: dict[str, tuple[Any, Any]],
-    ) -> Escalated:
-        """Store an escalation, pause the episode, return the error to raise."""
-        return self._recorder.escalate(txn, failure_class, reason, diff)
-
-    def leave_in_doubt(self, txn: Transaction, error: BaseException) -> StoreError:
-        """The tool ran but its outcome could not be recorded: the call is in doubt."""
-        return self._recorder.leave_in_doubt(txn, error)
-
-    def leave_unrecorded(self, txn: Transaction, error: BaseException) -> StoreError:
-        """A call that changed nothing could not be recorded: it is recorded as failed next."""
-        return self._recorder.leave_unrecorded(txn, error)
-
+    # --- what its transactions need (the Host protocol): its recorder, and the saga ---
     def rollback_steps(self, *, reason: str, can_await: bool) -> Steps:
         """The saga's steps: compensate in reverse order; a failed undo escalates."""
         return self._saga.steps(reason=reason, can_await=can_await)
@@ -290,7 +237,7 @@ class Episode:
             raise ConfigurationError(f"episode {self.id} is already open")
         writer = self.store.writer(self.id)
         self._writer = writer
-        self._recorder.log = self.store.jsonl(episode_id=self.id, run_id=self.run_id)
+        self.recorder.log = self.store.jsonl(episode_id=self.id, run_id=self.run_id)
         existing = self.store.episode(self.id)
         if self.resume:
             if existing is None:
@@ -366,7 +313,7 @@ class Episode:
     def _end(self, error: BaseException | None) -> None:
         if self._m.unrecorded:
             try:
-                self._recorder.flush_unrecorded()
+                self.recorder.flush_unrecorded()
             except HarnessError as exc:
                 error = exc if error is None else error
         if self._winding_up(error):
@@ -489,7 +436,7 @@ class Episode:
             raise EpisodeClosed(self.id, self.outcome)
         m = self._m
         if m.unrecorded:
-            self._recorder.flush_unrecorded()
+            self.recorder.flush_unrecorded()
         if m.unsettled:
             yield from self._settler.settle_unsettled(action.is_async)
         if self._cursor and not action.is_async:
@@ -513,7 +460,7 @@ class Episode:
         except (InvalidArguments, ConfigurationError) as exc:
             raw = dumps_args(args, kwargs)
             if not self._cursor or self._cursor.expect_invalid(action.name, loads(raw)) is None:
-                self._recorder.record_simple(action.name, "", raw, "invalid", str(exc))
+                self.recorder.record_simple(action.name, "", raw, "invalid", str(exc))
             raise
         if self._cursor:
             step = self._cursor.expect_call(action.name, loads(args_json), key)
@@ -582,9 +529,9 @@ class Episode:
         # Compared as recorded (JSON, canonical), before either tool could change its own.
         if canonical(loads(done.args_json)) != canonical(loads(args_json)):
             conflict = IdempotencyConflict(action.name, key, done.txn_id, done.args_json, args_json)
-            self._recorder.record_simple(action.name, key, args_json, "invalid", str(conflict))
+            self.recorder.record_simple(action.name, key, args_json, "invalid", str(conflict))
             raise conflict
-        self._recorder.note("dedup", done.txn_id, {"action": action.name, "key": key})
+        self.recorder.note("dedup", done.txn_id, {"action": action.name, "key": key})
         return done.result_for(action)
 
     def _winding_up(self, error: BaseException | None) -> bool:
@@ -644,7 +591,7 @@ class Episode:
             if entry is not None and entry.impl is None:
                 entry.impl = action
             if step.kind == "action" and action.mutating and step.status != "compensated":
-                self._recorder.note(
+                self.recorder.note(
                     "dedup", step.txn_id, {"action": action.name, "key": key, "replay": True}
                 )
             return entry.result_for(action) if entry is not None else step.result
@@ -696,13 +643,13 @@ class Episode:
                 f"Episode.remember({what!r}): the value or request is not JSON ({exc}); "
                 "return dicts, lists, strings, numbers, booleans or None"
             ) from exc
-        self._recorder.note_text(REMEMBERED, None, payload)
+        self.recorder.note_text(REMEMBERED, None, payload)
         return loads(payload)["value"]
 
     def _log_divergence(self, error: Diverged) -> None:
         """A divergence from the record found on resume: logged (every later call raises it)."""
         detail = {"step": error.step, "expected": error.expected, "actual": error.actual}
-        self._recorder.note_text("diverged", None, _jsonable(detail))
+        self.recorder.note_text("diverged", None, _jsonable(detail))
         self.log.warning("diverged", step=error.step)
 
     # --- introspection ---
