@@ -12,12 +12,13 @@ import contextvars
 import functools
 import hashlib
 import inspect
-import re
 import string
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+import docstring_parser
+from docstring_parser.google import DEFAULT_SECTIONS, GoogleParser, Section, SectionType
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from ._json import canonical, dumps, encodable
@@ -87,36 +88,60 @@ class Context:
         self.in_tool = False  # the call's tool is running now
 
 
-_ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
-_ARG_LINE = re.compile(r"^\s+(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+# Google first (the style of this project's docstrings), with the Note(s) sections Google style
+# also uses, so that a note stays out of the tool's description.
+_GOOGLE = GoogleParser(
+    sections=[
+        *DEFAULT_SECTIONS,
+        Section("Note", "notes", SectionType.SINGULAR),
+        Section("Notes", "notes", SectionType.SINGULAR),
+    ]
+)
+_OTHER_STYLES = (
+    docstring_parser.DocstringStyle.NUMPYDOC,
+    docstring_parser.DocstringStyle.REST,
+    docstring_parser.DocstringStyle.EPYDOC,
+)
+# The sections that describe a call's arguments (not "Attributes", nor NumPy's "Receives").
+_ARG_SECTIONS = frozenset(
+    {"param", "parameter", "arg", "argument", "key", "keyword", "other_param"}
+)
+
+
+def _arg_docs(parsed: docstring_parser.Docstring) -> dict[str, str]:
+    return {
+        p.arg_name.lstrip("*"): " ".join(
+            line.strip() for line in (p.description or "").splitlines() if line.strip()
+        )
+        for p in parsed.params
+        if p.args[0] in _ARG_SECTIONS
+    }
 
 
 def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The summary and per-argument descriptions of a Google-style docstring."""
+    """The description and per-argument descriptions of a docstring, in Google, NumPy, reST or
+    Epydoc style.
+
+    The style read is the one that finds the most argument descriptions, Google on a tie.
+    (``docstring_parser``'s own guess counts every field, and takes a Google description line
+    that starts with a reST role, ``:class:`X```, for a reST field, cutting the description.)
+    """
     if not doc:
         return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
-    summary: list[str] = []
-    args: dict[str, str] = {}
-    i = 0
-    while i < len(lines) and not _ARGS_SECTION.match(lines[i]):
-        if re.match(r"^\s*(Returns|Raises|Yields|Examples?|Notes?):\s*$", lines[i]):
-            break
-        summary.append(lines[i])
-        i += 1
-    if i < len(lines) and _ARGS_SECTION.match(lines[i]):
-        current = None
-        for line in lines[i + 1 :]:
-            if line.strip() and not line.startswith((" ", "\t")):
-                break
-            m = _ARG_LINE.match(line)
-            indent = len(line) - len(line.lstrip())
-            if m and (current is None or indent <= 4):
-                current = m.group(1).lstrip("*")
-                args[current] = m.group(3).strip()
-            elif current and line.strip():
-                args[current] = (args[current] + " " + line.strip()).strip()
-    return " ".join(" ".join(summary).split()), args
+    best: tuple[docstring_parser.Docstring, dict[str, str]] | None = None
+    for style in (None, *_OTHER_STYLES):
+        try:
+            parsed = _GOOGLE.parse(doc) if style is None else docstring_parser.parse(doc, style)
+        except docstring_parser.ParseError:
+            continue
+        args = _arg_docs(parsed)
+        if best is None or len(args) > len(best[1]):
+            best = parsed, args
+    if best is None:  # no style reads it: all of it describes the action
+        return " ".join(doc.split()), {}
+    parsed, args = best
+    text = f"{parsed.short_description or ''} {parsed.long_description or ''}"
+    return " ".join(text.split()), args
 
 
 _Built = tuple[type[BaseModel], list[str], str, Any]

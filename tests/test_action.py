@@ -58,6 +58,77 @@ def test_openai_tool_format():
     assert tool["function"]["parameters"] is cancel_order.schema
 
 
+def _described(fn: Any) -> tuple[str, dict[str, str | None]]:
+    act = hx.action(fn)
+    props = act.schema["properties"]
+    return act.description, {n: props[n].get("description") for n in props}
+
+
+def test_numpy_style_docstring_describes_arguments():
+    """A NumPy-style docstring gives the description and each argument's description."""
+
+    def refund(order_id: str, amount: float = 0.0) -> None:
+        """Refund an order.
+
+        Parameters
+        ----------
+        order_id : str
+            The order to refund,
+            such as '#W0001'.
+        amount : float, optional
+            How much to refund.
+
+        Returns
+        -------
+        None
+        """
+
+    assert _described(refund) == (
+        "Refund an order.",
+        {"order_id": "The order to refund, such as '#W0001'.", "amount": "How much to refund."},
+    )
+
+
+def test_rest_style_docstring_describes_arguments():
+    """A reST-style docstring gives the description and each argument's description."""
+
+    def refund(order_id: str, amount: float = 0.0) -> None:
+        """Refund an order.
+
+        :param order_id: The order to refund,
+            such as '#W0001'.
+        :type order_id: str
+        :param amount: How much to refund.
+        :returns: nothing.
+        """
+
+    assert _described(refund) == (
+        "Refund an order.",
+        {"order_id": "The order to refund, such as '#W0001'.", "amount": "How much to refund."},
+    )
+
+
+def test_google_style_description_keeps_lines_starting_with_a_role():
+    """A Google description line starting with a reST role (``:class:``) is text, not a field,
+    and a Note section stays out of the description."""
+
+    def refund(order_id: str) -> None:
+        """Refund an order, as a
+        :class:`Refund` entry.
+
+        Note:
+            Not for gift cards.
+
+        Args:
+            order_id: The order.
+        """
+
+    assert _described(refund) == (
+        "Refund an order, as a :class:`Refund` entry.",
+        {"order_id": "The order."},
+    )
+
+
 def test_async_function_stays_async():
     """Decorating an async def gives an action whose calls are awaitable."""
 
