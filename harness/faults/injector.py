@@ -14,10 +14,9 @@ from typing import Any
 
 from .._json import canonical, dumps
 from ..action import Action, Context, current_context
-from ..clock import Clock, SystemClock
+from ..clock import Clock, FakeClock, SystemClock
 from ..errors import ConfigurationError
 from ..store import FaultTrialRow, Store
-from ..testing import FakeClock
 from ..transaction import observed_changes
 from .alter import altered
 from .errors import (

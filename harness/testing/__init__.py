@@ -5,31 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..clock import FakeClock
 from ..errors import TransientError
 
 __all__ = ["FakeClock", "Flaky"]
-
-
-class FakeClock:
-    """A clock whose sleeps advance time instantly and are recorded in ``sleeps``."""
-
-    def __init__(self, start: float = 0.0) -> None:
-        self.t = start
-        self.sleeps: list[float] = []
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward (a slow tool calls this to look slow)."""
-        self.t += seconds
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.t += max(seconds, 0.0)
-
-    async def asleep(self, seconds: float) -> None:
-        self.sleep(seconds)
 
 
 class Flaky:

@@ -30,11 +30,11 @@ import pytest
 from _pytest.runner import runtestprotocol  # not public; pytest-rerunfailures relies on it too
 from pytest import TestReport
 
+from ..clock import FakeClock
 from ..episode import Episode
 from ..state import DictState
 from ..stats import Estimate, clopper_pearson, pass_hat_k, wilson
 from ..store import Store
-from . import FakeClock
 
 __all__ = [
     "PassK",
