@@ -35,7 +35,14 @@ from .policy import Decision, FailureClass, Policy, Retry
 from .runs import RunResult, run_trials
 from .state import DictState, FileState, SQLState, StateAdapter
 from .state.base import escape_glob
-from .store import ChainReport, Store
+from .store import (
+    ChainReport,
+    EpisodeStatus,
+    EscalationStatus,
+    RunStatus,
+    Store,
+    TxnStatus,
+)
 from .suite import FieldCheck, Suite, Task, Verification, Verifier, load_suite
 
 __version__ = "0.1.0"
@@ -54,7 +61,9 @@ __all__ = [
     "Diverged",
     "Episode",
     "EpisodeClosed",
+    "EpisodeStatus",
     "Escalated",
+    "EscalationStatus",
     "FailureClass",
     "FieldCheck",
     "FileState",
@@ -70,6 +79,7 @@ __all__ = [
     "Retry",
     "RunNotFound",
     "RunResult",
+    "RunStatus",
     "SQLState",
     "ScopeViolation",
     "StateAdapter",
@@ -80,6 +90,7 @@ __all__ = [
     "SystemClock",
     "Task",
     "TransientError",
+    "TxnStatus",
     "Verification",
     "Verifier",
     "__version__",

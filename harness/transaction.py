@@ -33,6 +33,7 @@ from .errors import (
 )
 from .policy import Decision, FailureClass, Policy
 from .state.base import ScopeMatcher
+from .store import TxnStatus
 from .store.tables import txn_seq
 
 if TYPE_CHECKING:
@@ -423,20 +424,20 @@ class Transaction:
             try:
                 ok = yield from run_check(act, name, check, ctx, "precondition")
             except CheckError as exc:
-                yield from self._refuse(exc, "check_error", str(exc))
+                yield from self._refuse(exc, TxnStatus.CHECK_ERROR, str(exc))
                 raise  # pragma: no cover - _refuse raises
             if not ok:
                 reason = (inspect.getdoc(check) or "").split("\n", 1)[0]
                 yield from self._refuse(
                     PreconditionFailed(act.name, name, reason),
-                    "precondition",
+                    TxnStatus.PRECONDITION,
                     name if not reason else f"{name}: {reason}",
                 )
         if not self.cleared and (act.approval or ep.policy.approval is not None):
             rule = yield from self._approval_rule()
             if rule:
                 reason = f"held for a person's approval before it runs ({rule})"
-                ep.recorder.record_refusal(self, "held", reason, Decision.ESCALATE)
+                ep.recorder.record_refusal(self, TxnStatus.HELD, reason, Decision.ESCALATE)
                 raise ep.recorder.escalate(self, "approval", reason, {})
         scope = self.scope if self.scope is not None else act.scope(ctx.args, self.values)
         matcher = ScopeMatcher(scope)

@@ -14,10 +14,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..report.templating import environment
+from ..store import TxnStatus
 
 __all__ = ["render_html"]
 
-_PROBLEMS = {"failed", "invalid", "check_error", "precondition", "in_doubt", "abandoned"}
+_PROBLEMS = {
+    TxnStatus.FAILED,
+    TxnStatus.INVALID,
+    TxnStatus.CHECK_ERROR,
+    TxnStatus.PRECONDITION,
+    TxnStatus.IN_DOUBT,
+    TxnStatus.ABANDONED,
+}
 
 
 def _json(value: Any) -> str:

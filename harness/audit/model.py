@@ -7,7 +7,7 @@ from typing import Any
 from .._json import loads_or
 from ..errors import RunNotFound
 from ..runs.layout import OpenRun
-from ..store import EpisodeRow, EscalationRow, Store, TrialRow
+from ..store import EpisodeRow, EscalationRow, EscalationStatus, Store, TrialRow, TxnStatus
 
 __all__ = [
     "episode_summaries",
@@ -51,7 +51,7 @@ def episode_summaries(
 def pending_escalations(run: OpenRun, *, every: bool = False) -> list[EscalationRow]:
     """The run's escalations waiting for a person (all of them with ``every``)."""
     ids = {e.id for e in run.store.episodes(run.run.id)}
-    rows = run.store.escalations(None if every else "pending")
+    rows = run.store.escalations(None if every else EscalationStatus.PENDING)
     return [e for e in rows if e.episode_id in ids]
 
 
@@ -102,7 +102,7 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
                         "txn_id": txn,
                         "action": payload.get("action"),
                         "arguments": payload.get("args"),
-                        "status": "in_doubt",
+                        "status": TxnStatus.IN_DOUBT,
                         "diff": {},
                     }
                 )

@@ -8,20 +8,21 @@ from typing import Any
 
 from rich.markup import escape
 
+from ..store import TxnStatus
 from .verify import VerifyReport
 
 __all__ = ["render_text", "render_verify"]
 
-_STATUS_STYLE = {
-    "committed": "green",
-    "recovered": "cyan",
-    "compensated": "yellow",
-    "failed": "red",
-    "abandoned": "magenta",
-    "precondition": "yellow",
-    "check_error": "red",
-    "invalid": "red",
-    "in_doubt": "magenta",
+_STATUS_STYLE: dict[str, str] = {
+    TxnStatus.COMMITTED: "green",
+    TxnStatus.RECOVERED: "cyan",
+    TxnStatus.COMPENSATED: "yellow",
+    TxnStatus.FAILED: "red",
+    TxnStatus.ABANDONED: "magenta",
+    TxnStatus.PRECONDITION: "yellow",
+    TxnStatus.CHECK_ERROR: "red",
+    TxnStatus.INVALID: "red",
+    TxnStatus.IN_DOUBT: "magenta",
 }
 
 

@@ -16,8 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._json import loads
-from ..store import GENESIS, EpisodeRow, LogRow, Store, TransactionRow
+from ..store import (
+    GENESIS,
+    EpisodeRow,
+    EscalationStatus,
+    LogRow,
+    Store,
+    TransactionRow,
+    TxnStatus,
+)
 from ..store.projection import committed_row
+from ..store.statuses import RESOLVED_AS
 
 __all__ = ["Finding", "VerifyReport", "verify_episode", "verify_run"]
 
@@ -223,9 +232,9 @@ def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> N
         problem = _commit_problem(episode.id, row, rec, intents.get(txn))
         if problem:
             raise _Problem("hx_transaction", txn, f"{problem}: the row was altered", rec.seq)
-        expected = {"compensated"} if txn in compensated else {rec.kind}
+        expected = {TxnStatus.COMPENSATED} if txn in compensated else {rec.kind}
         if txn in failures and failures[txn].seq > rec.seq:
-            expected = {"failed"}
+            expected = {TxnStatus.FAILED}
         if row.status not in expected:
             raise _Problem(
                 "hx_transaction",
@@ -245,7 +254,7 @@ def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> N
                     f"its {name} does not match its decision record: the row was altered",
                     rec.seq,
                 )
-        if txn not in commits and row.status not in ("failed", "abandoned"):
+        if txn not in commits and row.status not in (TxnStatus.FAILED, TxnStatus.ABANDONED):
             raise _Problem(
                 "hx_transaction",
                 txn,
@@ -257,9 +266,9 @@ def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> N
         data = _payload(rec)
         said = data.get("reason") if rec.kind == "invalid" else data.get("check")
         statuses = {
-            "precondition": ("precondition", "check_error"),
-            "held": ("held",),
-            "invalid": ("invalid",),
+            "precondition": (TxnStatus.PRECONDITION, TxnStatus.CHECK_ERROR),
+            "held": (TxnStatus.HELD,),
+            "invalid": (TxnStatus.INVALID,),
         }[rec.kind]
         if row.status not in statuses or row.reason != said or row.action != data.get("action"):
             raise _Problem(
@@ -373,7 +382,7 @@ def _check_escalations(
                 )
         res = resolved.get(esc_id)
         if res is None:
-            if row.status != "pending":
+            if row.status != EscalationStatus.PENDING:
                 raise _Problem(
                     "hx_escalation",
                     esc_id,
@@ -382,9 +391,7 @@ def _check_escalations(
                 )
             continue
         data = _payload(res)
-        status = {"approve": "approved", "reject": "rejected", "edit": "edited"}.get(
-            str(data.get("decision"))
-        )
+        status = RESOLVED_AS.get(str(data.get("decision")))
         if (row.status, row.resolved_by, row.resolution_reason or "") != (
             status,
             data.get("by"),

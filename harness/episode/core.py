@@ -32,7 +32,7 @@ from ..errors import (
     StoreError,
 )
 from ..policy import Policy
-from ..store import GENESIS, Store
+from ..store import GENESIS, EpisodeStatus, EscalationStatus, Store, TxnStatus
 from ..store.tables import txn_id
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
 from .cursor import (
@@ -250,7 +250,9 @@ class Episode:
                 writer.append(
                     "resume", None, {"steps": self.steps, "in_doubt": len(self._m.in_doubt)}
                 )
-                writer.update_episode(status="running", steps=self.steps, digest=self.digest)
+                writer.update_episode(
+                    status=EpisodeStatus.RUNNING, steps=self.steps, digest=self.digest
+                )
             self._settler.settle_in_doubt()
             self._cursor.steps = recorded_steps(
                 self.store.transactions(self.id), self.store.log(self.id)
@@ -271,7 +273,7 @@ class Episode:
                         "run_id": self.run_id,
                         "task_id": self.task_id,
                         "trial": self.trial,
-                        "status": "running",
+                        "status": EpisodeStatus.RUNNING,
                         "created_at": now,
                         "updated_at": now,
                         "policy": dumps(self.policy.describe()),
@@ -283,7 +285,7 @@ class Episode:
                     }
                 )
                 writer.append("start", None, {"policy": self.policy.describe()})
-                writer.update_episode(status="running", steps=0, digest=GENESIS)
+                writer.update_episode(status=EpisodeStatus.RUNNING, steps=0, digest=GENESIS)
         self.log.info("episode_start", resume=self.resume)
 
     def _finish(self, error: BaseException | None) -> None:
@@ -330,16 +332,18 @@ class Episode:
                     )
             except HarnessError as exc:
                 error = exc if error is None else error
-        if self.outcome == "running":
-            if error is None and any(r.status == "pending" for r in self._m.resolutions.values()):
+        if self.outcome == EpisodeStatus.RUNNING:
+            if error is None and any(
+                r.status == EscalationStatus.PENDING for r in self._m.resolutions.values()
+            ):
                 # A call held for a person the agent did not come back to: still held.
-                self.outcome = "escalated"
+                self.outcome = EpisodeStatus.ESCALATED
             elif error is None:
-                self.outcome = "committed"
+                self.outcome = EpisodeStatus.COMMITTED
             elif isinstance(error, Escalated):
-                self.outcome = "escalated"
+                self.outcome = EpisodeStatus.ESCALATED
             else:
-                self.outcome = "failed"
+                self.outcome = EpisodeStatus.FAILED
         try:
             with self._writer.batch():
                 self._writer.append(
@@ -432,7 +436,7 @@ class Episode:
             )
         if self.diverged is not None:
             raise self.diverged
-        if self.outcome != "running":
+        if self.outcome != EpisodeStatus.RUNNING:
             raise EpisodeClosed(self.id, self.outcome)
         m = self._m
         if m.unrecorded:
@@ -460,7 +464,7 @@ class Episode:
         except (InvalidArguments, ConfigurationError) as exc:
             raw = dumps_args(args, kwargs)
             if not self._cursor or self._cursor.expect_invalid(action.name, loads(raw)) is None:
-                self.recorder.record_simple(action.name, "", raw, "invalid", str(exc))
+                self.recorder.record_simple(action.name, "", raw, TxnStatus.INVALID, str(exc))
             raise
         if self._cursor:
             step = self._cursor.expect_call(action.name, loads(args_json), key)
@@ -478,7 +482,7 @@ class Episode:
             resolution = None
         if resolution is not None:
             model = yield from self._settler.apply_resolution(action, model, resolution)
-            if resolution.status == "edited":
+            if resolution.status == EscalationStatus.EDITED:
                 values = action.call_values(model)
                 args_json = action.encode_args(model, values)
                 key = action.key_for(model)
@@ -529,7 +533,9 @@ class Episode:
         # Compared as recorded (JSON, canonical), before either tool could change its own.
         if canonical(loads(done.args_json)) != canonical(loads(args_json)):
             conflict = IdempotencyConflict(action.name, key, done.txn_id, done.args_json, args_json)
-            self.recorder.record_simple(action.name, key, args_json, "invalid", str(conflict))
+            self.recorder.record_simple(
+                action.name, key, args_json, TxnStatus.INVALID, str(conflict)
+            )
             raise conflict
         self.recorder.note("dedup", done.txn_id, {"action": action.name, "key": key})
         return done.result_for(action)
@@ -540,7 +546,7 @@ class Episode:
         interrupted = error is not None and not isinstance(error, Exception)
         return (
             bool(self._m.unsettled or self._m.compensating)
-            and self.outcome == "running"
+            and self.outcome == EpisodeStatus.RUNNING
             and not interrupted
         )
 
@@ -549,7 +555,7 @@ class Episode:
         rollback cut short (its task cancelled): the state is part undone, which no outcome but
         rolled_back (or escalated) describes."""
         yield from self._settler.settle_unsettled(can_await)
-        if self._m.compensating and self.outcome == "running":
+        if self._m.compensating and self.outcome == EpisodeStatus.RUNNING:
             yield from self.rollback_steps(
                 reason="finishing a rollback that was cut short", can_await=can_await
             )
@@ -590,7 +596,7 @@ class Episode:
             entry = self._m.by_txn.get(step.txn_id or "")
             if entry is not None and entry.impl is None:
                 entry.impl = action
-            if step.kind == "action" and action.mutating and step.status != "compensated":
+            if step.kind == "action" and action.mutating and step.status != TxnStatus.COMPENSATED:
                 self.recorder.note(
                     "dedup", step.txn_id, {"action": action.name, "key": key, "replay": True}
                 )
@@ -602,7 +608,7 @@ class Episode:
         if row.decision == "rollback":
             # The call's failure rolled the episode back; a crash may have cut the saga short.
             if self._m.rolled_back:
-                self.outcome = "rolled_back"
+                self.outcome = EpisodeStatus.ROLLED_BACK
             else:
                 yield from self._saga.steps(
                     reason=f"{action.name}: {row.reason}", can_await=action.is_async

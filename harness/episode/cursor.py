@@ -27,7 +27,8 @@ from ..errors import (
     PreconditionFailed,
     ScopeViolation,
 )
-from ..store import LogRow, TransactionRow
+from ..store import EscalationStatus, LogRow, TransactionRow, TxnStatus
+from ..store.statuses import RETURNED
 
 __all__ = ["IN_DOUBT_FIRST", "RecordCursor", "RecordedStep", "rebuilt_error", "recorded_steps"]
 
@@ -42,8 +43,6 @@ REMEMBERED = "recorded"
 _OPENING = frozenset(
     {"intent", "committed", "recovered", "precondition", "held", "invalid", "decision"}
 )
-# Statuses whose row holds a result the agent received.
-_RETURNED = frozenset({"committed", "recovered", "compensated"})
 
 
 @dataclass
@@ -83,7 +82,7 @@ class RecordedStep:
         if self.kind == "dedup":
             return True
         row = self.row
-        return row is not None and (row.status in _RETURNED or row.step is not None)
+        return row is not None and (row.status in RETURNED or row.step is not None)
 
     @property
     def result(self) -> Any:
@@ -98,7 +97,7 @@ class RecordedStep:
         """Whether the call must run again: in doubt, or held for a person's decision."""
         if self.kind != "action" or self.returned:
             return False
-        return self.status == "in_doubt" or (
+        return self.status == TxnStatus.IN_DOUBT or (
             self.row is not None and self.row.decision == "escalate"
         )
 
@@ -106,7 +105,7 @@ class RecordedStep:
         """Whether a call of ``name`` with ``values`` (and ``key``) is this step."""
         if self.kind == "dedup":
             return self.name == name and self.key == key
-        if self.kind != "action" or self.name != name or self.status == "invalid":
+        if self.kind != "action" or self.name != name or self.status == TxnStatus.INVALID:
             return False
         text = canonical(values)
         if canonical(self.arguments) == text:
@@ -141,14 +140,17 @@ def recorded_steps(rows: Sequence[TransactionRow], log: Iterable[LogRow]) -> lis
     """
     records = list(log)
     by_id = {r.id: r for r in rows}
-    skip = {r.id for r in rows if r.status == "abandoned"}
+    skip = {r.id for r in rows if r.status == TxnStatus.ABANDONED}
     # A resolution applied (approve or edit): the next transaction carries out the call.
     continues: dict[str, str] = {}
     waiting: str | None = None
     seen: set[str] = set()
     for rec in records:
         if rec.kind == "resolution_applied" and rec.txn_id:
-            if loads(rec.payload).get("status") in ("approved", "edited"):
+            if loads(rec.payload).get("status") in (
+                EscalationStatus.APPROVED,
+                EscalationStatus.EDITED,
+            ):
                 waiting = rec.txn_id
         elif rec.txn_id and rec.txn_id not in seen and rec.kind in _OPENING:
             seen.add(rec.txn_id)
@@ -203,7 +205,7 @@ def recorded_steps(rows: Sequence[TransactionRow], log: Iterable[LogRow]) -> lis
                         arguments=data.get("args") or {},
                         key=str(data.get("key")),
                         txn_id=rec.txn_id,
-                        status="in_doubt",
+                        status=TxnStatus.IN_DOUBT,
                     )
                 )
                 continue
@@ -251,10 +253,10 @@ def rebuilt_error(row: TransactionRow) -> HarnessError:
     """The error a call's agent received, rebuilt from its row with the same message."""
     reason = row.reason or ""
     errors = [Exception(e) for e in loads(row.errors or "[]")]
-    if row.status == "precondition":
+    if row.status == TxnStatus.PRECONDITION:
         check, _, why = reason.partition(": ")
         return PreconditionFailed(row.action, check, why)
-    if row.status == "check_error":
+    if row.status == TxnStatus.CHECK_ERROR:
         return _rebuilt(
             CheckError,
             reason,
@@ -349,7 +351,7 @@ class RecordCursor:
             call_step(self.at + 1, name, arguments),
             lambda s: (
                 s.kind == "action"
-                and s.status == "invalid"
+                and s.status == TxnStatus.INVALID
                 and s.name == name
                 and canonical(s.arguments) == text
             ),
@@ -373,7 +375,7 @@ class RecordCursor:
         row = step.row
         if (
             step.kind == "action"
-            and step.status == "invalid"
+            and step.status == TxnStatus.INVALID
             and step.name == name
             and row is not None
             and (row.reason or "").startswith(IN_DOUBT_FIRST)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Diverged
-from ..store import GENESIS, EscalationRow
+from ..store import GENESIS, EpisodeStatus, EscalationRow
 from .values import Committed, InDoubt
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class Memory:
     """One episode's working state (see the module)."""
 
     id: str
-    outcome: str = "running"
+    outcome: str = EpisodeStatus.RUNNING
     steps: int = 0
     digest: str = GENESIS
     seq: int = 0  # the last transaction's sequence number

@@ -17,6 +17,7 @@ from .._json import digest, dumps, loads, storable
 from ..clock import Clock
 from ..errors import ConfigurationError, Escalated, HarnessError, StoreError
 from ..policy import Decision, FailureClass
+from ..store import EpisodeStatus, EscalationStatus, TxnStatus
 from ..store.tables import transaction_row
 from ..transaction import Transaction
 from .memory import Memory
@@ -71,7 +72,7 @@ class Recorder:
             args=args,
             status=status,
             mutating=False,
-            failure_class="precondition" if status != "invalid" else None,
+            failure_class="precondition" if status != TxnStatus.INVALID else None,
             decision="continue",
             reason=reason,
             started_at=now,
@@ -107,7 +108,7 @@ class Recorder:
         return transaction_row(episode_id=self.m.id, seq=txn.seq, **{**identity, **fields})
 
     def _seq_row(self, txn: Transaction, status: str, reason: str, decision: str) -> None:
-        held = status == "held"
+        held = status == TxnStatus.HELD
         ctx = txn.ctx
         now = time.time()
         with self.writer.batch():
@@ -272,7 +273,7 @@ class Recorder:
                 f'"step":null,"digest":null,"key":{_quote(ctx.idempotency_key)},'
                 f'"args":{args},"before":{before},"started":{txn.started!r}'
             )
-        status = "recovered" if recovered else "committed"
+        status = TxnStatus.RECOVERED if recovered else TxnStatus.COMMITTED
         # The row the record projects to (harness.store.projection.committed_row), from the
         # texts at hand; the writer adds the record's time as ended_at.
         row = transaction_row(
@@ -363,7 +364,7 @@ class Recorder:
         diff: dict[str, tuple[Any, Any]],
         *,
         existing: bool = False,
-        status: str = "failed",
+        status: str = TxnStatus.FAILED,
     ) -> None:
         """The transaction did not commit (or its undo failed): its class, the decision, why."""
         ctx = txn.ctx
@@ -430,7 +431,7 @@ class Recorder:
             "step": self.m.steps,
             "digest": self.m.digest,
         }
-        self.m.outcome = "escalated"
+        self.m.outcome = EpisodeStatus.ESCALATED
         with self.writer.batch():
             esc_id = self.writer.insert_escalation(
                 {
@@ -442,7 +443,7 @@ class Recorder:
                     "failure_class": str(failure_class),
                     "reason": reason,
                     "evidence": _jsonable(evidence),
-                    "status": "pending",
+                    "status": EscalationStatus.PENDING,
                     "created_at": time.time(),
                     "fallback": "reject",
                 }

@@ -7,6 +7,7 @@ from typing import Any
 from ..action import Action, Context
 from ..errors import CompensationFailed, ConfigurationError
 from ..policy import Decision, FailureClass
+from ..store import EpisodeStatus, TxnStatus
 from ..transaction import Host, Steps, Transaction, compensate, is_undone
 from .memory import Memory
 from .recorder import Recorder
@@ -105,7 +106,7 @@ class Saga:
             self.m.compensating.discard(entry.txn_id)
             self.m.done.pop(entry.key, None)
             with self.rec.writer.batch():
-                self.rec.writer.update_txn(entry.txn_id, {"status": "compensated"})
+                self.rec.writer.update_txn(entry.txn_id, {"status": TxnStatus.COMPENSATED})
                 record: dict[str, Any] = {"action": entry.action}
                 if undone:
                     record["found_undone"] = True
@@ -115,7 +116,7 @@ class Saga:
                 self.rec.update_episode()
             self.rec.log.info("compensated", txn_id=entry.txn_id, action=entry.action)
         self.m.pivot = None
-        self.m.outcome = "rolled_back"
+        self.m.outcome = EpisodeStatus.ROLLED_BACK
         self.m.rolled_back = True
         self.rec.note("rolled_back", None, {"reason": reason})
 

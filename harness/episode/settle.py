@@ -22,7 +22,8 @@ from ..errors import (
     StoreError,
 )
 from ..policy import Decision, FailureClass
-from ..store import EscalationRow, Store
+from ..store import EpisodeStatus, EscalationRow, EscalationStatus, Store, TxnStatus
+from ..store.statuses import RETURNED
 from ..transaction import Host, Steps, Transaction, compensate, drive, is_undone
 from .memory import Memory
 from .recorder import Recorder
@@ -77,7 +78,7 @@ class Settler:
         ]
         self.m.seq = max([r.seq for r in rows] + [i.seq for i in intents], default=0)
         for r in rows:
-            if r.status in ("committed", "recovered", "compensated"):
+            if r.status in RETURNED:
                 diff = {k: (v[0], v[1]) for k, v in loads(r.diff or "{}").items()}
                 entry = Committed(
                     r.id,
@@ -89,7 +90,7 @@ class Settler:
                     diff,
                     r.step,
                     r.mutating,
-                    compensated=r.status == "compensated",
+                    compensated=r.status == TxnStatus.COMPENSATED,
                     impl=self.actions.get(r.action),
                     result_json=r.result or None,
                 )
@@ -128,7 +129,10 @@ class Settler:
             if action is None or action.is_async:
                 continue
             esc = self.m.resolutions.get(key)
-            if esc is not None and esc.status in ("pending", "rejected"):
+            if esc is not None and esc.status in (
+                EscalationStatus.PENDING,
+                EscalationStatus.REJECTED,
+            ):
                 continue
             del self.m.in_doubt[key]
             try:
@@ -138,7 +142,7 @@ class Settler:
             except Escalated as exc:
                 # Held for a person: the agent's call raises it when the agent gets there.
                 # The episode itself runs on, and its row says so again.
-                self.m.outcome = "running"
+                self.m.outcome = EpisodeStatus.RUNNING
                 with self.rec.writer.batch():
                     self.rec.update_episode()
                 self.m.in_doubt[key] = intent
@@ -165,7 +169,7 @@ class Settler:
 
     def apply_resolution(self, action: Action[Any, Any], model: Any, esc: EscalationRow) -> Steps:
         key = esc.idem_key
-        if esc.status == "pending":
+        if esc.status == EscalationStatus.PENDING:
             raise Escalated(esc.id, action.name, esc.failure_class, esc.reason)
         del self.m.resolutions[key]
         self.rec.note(
@@ -173,10 +177,10 @@ class Settler:
             esc.txn_id,
             {"escalation_id": esc.id, "status": esc.status, "by": esc.resolved_by},
         )
-        if esc.status == "rejected":
+        if esc.status == EscalationStatus.REJECTED:
             self.m.resolutions[key] = esc
             raise Rejected(action.name, esc.resolved_by or "?", esc.resolution_reason or "")
-        if esc.status == "edited":
+        if esc.status == EscalationStatus.EDITED:
             return action.validate_mapping(loads(esc.edit or "{}"))
         return model
         yield  # pragma: no cover - makes this a generator
@@ -250,7 +254,7 @@ class Settler:
                 Decision.RETRY,
                 f"in doubt (its outcome never recorded): the effect is absent{note}, so {then}",
                 {},
-                status="abandoned",
+                status=TxnStatus.ABANDONED,
             )
             return None
         reason = (

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .._json import canonical, dumps, loads
-from ..store import EscalationRow, FaultEventRow, LogRow, TransactionRow
+from ..store import (
+    EscalationRow,
+    EscalationStatus,
+    FaultEventRow,
+    LogRow,
+    TransactionRow,
+    TxnStatus,
+)
+from ..store.statuses import APPLIED
 from ..transaction import observed_changes
 
 __all__ = [
@@ -142,7 +150,7 @@ def account(
 ) -> TrialFaults:
     """Compare the trial's final state with what its committed transactions account for."""
     committed = sorted(
-        (t for t in txns if t.mutating and t.status in ("committed", "recovered")),
+        (t for t in txns if t.mutating and t.status in APPLIED),
         key=lambda t: t.seq,
     )
     expected: dict[str, Any] = {}
@@ -152,7 +160,7 @@ def account(
     actual = observed_changes(state, mark) if mark is not None else {}
     held: set[str] = set()
     for esc in escalations:
-        if esc.status == "pending":
+        if esc.status == EscalationStatus.PENDING:
             held |= set(loads(esc.evidence or "{}").get("diff") or {})
     lost: list[str] = []
     diverged: list[str] = []
@@ -250,12 +258,12 @@ def judge(
         for rec in logs
     )
     if crash:
-        if txn.status == "recovered":
+        if txn.status == TxnStatus.RECOVERED:
             event.detected, event.detected_as, event.decision = True, "in_doubt", "recover"
-        elif txn.status == "abandoned":
+        elif txn.status == TxnStatus.ABANDONED:
             event.detected, event.detected_as, event.decision = True, "in_doubt", "retry"
             event.re_executed = 1
-        elif txn.status == "failed":
+        elif txn.status == TxnStatus.FAILED:
             event.detected, event.detected_as, event.decision = True, "in_doubt", txn.decision
     elif retried:
         event.detected, event.decision, event.re_executed = True, "retry", 1
@@ -265,9 +273,9 @@ def judge(
             event.detected_as = "fail_stop"  # the engine's class for any raise within time
         else:
             event.detected_as = "silent"
-    elif txn.status == "recovered" and (txn.attempts or 0) in (0, event.attempt):
+    elif txn.status == TxnStatus.RECOVERED and (txn.attempts or 0) in (0, event.attempt):
         event.detected, event.detected_as, event.decision = True, "lost_ack", "recover"
-    elif txn.status == "failed" and txn.attempts == event.attempt:
+    elif txn.status == TxnStatus.FAILED and txn.attempts == event.attempt:
         event.detected, event.detected_as, event.decision = True, txn.failure_class, txn.decision
     if event.kind == "planned" and any(
         event.id in e and "PlannedInterruption" in e for e in errors
@@ -279,18 +287,16 @@ def judge(
     if event.detected and seen is not None:
         event.detect_latency = max(clock_at(seen.ts) - event.at, 0.0)
     fixed = txn
-    if txn.status not in ("committed", "recovered"):
+    if txn.status not in APPLIED:
         fixed = next(
             (
                 t
                 for t in rows
-                if t.idem_key == txn.idem_key
-                and t.seq > txn.seq
-                and t.status in ("committed", "recovered")
+                if t.idem_key == txn.idem_key and t.seq > txn.seq and t.status in APPLIED
             ),
             txn,
         )
-    if fixed.status in ("committed", "recovered") and event.detected:
+    if fixed.status in APPLIED and event.detected:
         event.recovered = True
         done = _first(logs, fixed.id, event.wall_end, _RECOVERIES)
         if done is not None:

@@ -35,6 +35,7 @@ from ..errors import HarnessError
 from ..runs.layout import OpenRun, open_run
 from ..stats import InfraPolicy
 from ..store import TransactionRow, TrialRow
+from ..store.statuses import APPLIED
 from ..suite import Task, load_suite
 
 __all__ = [
@@ -77,7 +78,7 @@ def _suite_tasks(data: OpenRun) -> dict[str, Task]:
 
 
 def _result_text(txn: TransactionRow) -> str:
-    if txn.status in ("committed", "recovered"):
+    if txn.status in APPLIED:
         return txn.result if txn.result is not None else "null"
     return f"Error: {txn.reason or txn.failure_class or txn.status}"
 
@@ -233,7 +234,7 @@ def _tau2_messages(
                 "role": "tool",
                 "content": _result_text(txn),
                 "requestor": "assistant",
-                "error": txn.status not in ("committed", "recovered"),
+                "error": txn.status not in APPLIED,
                 "turn_idx": len(messages),
                 "timestamp": _iso(txn.ended_at or txn.started_at),
             }

@@ -30,7 +30,15 @@ from sqlmodel import col, select
 from .._json import loads
 from ..errors import StoreError
 from ..faults import KINDS
-from ..store import EpisodeRow, FaultEventRow, FaultTrialRow, Store, TransactionRow
+from ..store import (
+    EpisodeRow,
+    EpisodeStatus,
+    FaultEventRow,
+    FaultTrialRow,
+    Store,
+    TransactionRow,
+    TxnStatus,
+)
 
 __all__ = [
     "EFFECTS",
@@ -199,9 +207,9 @@ class ReliabilityReport:
 
 def _flagged(txn: TransactionRow) -> bool:
     """Whether the harness saw something wrong in this transaction (refusals aside)."""
-    if txn.status in ("recovered", "abandoned") or txn.attempts > 1:
+    if txn.status in (TxnStatus.RECOVERED, TxnStatus.ABANDONED) or txn.attempts > 1:
         return True
-    return txn.status == "failed" and txn.failure_class not in (None, "precondition")
+    return txn.status == TxnStatus.FAILED and txn.failure_class not in (None, "precondition")
 
 
 def _transactions(store: Store, episode_ids: Sequence[str]) -> list[TransactionRow]:
@@ -213,7 +221,7 @@ def _transactions(store: Store, episode_ids: Sequence[str]) -> list[TransactionR
             q = select(TransactionRow).where(col(TransactionRow.episode_id).in_(chunk))
             out.extend(s.exec(q))
             eq = select(EpisodeRow.id).where(
-                col(EpisodeRow.id).in_(chunk), EpisodeRow.status == "running"
+                col(EpisodeRow.id).in_(chunk), EpisodeRow.status == EpisodeStatus.RUNNING
             )
             running.extend(s.exec(eq))
     # An episode that never finished may hold commits whose rows were not written yet.

@@ -14,6 +14,7 @@ from typing import Any
 from .._json import canonical, loads
 from ..action import Action
 from ..store import TransactionRow
+from ..store.statuses import APPLIED
 from ..suite import Suite, Task, Verification
 from ..transaction import observed_changes
 
@@ -59,9 +60,7 @@ def reference_outcome(suite: Suite, task: Task) -> Reference:
 def committed_calls(rows: Iterable[TransactionRow]) -> list[tuple[str, str]]:
     """The writes an episode committed: (action, canonical arguments)."""
     return [
-        (t.action, canonical(loads(t.args)))
-        for t in rows
-        if t.mutating and t.status in ("committed", "recovered")
+        (t.action, canonical(loads(t.args))) for t in rows if t.mutating and t.status in APPLIED
     ]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._json import loads
 from ..errors import ConfigurationError
-from ..store import TransactionRow
+from ..store import TransactionRow, TxnStatus
 
 __all__ = ["apply_changes", "recorded_changes"]
 
@@ -25,7 +25,7 @@ def recorded_changes(rows: Sequence[TransactionRow]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for row in sorted(rows, key=lambda r: r.seq):
-        if not row.diff or row.status in ("compensated", "abandoned"):
+        if not row.diff or row.status in (TxnStatus.COMPENSATED, TxnStatus.ABANDONED):
             continue
         for key, change in loads(row.diff).items():
             out[key] = change[1]

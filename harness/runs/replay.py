@@ -25,7 +25,7 @@ from ..errors import (
     HarnessError,
     InvalidArguments,
 )
-from ..store import EscalationRow, Store
+from ..store import EpisodeStatus, EscalationRow, Store, TxnStatus
 from .judge import judge, reference_outcome
 from .layout import open_run
 from .rebuild import apply_changes, recorded_changes
@@ -57,7 +57,7 @@ class ReplayEpisode:
     ) -> None:
         self.id = episode_id
         self.cursor = RecordCursor(episode_id, steps, live_after=False)
-        self.outcome = "running"
+        self.outcome: str = EpisodeStatus.RUNNING
         self._escalations = {e.txn_id: e for e in escalations}
 
     @property
@@ -69,7 +69,7 @@ class ReplayEpisode:
         """Answer an action call from the record."""
         if self.diverged is not None:
             raise self.diverged
-        if self.outcome != "running":
+        if self.outcome != EpisodeStatus.RUNNING:
             raise EpisodeClosed(self.id, self.outcome)
         try:
             model = action.validate_mapping(dict(arguments))
@@ -82,18 +82,18 @@ class ReplayEpisode:
         assert step is not None  # (a replay never goes live)
         if step.returned:
             return step.result
-        if step.status == "in_doubt":
+        if step.status == TxnStatus.IN_DOUBT:
             raise RecordEnds(f"step {step.step}: the episode was interrupted in this call")
         row = step.row
         assert row is not None
         if row.decision == "escalate":
             esc = self._escalations.get(row.id)
-            self.outcome = "escalated"
+            self.outcome = EpisodeStatus.ESCALATED
             raise Escalated(
                 esc.id if esc else "?", action.name, row.failure_class or "", row.reason or ""
             )
         if row.decision == "rollback":
-            self.outcome = "rolled_back"
+            self.outcome = EpisodeStatus.ROLLED_BACK
         raise rebuilt_error(row)
 
     def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:
@@ -243,7 +243,7 @@ def replay_episode(
                 ended = closed.outcome
             except HarnessError as exc:
                 ended = f"error: {type(exc).__name__}: {exc}"
-            if replay.outcome == "rolled_back" and ended == "answered":
+            if replay.outcome == EpisodeStatus.ROLLED_BACK and ended == "answered":
                 ended = "rolled_back"
         finally:
             env.close()

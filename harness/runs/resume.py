@@ -26,7 +26,7 @@ from .._json import dumps
 from ..agents import Agent, registry
 from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
-from ..store import Store
+from ..store import EpisodeStatus, RunStatus, Store
 from ..suite import Suite, load_suite
 from .layout import EVIDENCE_FILE, OpenRun, episode_id, open_run, run_row, store_url, write_json
 from .pool import run_jobs
@@ -221,7 +221,7 @@ def resume_run(
                 )
             )
 
-        record_run("running")
+        record_run(RunStatus.RUNNING)
         url = store_url(run.folder)
         agent_name = config.get("agent") if agent is None else agent_obj
 
@@ -256,9 +256,9 @@ def resume_run(
         )
         rows = store.trials(run_id)
         complete = len(rows) == trials * len(tasks) and not any(
-            r.outcome == "escalated" for r in rows
+            r.outcome == EpisodeStatus.ESCALATED for r in rows
         )
-        record_run("finished" if complete else "interrupted")
+        record_run(RunStatus.FINISHED if complete else RunStatus.INTERRUPTED)
         out.run = RunResult(
             run_id, run.folder, suite.name, trials, [TrialResult.from_row(r) for r in rows]
         )

@@ -29,7 +29,7 @@ from ..errors import ConfigurationError
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
-from ..store import Store
+from ..store import RunStatus, Store
 from ..suite import Suite, load_suite
 from .judge import plain
 from .layout import EVIDENCE_FILE, SUMMARY_FILE, new_run_id, run_row, store_url, write_json
@@ -236,7 +236,7 @@ def run_trials(
             )
         )
 
-    record_run("running")
+    record_run(RunStatus.RUNNING)
     jobs: list[Job] = [
         (t.id, i, trial_seed(seed, t.id, i), "new") for i in range(trials) for t in selected
     ]
@@ -268,7 +268,7 @@ def run_trials(
         interrupted = True
     finally:
         stop.restore()
-    record_run("interrupted" if interrupted else "finished")
+    record_run(RunStatus.INTERRUPTED if interrupted else RunStatus.FINISHED)
     result = RunResult(run_id, folder, loaded.name, trials, results, interrupted)
     result.write_summary()
     store.close()

@@ -22,7 +22,7 @@ from ..episode import Episode
 from ..errors import Escalated, HarnessError, ModelServerError
 from ..faults import RunFaults, WorkerCrash
 from ..policy import Policy
-from ..store import Store, TrialRow
+from ..store import EpisodeStatus, EscalationStatus, Store, TrialRow
 from ..suite import Task, load_suite
 from .judge import Reference, judge, reference_outcome
 from .layout import episode_id
@@ -76,9 +76,9 @@ def trial_state(store: Store, episode: str) -> str:
         finished = s.get(TrialRow, episode)
     if store.episode(episode) is None:
         return "new"
-    if finished is not None and finished.outcome != "escalated":
+    if finished is not None and finished.outcome != EpisodeStatus.ESCALATED:
         return "done"
-    if store.escalations("pending", episode_id=episode):
+    if store.escalations(EscalationStatus.PENDING, episode_id=episode):
         return "pending"
     return "resume"
 
@@ -210,7 +210,7 @@ class Worker:
                 rows=self.store.transactions(eid),
                 message=message,
             )
-            passed = verdict.passed and outcome == "committed"
+            passed = verdict.passed and outcome == EpisodeStatus.COMMITTED
             failures = Counter(c.kind for c in toolbox.calls if c.kind)
             if injector is not None and injector.finish(self.store).planned and not passed:
                 # Announced in advance: the trial was interrupted, not failed by the agent.

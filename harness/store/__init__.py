@@ -5,9 +5,12 @@ per-action writes go through prebuilt SQL on a raw driver connection (:class:`Ep
 because an ORM round-trip per action would cost more than the action's whole budget.
 Every log record carries the hash of the one before it in its episode, and the episode row
 keeps the head of its chain, so an edit, a removal or a reordering is detectable.
+The statuses its rows hold are string enums (:mod:`.statuses`): ``TxnStatus``,
+``EpisodeStatus``, ``EscalationStatus`` and ``RunStatus``.
 """
 
 from .jsonlines import JsonLines as JsonLines
+from .statuses import EpisodeStatus, EscalationStatus, RunStatus, TxnStatus
 from .store import Store
 from .tables import DEFAULT_URL as DEFAULT_URL
 from .tables import GENESIS as GENESIS
@@ -33,15 +36,19 @@ __all__ = [
     "ChainReport",
     "CheckpointRow",
     "EpisodeRow",
+    "EpisodeStatus",
     "EpisodeWriter",
     "EscalationRow",
+    "EscalationStatus",
     "FaultEventRow",
     "FaultTrialRow",
     "LeaseRow",
     "LogRow",
     "RunRow",
+    "RunStatus",
     "Store",
     "TransactionRow",
     "TrialRow",
+    "TxnStatus",
     "record_hash",
 ]

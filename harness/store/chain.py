@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .projection import HOT_OUTCOMES
+from .statuses import EpisodeStatus
 from .tables import GENESIS, ChainReport, EpisodeRow, LogRow, record_hash
 
 _HOT_KINDS = HOT_OUTCOMES | {"intent"}
@@ -80,7 +81,9 @@ class _Chain:
         if ep.log_count and rows[ep.log_count - 1].hash != ep.head_hash:
             return ep.log_count, "the episode's recorded head does not match this record"
         extra = rows[ep.log_count :]
-        if extra and (ep.status != "running" or any(r.kind not in _HOT_KINDS for r in extra)):
+        if extra and (
+            ep.status != EpisodeStatus.RUNNING or any(r.kind not in _HOT_KINDS for r in extra)
+        ):
             return (
                 ep.log_count + 1,
                 f"{len(extra)} record(s) after the episode's recorded head "

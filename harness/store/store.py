@@ -23,6 +23,7 @@ from .chain import _Chain
 from .jsonlines import EpisodeLog, JsonLines, _stamp
 from .leases import _Leases
 from .projection import derive
+from .statuses import RESOLVED_AS, EscalationStatus
 from .tables import (
     DEFAULT_URL,
     SCHEMA_VERSION,
@@ -339,7 +340,7 @@ class Store(_Chain, _Leases):
         if not by:
             raise StoreError(f"resolve({escalation_id!r}): say who decided with by='name'")
         edit_json = dumps(dict(edit)) if edit is not None else None
-        status = {"approve": "approved", "reject": "rejected", "edit": "edited"}[decision]
+        status = RESOLVED_AS[decision]
         row = self._escalation(escalation_id)
         writer = self.writer(row.episode_id)
         try:
@@ -347,7 +348,7 @@ class Store(_Chain, _Leases):
             # the log record land together or not at all, and two people cannot both resolve.
             with writer.batch():
                 current = self._escalation(escalation_id, writer)
-                if current.status != "pending":
+                if current.status != EscalationStatus.PENDING:
                     raise StoreError(
                         f"escalation {escalation_id} is already {current.status} by "
                         f"{current.resolved_by}; nothing was changed"

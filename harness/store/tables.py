@@ -11,6 +11,8 @@ from sqlalchemy import BigInteger, Column, Integer
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
+from .statuses import EpisodeStatus, EscalationStatus, RunStatus
+
 SCHEMA_VERSION = 2
 GENESIS = "0" * 64
 DEFAULT_URL = "sqlite:///logs/harness.db"
@@ -33,7 +35,7 @@ class RunRow(_Base, table=True):
     id: str = Field(primary_key=True)
     created_at: float
     suite: str = ""
-    status: str = "running"
+    status: str = RunStatus.RUNNING
     config: str = "{}"
     evidence: str = "{}"
 
@@ -48,7 +50,7 @@ class EpisodeRow(_Base, table=True):
     run_id: str | None = Field(default=None, index=True)
     task_id: str | None = None
     trial: int | None = None
-    status: str = "running"
+    status: str = EpisodeStatus.RUNNING
     created_at: float
     updated_at: float
     policy: str = "{}"
@@ -72,7 +74,7 @@ class TrialRow(_Base, table=True):
     episode_id: str
     passed: bool = False
     partial: float | None = None
-    outcome: str = "running"
+    outcome: str = EpisodeStatus.RUNNING
     infra_error: bool = False
     failures: str = "{}"
     steps: str = "[]"
@@ -197,7 +199,7 @@ class EscalationRow(_Base, table=True):
     failure_class: str
     reason: str
     evidence: str = "{}"
-    status: str = "pending"
+    status: str = EscalationStatus.PENDING
     created_at: float
     deadline: float | None = None
     fallback: str = "reject"
