@@ -28,14 +28,24 @@ from .state.base import escape_glob
 
 # The episode active in this context (set by ``Episode.__enter__``); here, below the episode
 # package, so that calling an action needs no import.
-_CURRENT: contextvars.ContextVar[Any] = contextvars.ContextVar("harness_episode", default=None)
+CURRENT_EPISODE: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "harness_episode", default=None
+)
 # The transaction whose tool is running in this context (set around each attempt), so that
 # calls running at once in threads or tasks each see their own.
-_ACTIVE: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+ACTIVE_CALL: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "harness_active_context", default=None
 )
 
-__all__ = ["Action", "Context", "action", "current_context"]
+__all__ = [
+    "ACTIVE_CALL",
+    "CURRENT_EPISODE",
+    "Action",
+    "Context",
+    "action",
+    "build_model",
+    "current_context",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -148,7 +158,7 @@ _Built = tuple[type[BaseModel], list[str], str, Any]
 _MODELS: dict[tuple[Any, ...], _Built] = {}
 
 
-def _build_model(name: str, fn: Callable[..., Any]) -> _Built:
+def build_model(name: str, fn: Callable[..., Any]) -> _Built:
     """The arguments' pydantic model, names and the docstring summary (cached per function).
 
     Environments build their actions afresh for every trial, often from bound methods or
@@ -300,7 +310,7 @@ class Action(Generic[P, R]):
                 f"e.g. writes=[{writes!r}]"
             )
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.model, self.arg_names, summary, returns = _build_model(self.name, fn)
+        self.model, self.arg_names, summary, returns = build_model(self.name, fn)
         self.returns: Any = None if _plain_return(returns) else returns
         self.description = description or summary
         self.writes = writes
@@ -609,7 +619,7 @@ class Action(Generic[P, R]):
         return [w.format_map(literal) for w in self.writes]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        episode = _CURRENT.get()
+        episode = CURRENT_EPISODE.get()
         if episode is None:
             raise NotInEpisode(self.name)
         return episode.call(self, args, kwargs)  # type: ignore[no-any-return]
@@ -711,7 +721,7 @@ def action(
 
 def current_context() -> Context | None:
     """The transaction context of the tool running now (to pass its idempotency key on)."""
-    return _ACTIVE.get()
+    return ACTIVE_CALL.get()
 
 
 AsyncTool = Callable[..., Awaitable[Any]]

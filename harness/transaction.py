@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import tenacity
 
-from .action import _ACTIVE, Action, Context
+from .action import ACTIVE_CALL, Action, Context
 from .errors import (
     ActionFailed,
     CheckError,
@@ -545,7 +545,7 @@ class Transaction:
         error: BaseException | None = None
         failure = FailureClass.FAIL_STOP
         result: Any = None
-        active = _ACTIVE.set(ctx)
+        active = ACTIVE_CALL.set(ctx)
         ctx.in_tool = True
         try:
             if act.is_async:
@@ -570,7 +570,7 @@ class Transaction:
             # (A generator abandoned mid-call is closed wherever it is collected, maybe in
             # another context, where this context's variable is not to be reset.)
             with contextlib.suppress(ValueError):
-                _ACTIVE.reset(active)
+                ACTIVE_CALL.reset(active)
         elapsed = clock.now() - started
         if self.timeout is not None and elapsed > self.timeout and error is None:
             error = ActionTimeout(f"attempt took {elapsed:.3f}s, over its timeout {self.timeout}s")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .._json import dumps
-from ..action import Action, _build_model
+from ..action import Action, build_model
 from ..errors import (
     ActionFailed,
     ConfigurationError,
@@ -130,7 +130,7 @@ class Toolbox:
                 if isinstance(tool, Action):
                     specs.append(tool.openai_tool)
                 else:
-                    model, _, summary, _ = _build_model(name, tool)
+                    model, _, summary, _ = build_model(name, tool)
                     schema = model.model_json_schema()
                     schema.pop("title", None)
                     for prop in schema.get("properties", {}).values():

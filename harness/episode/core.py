@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from .._json import canonical, dumps, loads
-from ..action import _ACTIVE, Action, Context
+from ..action import ACTIVE_CALL, Action, Context
 from ..clock import Clock, SystemClock
 from ..errors import (
     ConfigurationError,
@@ -377,7 +377,7 @@ class Episode:
         plain function: its changes are the running call's, checked against that call's scope
         and undone by its compensation.
         """
-        running = _ACTIVE.get()
+        running = ACTIVE_CALL.get()
         if (
             running is not None
             and running.in_tool
@@ -569,7 +569,7 @@ class Episode:
 
     # --- rollback ---
     def _not_in_a_tool(self) -> None:
-        running = _ACTIVE.get()
+        running = ACTIVE_CALL.get()
         if running is not None and running.in_tool and running.episode_id == self.id:
             raise ConfigurationError(
                 f"rollback() was called from inside the tool of {running.action!r}, which is "
@@ -662,7 +662,7 @@ class Episode:
     @property
     def active_context(self) -> Context | None:
         """The context of this episode's call whose tool is running in this thread or task."""
-        ctx = _ACTIVE.get()
+        ctx = ACTIVE_CALL.get()
         return ctx if ctx is not None and ctx.episode_id == self.id else None
 
     @property

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._json import dumps, encodable, loads
-from ..action import _CURRENT, Action
+from ..action import CURRENT_EPISODE, Action
 from ..store.tables import txn_seq
 
 if TYPE_CHECKING:
     from .core import Episode
 
-_current: contextvars.ContextVar[Episode | None] = _CURRENT
+_current: contextvars.ContextVar[Episode | None] = CURRENT_EPISODE
 
 
 def current_episode() -> Episode | None:
