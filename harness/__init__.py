@@ -6,6 +6,7 @@ compensation), recorded in a hash-chained log, inside an :class:`Episode`.
 """
 
 from ._json import canonical, digest
+from ._version import __version__
 from .action import Action, Context, action, current_context
 from .clock import Clock, SystemClock
 from .episode import Episode, current_episode
@@ -44,8 +45,6 @@ from .store import (
     TxnStatus,
 )
 from .suite import FieldCheck, Suite, Task, Verification, Verifier, load_suite
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Action",

@@ -71,5 +71,6 @@ def private_imports_across_packages() -> list[str]:
 
 
 def test_private_names_stay_in_their_package() -> None:
+    """No module imports another package's private name (``_x``): what crosses is public."""
     violations = private_imports_across_packages()
     assert not violations, "private names imported from another package:\n" + "\n".join(violations)

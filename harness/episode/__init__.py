@@ -9,8 +9,8 @@ settled by probing the state, and re-executed agent code is held to its record
 departs from it.
 """
 
-from .core import Episode
-from .values import Committed, current_episode
+from .core import Episode, current_episode
+from .values import Committed
 from .values import InDoubt as InDoubt
 from .values import dumps_args as dumps_args
 

@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from .._json import canonical, dumps, loads
-from ..action import ACTIVE_CALL, Action, Context
+from ..action import ACTIVE_CALL, CURRENT_EPISODE, Action, Context
 from ..clock import Clock, SystemClock
 from ..errors import (
     ConfigurationError,
@@ -48,7 +48,16 @@ from .memory import Memory
 from .recorder import Recorder
 from .saga import Saga
 from .settle import Settler
-from .values import Committed, _current, _jsonable, dumps_args
+from .values import Committed, _jsonable, dumps_args
+
+# The episode active in this context (the variable lives in harness.action, below the episode
+# package, so that calling an action needs no import of it).
+_current: contextvars.ContextVar[Episode | None] = CURRENT_EPISODE
+
+
+def current_episode() -> Episode | None:
+    """The episode active in this context, if any."""
+    return _current.get()
 
 
 def _nested_steps(action: Action[Any, Any], ctx: Context) -> Steps:

@@ -1,25 +1,14 @@
-"""The episode's small values: what it remembers of a call, the active episode, helpers."""
+"""The episode's small values: what it remembers of a call, and helpers."""
 
 from __future__ import annotations
 
-import contextvars
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._json import dumps, encodable, loads
-from ..action import CURRENT_EPISODE, Action
+from ..action import Action
 from ..store.tables import txn_seq
-
-if TYPE_CHECKING:
-    from .core import Episode
-
-_current: contextvars.ContextVar[Episode | None] = CURRENT_EPISODE
-
-
-def current_episode() -> Episode | None:
-    """The episode active in this context, if any."""
-    return _current.get()
 
 
 @dataclass

@@ -10,7 +10,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Generator, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._json import canonical, dumps
 from ..action import Action, Context, current_context
@@ -31,11 +31,16 @@ from .errors import (
     WorkerCrash,
 )
 from .events import FaultEvent, TrialFaults, _Execution, account, judge
-from .plan import _WINDOWED, FaultPlan
+
+if TYPE_CHECKING:
+    from .plan import FaultPlan
 
 __all__ = [
     "Injector",
 ]
+
+WINDOWED = frozenset({"correlated", "planned"})
+"""Fault kinds that strike a window of calls (by call count or seconds), not one call."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,7 +130,7 @@ class Injector:
         self._domains = [frozenset(plan.domain_of(i, tools)) for i in range(len(plan.faults))]
         lows: dict[str, float] = defaultdict(float)
         for i, fault in enumerate(plan.faults):
-            if fault.kind in _WINDOWED or fault.calls is not None:
+            if fault.kind in WINDOWED or fault.calls is not None:
                 continue
             for name in sorted(self._domains[i]):
                 lo = lows[name]
@@ -316,7 +321,7 @@ class Injector:
         for i in matching:
             self._rule_calls[i] += 1
         since = time.time() - self.started
-        ordered = [i for i in matching if plan.faults[i].kind in _WINDOWED]
+        ordered = [i for i in matching if plan.faults[i].kind in WINDOWED]
         ordered += [i for i in matching if plan.faults[i].calls is not None and i not in ordered]
         for i in ordered:
             fault = plan.faults[i]
@@ -358,7 +363,7 @@ class Injector:
             fault=fault_id,
             kind=fault.kind,
             tool=name,
-            instance=fault_id if fault.kind in _WINDOWED else event_id,
+            instance=fault_id if fault.kind in WINDOWED else event_id,
             episode_id=self.episode_id,
             task_id=self.task_id,
             trial=self.trial,

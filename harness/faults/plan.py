@@ -28,10 +28,10 @@ from ..action import Action
 from ..clock import Clock
 from ..policy import Policy
 from .errors import FaultPlanError
+from .injector import WINDOWED, Injector
 
 if TYPE_CHECKING:
     from ..suite import Suite
-    from .injector import Injector
 
 
 __all__ = [
@@ -66,8 +66,6 @@ BUILTIN_SERVICES = ("reads", "writes")
 
 _EFFECT_KINDS = frozenset({"silent", "lost_ack", "compensation"})
 """Kinds that act on a write's real effect: they apply to mutating actions only."""
-
-_WINDOWED = frozenset({"correlated", "planned"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,7 +354,7 @@ class FaultPlan(BaseModel):
                     )
         share: dict[str, float] = defaultdict(float)
         for i, fault in enumerate(self.faults):
-            if fault.kind in _WINDOWED or fault.calls is not None:
+            if fault.kind in WINDOWED or fault.calls is not None:
                 continue
             for name in self.domain_of(i, tools):
                 share[name] += fault.rate
@@ -399,8 +397,6 @@ class FaultPlan(BaseModel):
         clock: Clock | None = None,
     ) -> Injector:
         """An injector for one trial on ``env`` (install it before the agent acts)."""
-        from .injector import Injector
-
         return Injector(
             self,
             env,

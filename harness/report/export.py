@@ -28,9 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import harness
-
 from .._json import loads_or
+from .._version import __version__
 from ..errors import HarnessError
 from ..runs.layout import OpenRun, open_run
 from ..stats import InfraPolicy
@@ -339,7 +338,7 @@ def tau2_results(data: OpenRun) -> dict[str, Any]:
     return {
         "timestamp": _iso(data.run.created_at),
         "info": {
-            "git_commit": f"harness {ev.get('harness_version', harness.__version__)}",
+            "git_commit": f"harness {ev.get('harness_version', __version__)}",
             "num_trials": int(data.config.get("trials") or max(per_task.values())),
             # The harness caps neither steps nor errors; 0 stands for "no cap".
             "max_steps": 0,

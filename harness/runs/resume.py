@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import harness
-
 from .._json import dumps
+from .._version import __version__
 from ..agents import Agent, registry
 from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
@@ -203,7 +202,7 @@ def resume_run(
                 "at": time.time(),
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
-                "harness_version": harness.__version__,
+                "harness_version": __version__,
                 "trials": len(jobs),
             }
         )

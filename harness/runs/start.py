@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import harness
-
 from .._json import dumps
+from .._version import __version__
 from ..agents import Agent, registry
 from ..errors import ConfigurationError
 from ..faults import FaultPlan, load_faults
@@ -75,7 +74,7 @@ def evidence_record(
 ) -> dict[str, Any]:
     """What a run must keep to be reproduced and believed."""
     return {
-        "harness_version": harness.__version__,
+        "harness_version": __version__,
         "suite": suite.manifest(),
         "tool_versions": _tool_versions(suite),
         "agent": agent_config,

@@ -179,7 +179,7 @@ class Store(_Chain, _Leases):
     # --- the hot path ---
     def writer(self, episode_id: str) -> EpisodeWriter:
         """A writer bound to one episode, on its own driver connection."""
-        return EpisodeWriter(self, episode_id)
+        return EpisodeWriter(self.raw_connection(), self.engine.dialect, episode_id)
 
     def raw_connection(self) -> Any:
         """A DBAPI connection with the store's pragmas; the caller commits and closes it."""

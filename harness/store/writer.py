@@ -16,7 +16,9 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from sqlalchemy.engine import Dialect
 
 from .._json import dumps, loads
 from ..errors import StoreError
@@ -41,9 +43,6 @@ _LOG_COLUMNS = ("id", "episode_id", "seq", "txn_id", "kind", "payload", "ts", "h
 
 FLUSH_EVERY = 1024
 """Hot-path commits held before their rows are materialised even without another write."""
-
-if TYPE_CHECKING:
-    from .store import Store
 
 
 def _unwritable(exc: BaseException) -> StoreError:
@@ -93,12 +92,11 @@ class EpisodeWriter:
     the writer's lock, so an episode's threads never share its connection at once.
     """
 
-    def __init__(self, store: Store, episode_id: str) -> None:
-        self.store = store
+    def __init__(self, connection: Any, dialect: Dialect, episode_id: str) -> None:
         self.episode_id = episode_id
-        self.conn = store.raw_connection()
+        self.conn = connection
         self._sqlite = isinstance(self.conn, sqlite3.Connection)
-        style = "named" if self._sqlite else store.engine.dialect.paramstyle
+        style = "named" if self._sqlite else dialect.paramstyle
         mark = _placeholders(style, ["x"])[0]
 
         def p(name: str) -> str:
@@ -134,7 +132,7 @@ class EpisodeWriter:
         self._cursor = self.conn.cursor()
         self._lock = threading.RLock()
         # What the driver raises when a write fails (and text UTF-8 cannot hold).
-        dbapi = getattr(store.engine.dialect, "dbapi", None)
+        dbapi = getattr(dialect, "dbapi", None)
         self._driver_errors: tuple[type[BaseException], ...] = (
             sqlite3.Error,
             UnicodeEncodeError,

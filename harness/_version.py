@@ -1,0 +1,3 @@
+"""The version of harness (read by the build too)."""
+
+__version__ = "0.1.0"
