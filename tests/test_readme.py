@@ -40,7 +40,7 @@ def test_every_guarantee_names_tests_that_exist():
     assert section is not None, "README lost its Guarantees section"
     named = set(re.findall(r"`(test_\w+)`", section.group(1)))
     defined: set[str] = set()
-    for path in Path(__file__).parent.glob("test_*.py"):
+    for path in Path(__file__).parent.rglob("test_*.py"):
         defined |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
     assert len(named) >= 30
     assert sorted(named - defined) == []

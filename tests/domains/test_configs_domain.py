@@ -21,7 +21,7 @@ from harness.runs.start import run_trials
 from harness.suite import Environment, Task, load_suite
 from harness.testing import FakeClock
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "tasks" / "configs"
 TASKS = load_suite(SUITE).tasks
 

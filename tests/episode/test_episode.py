@@ -11,8 +11,8 @@ import pytest
 import harness as hx
 from harness.testing import FakeClock
 
-from .conftest import Shop
-from .test_transaction import cancel_action
+from ..conftest import Shop
+from ..test_transaction import cancel_action
 
 
 class Crash(BaseException):

@@ -22,7 +22,7 @@ from harness.domains.retail.actions import PRECONDITIONS, restore_before
 from harness.domains.retail.tools import READ_TOOLS, WRITE_TOOLS, RetailError, RetailTools
 from harness.testing import FakeClock, Flaky
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau2-retail"
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2-retail"
 GOLD_JSON = REFERENCE / "gold.json"
 NO_GOLD = f"reference data absent: {GOLD_JSON} (the shared folder beside the repository)"
 

@@ -20,8 +20,8 @@ from harness.cli import main
 from harness.runs.replay import replay_episode
 from harness.runs.start import run_trials
 
-from .browser import layout, needs_chromium
-from .test_resume import PLAN, ledger_suite
+from ..browser import layout, needs_chromium
+from ..runs.test_resume import PLAN, ledger_suite
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,9 @@ from harness.runs.toolbox import RecordingToolbox
 from harness.testing import FakeClock
 from harness.testing.model_server import FakeChatServer, text_reply, tool_reply
 
-from .conftest import Shop
-from .test_agents_openai import TASK, shop_tools
-from .test_transaction import cancel_action
+from ..agents.test_openai import TASK, shop_tools
+from ..conftest import Shop
+from ..test_transaction import cancel_action
 
 
 class Crash(BaseException):
@@ -537,7 +537,7 @@ def ledger_suite(
             {
                 "name": "ledger",
                 "version": "1",
-                "environment": "tests.test_resume:LedgerToy",
+                "environment": "tests.runs.test_resume:LedgerToy",
                 "environment_options": options,
                 "tasks": ["tasks.json"],
             }

@@ -31,9 +31,9 @@ from harness.report.reliability import ReliabilityReport, reliability_report
 from harness.store import TrialRow
 from harness.testing import FakeClock
 
-from .toy_env import ToyEnvironment, write_suite
+from ..toy_env import ToyEnvironment, write_suite
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RETAIL = ROOT / "tasks" / "retail"
 
 TASKS = [
@@ -603,5 +603,5 @@ def test_example_plan_in_the_repository_loads() -> None:
     """The plan the README points at loads and fits the retail suite's tools."""
     from harness.faults import FaultPlan
 
-    plan = FaultPlan.load(Path(__file__).resolve().parents[1] / "examples" / "faults-retail.toml")
+    plan = FaultPlan.load(Path(__file__).resolve().parents[2] / "examples" / "faults-retail.toml")
     assert {f.kind for f in plan.faults} == {"fail_stop", "fail_slow", "silent", "lost_ack"}

@@ -18,8 +18,8 @@ import harness.store.writer as hx_writer
 from harness.audit import verify_run
 from harness.store import record_hash
 
-from .conftest import Shop
-from .test_transaction import cancel_action
+from ..conftest import Shop
+from ..test_transaction import cancel_action
 
 
 def _lookup_action(shop: Shop) -> hx.Action[..., Any]:

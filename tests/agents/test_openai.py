@@ -28,9 +28,9 @@ from harness.testing.model_server import (
     tool_reply,
 )
 
-from .conftest import Shop
+from ..conftest import Shop
 
-TAU2_TASKS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau2-retail" / "tasks.json"
+TAU2_TASKS = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2-retail" / "tasks.json"
 NO_TAU2 = f"reference data absent: {TAU2_TASKS.name} (the shared folder beside the repository)"
 
 TASK = Task(id="t1", instruction="Please cancel my order o1.", required_outputs=["cancelled"])

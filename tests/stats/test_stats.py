@@ -35,7 +35,7 @@ from harness.stats import (
     wilson,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 TAUBENCH = DATA / "taubench-results" / "gpt-4o-airline.json"
 
 

@@ -105,7 +105,7 @@ import harness as hx
 from harness.audit.verify import verify_run
 from harness.testing import FakeClock
 
-from .conftest import restore_before
+from ..conftest import restore_before
 
 AMOUNT = 10
 ACCOUNTS = ("a", "b", "c")

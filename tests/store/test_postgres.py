@@ -20,9 +20,9 @@ import harness as hx
 from harness.audit import verify_run
 from harness.testing import FakeClock
 
-from .conftest import Shop
-from .test_episode import escalating_run
-from .test_transaction import cancel_action
+from ..conftest import Shop
+from ..episode.test_episode import escalating_run
+from ..test_transaction import cancel_action
 
 SERVER = os.environ.get("HX_TEST_POSTGRES_URL", "")
 

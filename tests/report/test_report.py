@@ -20,8 +20,8 @@ from harness.report import REPORT_FORMAT, compare_reports, load_report, render_h
 from harness.runs.start import run_trials
 from harness.store import RunRow, TrialRow
 
-from .browser import layout, needs_chromium
-from .toy_env import write_suite
+from ..browser import layout, needs_chromium
+from ..toy_env import write_suite
 
 EVIDENCE: dict[str, Any] = {
     "harness_version": "0.1.0",

@@ -14,9 +14,9 @@ import harness as hx
 from harness.cli import main
 from harness.runs.start import run_trials
 
-from .toy_env import write_suite
+from ..toy_env import write_suite
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def test_scripted_agent_passes_every_trial(tmp_path: Path):
@@ -232,11 +232,11 @@ def test_ctrl_c_leaves_a_consistent_store(tmp_path: Path, workers: int):
             "--workers",
             str(workers),
         ],
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
     db = None
     deadline = time.monotonic() + 60
@@ -262,7 +262,7 @@ def test_ctrl_c_leaves_a_consistent_store(tmp_path: Path, workers: int):
 
 def test_retail_error_modes_fail_the_trial(tmp_path: Path):
     """On the retail suite every error mode fails the trial; scripted passes the same tasks."""
-    suite = Path(__file__).resolve().parents[1] / "tasks" / "retail"
+    suite = Path(__file__).resolve().parents[2] / "tasks" / "retail"
     tasks = ["retail-001", "retail-010", "retail-020"]
     ok = run_trials(suite, agent="scripted", tasks=tasks, logs=tmp_path / "ok")
     assert all(r.passed for r in ok.results)
@@ -282,7 +282,7 @@ def test_retail_error_modes_fail_the_trial(tmp_path: Path):
 @pytest.mark.parametrize("name", ["retail", "configs"])
 def test_scripted_passes_every_builtin_suite(tmp_path: Path, name: str):
     """On each built-in suite the scripted agent passes every trial: pass^k = 1."""
-    suite = Path(__file__).resolve().parents[1] / "tasks" / name
+    suite = Path(__file__).resolve().parents[2] / "tasks" / name
     result = run_trials(suite, agent="scripted", trials=2, logs=tmp_path / "logs")
     failed = [r.task_id for r in result.results if not r.passed]
     assert not failed

@@ -10,8 +10,8 @@ import pytest
 
 import harness as hx
 
-from .conftest import Shop
-from .test_transaction import cancel_action
+from ..conftest import Shop
+from ..test_transaction import cancel_action
 
 
 def run_three(shop: Shop, store_url: str) -> str:

@@ -20,7 +20,7 @@ import harness as hx
 from harness.audit.verify import verify_run
 from harness.testing import FakeClock
 
-from .conftest import restore_before
+from ..conftest import restore_before
 
 
 class Ledger:

@@ -20,7 +20,7 @@ from harness.domains.retail.tools import (
     RetailTools,
 )
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau2-retail"
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2-retail"
 GOLD_JSON = REFERENCE / "gold.json"
 NO_GOLD = f"reference data absent: {GOLD_JSON} (the shared folder beside the repository)"
 

@@ -18,10 +18,10 @@ from harness.report import load_report
 from harness.report.export import export_run
 from harness.runs.start import run_trials
 
+from ..toy_env import write_suite
 from .test_report import make_run
-from .toy_env import write_suite
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from harness.domains.retail.tools import TOOL_TYPES, WRITE_TOOLS, RetailError
 from harness.errors import SuiteError
 from harness.suite import Suite, Task, load_suite
 
-RETAIL = Path(__file__).resolve().parents[1] / "tasks" / "retail"
+RETAIL = Path(__file__).resolve().parents[2] / "tasks" / "retail"
 _RAW = json.loads((RETAIL / "tasks.json").read_text("utf-8"))["tasks"]
 TASK_IDS = [t["id"] for t in _RAW]
 REFUSAL_IDS = [t["id"] for t in _RAW if t.get("expect") == "refuse"]
