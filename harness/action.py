@@ -628,6 +628,8 @@ class Action(Generic[P, R]):
         return f"<action {self.name}>"
 
 
+# The overloads repeat Action's options so type checkers see both forms of the decorator
+# (@hx.action and @hx.action(...)); the options themselves are defined once, on Action.
 @overload
 def action(
     fn: Callable[P, R],

@@ -113,6 +113,8 @@ def _refuse(fn: Any, value: Any) -> None:
     )
 
 
+# The async twin of drive: the same loop, awaiting instead of calling (one generator of steps
+# serves both, so the transaction's logic is written once; only the driving is twice).
 async def adrive(steps: Steps, clock: Any) -> Any:
     """Run the steps under asyncio, awaiting async user functions (with their timeout)."""
     try:

@@ -171,6 +171,8 @@ class Injector:
 
     # --- wrappers ---
     def _wrap(self, name: str, fn: Callable[..., Any], act: Action[Any, Any] | None) -> Any:
+        # An async tool gets an async wrapper and a sync one a sync wrapper; both drive the same
+        # generator of steps (_call), so the injection logic is written once.
         if inspect.iscoroutinefunction(fn):
 
             async def acall(*args: Any, **kwargs: Any) -> Any:

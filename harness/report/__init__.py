@@ -21,6 +21,8 @@ The modules:
 """
 
 from .html import render_html
+
+# The package's public names are the model's, re-exported: see harness.report.model.
 from .model import (
     COMPARISON_FORMAT,
     INFRA_DESCRIPTIONS,

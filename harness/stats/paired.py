@@ -108,6 +108,7 @@ def paired_difference(
     )
 
 
+# The arrays-of-rows form of paired_difference (same arguments), for coverage simulations.
 def paired_difference_batch(
     successes_a: npt.ArrayLike,
     trials_a: npt.ArrayLike,

@@ -109,6 +109,7 @@ def suite_pass_hat_k(
     return _suite_estimate(_comb_ratio(s, n, np.full_like(n, kk)), n, kk, conf, clusters)
 
 
+# Same arguments and result as suite_pass_hat_k, for pass@k.
 def suite_pass_at_k(
     successes: npt.ArrayLike,
     trials: npt.ArrayLike,

@@ -261,6 +261,7 @@ class FaultEventRow(_Base, table=True):
     re_executed: int = 0
 
 
+# One column per count of harness.faults.TrialFaults: the row is that value, stored.
 class FaultTrialRow(_Base, table=True):
     """A trial run under a fault plan: its events and its effects against the committed log."""
 
