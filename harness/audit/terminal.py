@@ -147,8 +147,11 @@ def render_verify(report: VerifyReport) -> str:
         f"{report.episodes} episode(s), {report.records} log records, {report.transactions} "
         f"transactions, {report.checkpoints} checkpoints, {report.escalations} escalations"
     )
+    if report.signed_by is not None:
+        checked += f"; signatures of key {report.signed_by}"
     if report.ok:
-        return f"[green]verified[/]: {checked}; hash chains, digests and rows agree"
+        signed = "" if report.signed_by is None else ", signatures hold"
+        return f"[green]verified[/]: {checked}; hash chains, digests and rows agree{signed}"
     lines = [f"[red]NOT VERIFIED[/]: checked {checked}"]
     lines.extend(f"  {escape(str(f))}" for f in report.findings)
     return "\n".join(lines)

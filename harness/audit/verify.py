@@ -26,6 +26,7 @@ from ..store import (
     TxnStatus,
 )
 from ..store.projection import committed_row
+from ..store.signing import PublicKey, verify_signatures
 from ..store.statuses import RESOLVED_AS
 
 __all__ = ["Finding", "VerifyReport", "verify_episode", "verify_run"]
@@ -53,6 +54,8 @@ class Finding:
     log_seq: int | None = None
 
     def __str__(self) -> str:
+        if self.table == "hx_signature":  # (a signed fact: an episode's head, or a run)
+            return f"{self.record} {self.episode_id}: {self.reason}"
         where = f" (log record {self.log_seq})" if self.log_seq is not None else ""
         return f"episode {self.episode_id}: {self.table} {self.record}{where}: {self.reason}"
 
@@ -77,6 +80,7 @@ class VerifyReport:
     checkpoints: int = 0
     escalations: int = 0
     findings: list[Finding] = field(default_factory=list)
+    signed_by: str | None = None  # the id of the public key the signatures were checked with
 
     @property
     def ok(self) -> bool:
@@ -87,6 +91,7 @@ class VerifyReport:
         """JSON-ready."""
         return {
             "ok": self.ok,
+            "signed_by": self.signed_by,
             "episodes": self.episodes,
             "records": self.records,
             "transactions": self.transactions,
@@ -409,8 +414,23 @@ def _check_escalations(
         )
 
 
-def verify_run(store: Store, episodes: list[EpisodeRow]) -> VerifyReport:
-    """Verify each episode; the report holds the first problem of each episode that has one."""
+def verify_run(
+    store: Store,
+    episodes: list[EpisodeRow],
+    *,
+    public_key: PublicKey | None = None,
+    run_id: str | None = None,
+) -> VerifyReport:
+    """Verify each episode; the report holds the first problem of each episode that has one.
+
+    Args:
+        public_key: also check the signatures made with its private key
+            (:mod:`harness.store.signing`): every episode's signed head, and the run's signed
+            manifest when ``run_id`` is given. A full rewrite with recomputed hashes, a deleted
+            or added episode and a flipped verdict are found only this way.
+        run_id: ``episodes`` are all of this run's episodes (a signed episode not among them
+            was deleted; the run's manifest is checked).
+    """
     report = VerifyReport(episodes=len(episodes))
     for episode in episodes:
         finding, counts = verify_episode(store, episode)
@@ -420,4 +440,17 @@ def verify_run(store: Store, episodes: list[EpisodeRow]) -> VerifyReport:
         report.escalations += counts["escalations"]
         if finding is not None:
             report.findings.append(finding)
+    if public_key is not None:
+        report.signed_by = public_key.key_id
+        runs = [
+            (run, store.episodes(run.id), store.trials(run.id))
+            for run in store.runs()
+            if run.id == run_id
+        ]
+        for problem in verify_signatures(
+            public_key, store.signatures(), episodes, runs, run_id=run_id
+        ):
+            report.findings.append(
+                Finding(problem.subject, "hx_signature", problem.scope, problem.reason)
+            )
     return report

@@ -3,6 +3,7 @@
 - :mod:`.run`: ``run``, ``resume``, ``replay`` (trials are executed).
 - :mod:`.audit`: ``audit``, ``escalations`` (a run's record, and decisions on it).
 - :mod:`.report`: ``report``, ``compare``, ``export`` (a run read back).
+- :mod:`.keys`: ``keygen`` (a signing key pair).
 - :mod:`._common`: the console, errors, JSON output; environment variables are read there only.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import click
 
 from .audit import audit_command, escalations_command
+from .keys import keygen_command
 from .report import compare_command, export_command, report_command
 from .run import replay_command, resume_command, run_command
 
@@ -32,5 +34,6 @@ for _command in (
     report_command,
     compare_command,
     export_command,
+    keygen_command,
 ):
     main.add_command(_command)

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..errors import HarnessError
 from ..runs import RunResult
+from ..store import SigningKey
 
 __all__ = [
     "console",
@@ -24,6 +25,7 @@ __all__ = [
     "fail",
     "failures_table",
     "openai_settings",
+    "signing_key",
     "summary_table",
 ]
 
@@ -56,6 +58,12 @@ def openai_settings(base_url: str | None = None, model: str | None = None) -> di
     if key:
         options["api_key"] = key
     return options
+
+
+def signing_key(path: str | None) -> SigningKey | None:
+    """The signing key: ``--signing-key PATH``, else the file ``HARNESS_SIGNING_KEY`` names."""
+    chosen = path or os.environ.get("HARNESS_SIGNING_KEY")
+    return None if not chosen else SigningKey.load(chosen)
 
 
 def secrets() -> dict[str, Any] | None:

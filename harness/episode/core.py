@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..policy import Policy
 from ..store import GENESIS, EpisodeStatus, EscalationStatus, Store, TxnStatus
+from ..store.signing import SigningKey, episode_message, signature_row
 from ..store.tables import txn_id
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
 from .cursor import (
@@ -85,6 +86,8 @@ class Episode:
         actions: actions the episode may need after a resume before the agent calls them
             again: to settle in-doubt calls (probing their postconditions) and to compensate.
         run_id, task_id, trial, meta: recorded on the episode's row.
+        signing_key: signs the episode's head when it ends (:mod:`harness.store.signing`), so
+            an auditor with the public key can tell a rewritten record from the real one.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class Episode:
         task_id: str | None = None,
         trial: int | None = None,
         meta: dict[str, Any] | None = None,
+        signing_key: SigningKey | None = None,
     ) -> None:
         if resume and not episode_id:
             raise ConfigurationError("Episode(resume=True) needs the episode_id to resume")
@@ -118,6 +122,11 @@ class Episode:
                 f"hx.SQLState(url), hx.FileState(folder)); a {type(state).__name__} has no "
                 f"{', '.join(missing)}: {hint}"
             )
+        if signing_key is not None and not isinstance(signing_key, SigningKey):
+            raise ConfigurationError(
+                "Episode(signing_key=...) takes an hx.SigningKey (hx.SigningKey.load(path))"
+            )
+        self.signing_key = signing_key
         self.state = state
         self._owns_store = not isinstance(store, Store)
         self.store = (
@@ -370,11 +379,21 @@ class Episode:
                 )
             self.log.info("episode_end", outcome=self.outcome, steps=self.steps)
             self.store.flush_log()
+            if self.signing_key is not None:
+                self._sign()
         finally:
             self._writer.close()
             self._writer = None
             if self._owns_store:
                 self.store.close()
+
+    def _sign(self) -> None:
+        """Sign the episode's head as it ended (once per episode end, never per record)."""
+        assert self.signing_key is not None
+        row = self.store.episode(self.id)
+        if row is None:  # pragma: no cover - the row was written by this episode
+            raise StoreError(f"episode {self.id} has no row to sign")
+        self.store.add(signature_row(self.signing_key, "episode", self.id, episode_message(row)))
 
     # --- calls ---
     def call(self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

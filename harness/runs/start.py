@@ -28,7 +28,8 @@ from ..errors import ConfigurationError
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
-from ..store import RunStatus, Store
+from ..store import RunStatus, SigningKey, Store
+from ..store.signing import sign_run
 from ..suite import Suite, load_suite
 from .judge import plain
 from .layout import EVIDENCE_FILE, SUMMARY_FILE, new_run_id, run_row, store_url, write_json
@@ -167,6 +168,7 @@ def run_trials(
     tasks: Iterable[str] | None = None,
     progress: Callable[[TrialResult], None] | None = None,
     faults: FaultPlan | str | Path | None = None,
+    signing_key: SigningKey | None = None,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -184,6 +186,8 @@ def run_trials(
         progress: called with each finished trial (in the parent process).
         faults: a fault plan (or its JSON/TOML file) to inject into every trial; its events
             and their judgement land in the run's store (``harness.report.reliability``).
+        signing_key: signs each episode's head as it ends and the run's manifest at the end
+            (:mod:`harness.store.signing`); ``harness audit --verify --public-key`` checks them.
     """
     if trials < 1 or workers < 1:
         raise ConfigurationError("run_trials: trials and workers must be >= 1")
@@ -242,7 +246,18 @@ def run_trials(
     results: list[TrialResult] = []
     interrupted = False
     injection = None if plan is None else plan.for_run(run_id)
-    worker_args = (str(loaded.path), agent, agent_options, url, run_id, policy, injection)
+    pem = None if signing_key is None else signing_key.pem()
+    worker_args = (
+        str(loaded.path),
+        agent,
+        agent_options,
+        url,
+        run_id,
+        policy,
+        injection,
+        600.0,
+        pem,
+    )
 
     def finished(_job: Job, r: TrialResult | None) -> None:
         if r is None:  # another process holds its lease (a concurrent resume)
@@ -261,13 +276,17 @@ def run_trials(
             stop=stop,
             in_process=None
             if isinstance(agent, str)
-            else Worker(str(loaded.path), agent_obj, {}, url, run_id, policy, injection),
+            else Worker(
+                str(loaded.path), agent_obj, {}, url, run_id, policy, injection, 600.0, pem
+            ),
         )
     except KeyboardInterrupt:
         interrupted = True
     finally:
         stop.restore()
     record_run(RunStatus.INTERRUPTED if interrupted else RunStatus.FINISHED)
+    if signing_key is not None:
+        sign_run(store, run_id, signing_key)
     result = RunResult(run_id, folder, loaded.name, trials, results, interrupted)
     result.write_summary()
     store.close()

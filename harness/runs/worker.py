@@ -22,7 +22,7 @@ from ..episode import Episode
 from ..errors import Escalated, HarnessError, ModelServerError
 from ..faults import RunFaults, WorkerCrash
 from ..policy import Policy
-from ..store import EpisodeStatus, EscalationStatus, Store, TrialRow
+from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
 from ..suite import Task, load_suite
 from .judge import Reference, judge, reference_outcome
 from .layout import episode_id
@@ -94,6 +94,7 @@ class Worker:
         policy: the policy of every episode.
         faults: the run's fault injection, if any.
         lease_seconds: how long an episode's lease lasts without renewal.
+        signing_key: the run's signing key as PEM: each episode's head is signed as it ends.
     """
 
     def __init__(
@@ -106,8 +107,11 @@ class Worker:
         policy: Policy,
         faults: RunFaults | None = None,
         lease_seconds: float = 600.0,
+        signing_key: bytes | None = None,
     ) -> None:
         self.suite = load_suite(suite_path)
+        # (PEM: a key object cannot be sent to a worker process.)
+        self.signing_key = None if signing_key is None else SigningKey.from_pem(signing_key)
         self.agent = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
         self.store = Store(store_url)
         self.run_id = run_id
@@ -173,6 +177,7 @@ class Worker:
                     trial=trial,
                     meta={"seed": seed},
                     actions=[t for t in env.tools.values() if isinstance(t, Action)],
+                    signing_key=self.signing_key,
                 )
 
             ep = episode(resume=resume)

@@ -10,6 +10,7 @@ The statuses its rows hold are string enums (:mod:`.statuses`): ``TxnStatus``,
 """
 
 from .jsonlines import JsonLines as JsonLines
+from .signing import PublicKey, SigningKey
 from .statuses import EpisodeStatus, EscalationStatus, RunStatus, TxnStatus
 from .store import Store
 from .tables import DEFAULT_URL as DEFAULT_URL
@@ -25,6 +26,7 @@ from .tables import (
     LeaseRow,
     LogRow,
     RunRow,
+    SignatureRow,
     TransactionRow,
     TrialRow,
     record_hash,
@@ -44,8 +46,11 @@ __all__ = [
     "FaultTrialRow",
     "LeaseRow",
     "LogRow",
+    "PublicKey",
     "RunRow",
     "RunStatus",
+    "SignatureRow",
+    "SigningKey",
     "Store",
     "TransactionRow",
     "TrialRow",

@@ -174,6 +174,20 @@ def transaction_row(
     }
 
 
+class SignatureRow(_Base, table=True):
+    """A signed fact: an episode's head or a run's manifest, signed by a key kept outside the
+    database (:mod:`harness.store.signing`)."""
+
+    __tablename__ = "hx_signature"
+    id: str = Field(primary_key=True)  # "<scope>:<subject>"
+    scope: str  # "episode" or "run"
+    subject: str  # the episode or run id
+    message: str  # the canonical JSON that was signed
+    signature: str  # base64 Ed25519 signature of the message
+    key_id: str  # the first 16 hex digits of the SHA-256 of the raw public key
+    created_at: float
+
+
 class CheckpointRow(_Base, table=True):
     """A compact checkpoint: the step index and the state digest after it, never a copy."""
 
