@@ -1,6 +1,6 @@
 """Overhead of one durable harness transaction, against two raw SQLite inserts and a DBOS step.
 
-    python benchmarks/transaction_overhead.py [--n N] [--reps R] [--warmup W] [--no-dbos]
+    python benchmarks/transaction_overhead.py [--n N] [--reps R] [--warmup W] [--no-dbos] [--signed]
 
 Everything runs in one process, on SQLite files in a fresh temporary folder:
 
@@ -167,8 +167,11 @@ class _NullConn:
 class HarnessBench:
     """N calls of the no-op action per episode; every episode on the same store file."""
 
-    def __init__(self, folder: Path, n: int) -> None:
+    def __init__(self, folder: Path, n: int, signed: bool = False) -> None:
         self.folder = folder
+        # With --signed, each episode's head is signed as it ends (as `harness run
+        # --signing-key` does); the end is inside the timing.
+        self.signing_key = hx.SigningKey.generate() if signed else None
         self.path = folder / "h.db"
         self.url = f"sqlite:///{self.path.as_posix()}"
         self.n = n
@@ -179,7 +182,7 @@ class HarnessBench:
         self.store = hx.Store(self.url, create=True)
 
     def episode(self) -> hx.Episode:
-        return hx.Episode(state=self.state, store=self.store)
+        return hx.Episode(state=self.state, store=self.store, signing_key=self.signing_key)
 
     def loop(self) -> float:
         """Seconds for the N calls (inside an open episode)."""
@@ -747,6 +750,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5, help="measured repetitions (5)")
     parser.add_argument("--warmup", type=int, default=1, help="warm-up repetitions (1)")
     parser.add_argument("--no-dbos", action="store_true", help="skip (c)")
+    parser.add_argument(
+        "--signed", action="store_true", help="(b) signs each episode's head as it ends"
+    )
     parser.add_argument("--no-breakdown", action="store_true", help="skip the breakdown")
     parser.add_argument("--top", type=int, default=25, help="cProfile rows to show (25)")
     args = parser.parse_args(argv)
@@ -757,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hx-bench-") as tmp:
         folder = Path(tmp)
         raw = RawFloor(folder / "raw.db")
-        bench = HarnessBench(folder, n)
+        bench = HarnessBench(folder, n, signed=args.signed)
         raw_t: list[float] = []
         hx_t: dict[str, list[float]] = {m: [] for m in modes}
         for r in range(warmup + reps):  # interleaved, so drift hits every variant alike
