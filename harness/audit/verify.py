@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._json import loads
+from .._json import canonical, loads
 from ..store import (
     GENESIS,
     EpisodeRow,
@@ -397,15 +397,18 @@ def _check_escalations(
             continue
         data = _payload(res)
         status = RESOLVED_AS.get(str(data.get("decision")))
-        if (row.status, row.resolved_by, row.resolution_reason or "") != (
+        edit = None if not row.edit else _value(row.edit)
+        if (row.status, row.resolved_by, row.resolution_reason or "", canonical(edit)) != (
             status,
             data.get("by"),
             data.get("reason") or "",
+            canonical(data.get("edit")),
         ):
             raise _Problem(
                 "hx_escalation",
                 esc_id,
-                "who resolved it, how or why is not what its resolution record says: altered",
+                "who resolved it, how, why or with which arguments is not what its resolution "
+                "record says: altered",
                 res.seq,
             )
     for esc_id in sorted(set(rows) - set(escalated)):

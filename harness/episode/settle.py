@@ -23,13 +23,35 @@ from ..errors import (
 )
 from ..policy import Decision, FailureClass
 from ..store import EpisodeStatus, EscalationRow, EscalationStatus, Store, TxnStatus
-from ..store.statuses import RETURNED
+from ..store.statuses import RESOLVED_AS, RETURNED
 from ..transaction import Host, Steps, Transaction, compensate, drive, is_undone
 from .memory import Memory
 from .recorder import Recorder
 from .values import Committed, InDoubt
 
 __all__ = ["Settler"]
+
+
+def as_recorded(esc: EscalationRow, record: dict[str, Any] | None) -> EscalationRow:
+    """``esc`` as its resolution record says it was decided (pending when none was recorded)."""
+    if record is None:
+        return esc.model_copy(
+            update={
+                "status": EscalationStatus.PENDING,
+                "resolved_by": None,
+                "resolution_reason": None,
+                "edit": None,
+            }
+        )
+    edit = record.get("edit")
+    return esc.model_copy(
+        update={
+            "status": RESOLVED_AS.get(str(record.get("decision")), EscalationStatus.PENDING),
+            "resolved_by": record.get("by"),
+            "resolution_reason": record.get("reason") or "",
+            "edit": None if edit is None else dumps(edit),
+        }
+    )
 
 
 class Settler:
@@ -100,9 +122,16 @@ class Settler:
         for intent in intents:
             if intent.key not in self.m.done:
                 self.m.in_doubt[intent.key] = intent
+        # A person's decision is what its hashed resolution record says, never what the
+        # escalation's row (which anyone with the database can edit) says now.
+        decided = {
+            loads(rec.payload).get("escalation_id"): loads(rec.payload)
+            for rec in log
+            if rec.kind == "resolution"
+        }
         latest: dict[str, EscalationRow] = {}
         for esc in self.store.escalations(episode_id=self.m.id):
-            latest[esc.idem_key] = esc
+            latest[esc.idem_key] = as_recorded(esc, decided.get(esc.id))
         starts = [(r.idem_key, r.started_at) for r in rows] + [(i.key, i.ts) for i in intents]
         for key, esc in latest.items():
             later = any(k == key and t > esc.created_at for k, t in starts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from typing import Any
 
@@ -334,3 +335,55 @@ def test_a_queued_line_is_the_line_structlog_writes(store_url: str, tmp_path: An
     store.close()
     first, second = (tmp_path / "logs" / "harness.jsonl").read_text().splitlines()
     assert first == second and json.loads(first)["level"] == "info"
+
+
+def test_resume_runs_what_the_resolution_record_says_not_an_edited_row(
+    shop: Shop, store_url: str, clock: FakeClock
+):
+    """An escalation's arguments edited in its row after the decision was recorded are not what
+    resume runs: it runs the person's arguments from the hashed resolution record, and the
+    audit names the altered row."""
+    from harness.audit import verify_run
+
+    counts: dict[str, int] = {}
+    _, agent = escalating_run(shop, store_url, clock, counts=counts)
+    with pytest.raises(hx.Escalated) as info:
+        with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1"):
+            agent(None)  # type: ignore[arg-type]
+    store = hx.Store(store_url)
+    esc_id = info.value.escalation_id
+    store.resolve(esc_id, "edit", by="lead", edit={"order_id": "o2", "reason": "edited"})
+    db = store_url.removeprefix("sqlite:///")
+    with sqlite3.connect(db) as conn:  # someone with the database rewrites the decision
+        conn.execute(
+            "UPDATE hx_escalation SET edit = ?, resolved_by = 'lead' WHERE id = ?",
+            ('{"order_id":"o2","reason":"forged"}', esc_id),
+        )
+    report = verify_run(store, store.episodes())
+    assert any("with which arguments" in str(f) for f in report.findings), report.findings
+    with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True):
+        agent(None)  # type: ignore[arg-type]
+    args = [json.loads(t.args) for t in store.transactions("e1") if t.status == "committed"]
+    assert args[-1] == {"order_id": "o2", "reason": "edited"}
+    store.close()
+
+
+def test_a_resolution_with_no_record_is_not_acted_on(shop: Shop, store_url: str, clock: FakeClock):
+    """An escalation marked approved in its row with no resolution record stays held on resume."""
+    counts: dict[str, int] = {}
+    _, agent = escalating_run(shop, store_url, clock, counts=counts)
+    with pytest.raises(hx.Escalated) as info:
+        with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1"):
+            agent(None)  # type: ignore[arg-type]
+    db = store_url.removeprefix("sqlite:///")
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE hx_escalation SET status = 'approved', resolved_by = 'nobody' WHERE id = ?",
+            (info.value.escalation_id,),
+        )
+    with pytest.raises(hx.Escalated):
+        with hx.Episode(
+            state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True
+        ):
+            agent(None)  # type: ignore[arg-type]
+    assert counts == {"o1": 1, "o2": 1}  # the held call never ran
