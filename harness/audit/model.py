@@ -8,6 +8,7 @@ from .._json import loads_or
 from ..errors import RunNotFound
 from ..runs.layout import OpenRun
 from ..store import EpisodeRow, EscalationRow, EscalationStatus, Store, TrialRow, TxnStatus
+from .diffs import field_changes
 
 __all__ = [
     "episode_summaries",
@@ -59,7 +60,15 @@ def _diff(text: str | None) -> dict[str, dict[str, Any]]:
     data = loads_or(text, {}, keep_text=True) or {}
     if not isinstance(data, dict):
         return {}
-    return {k: {"before": v[0], "after": v[1]} for k, v in data.items() if isinstance(v, list)}
+    return {
+        k: {
+            "before": v[0],
+            "after": v[1],
+            "fields": [c.describe() for c in field_changes(v[0], v[1])],
+        }
+        for k, v in data.items()
+        if isinstance(v, list) and len(v) == 2
+    }
 
 
 def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -> dict[str, Any]:

@@ -26,6 +26,10 @@ _STATUS_STYLE: dict[str, str] = {
 }
 
 
+# Field changes shown per resource (the JSON and HTML timelines have them all).
+_FIELDS_SHOWN = 8
+
+
 def _short(value: Any, width: int = 100) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -57,10 +61,12 @@ def _event_lines(event: dict[str, Any]) -> list[str]:
         for err in event.get("errors") or []:
             lines.append(f"         error: {escape(_short(err, 160))}")
         for key, change in (event.get("diff") or {}).items():
-            lines.append(
-                f"         Δ {escape(key)}: {escape(_short(change['before'], 60))} → "
-                f"{escape(_short(change['after'], 60))}"
-            )
+            fields = change.get("fields") or []
+            for field in fields[:_FIELDS_SHOWN]:
+                lines.append(f"         Δ {escape(key)}{escape(field)}")
+            if len(fields) > _FIELDS_SHOWN:
+                more = len(fields) - _FIELDS_SHOWN
+                lines.append(f"         Δ {escape(key)}: {more} more field(s) (--json has all)")
         cp = event.get("checkpoint")
         if cp:
             lines.append(f"         checkpoint {cp['step']}: {cp['digest'][:16]}")
