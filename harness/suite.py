@@ -1,9 +1,10 @@
 """Tasks and suites: the task file format, its JSON Schema, and the loaders.
 
-A suite is a folder with a ``suite.json`` manifest naming its environment (an importable
-``module:Class``) and its task files; each task file is validated against the JSON Schema that
-ships in the package (``harness/schemas/tasks.schema.json``) before anything runs. A tau2-bench
-``tasks.json`` loads too, on the built-in environment of its domain.
+A suite is a folder with a ``suite.json`` manifest naming its environment (a registered name,
+or a ``module:Class`` of the suite's folder or an importable module: :class:`Suite` says
+exactly what is accepted) and its task files; each task file is validated against the JSON
+Schema that ships in the package (``harness/schemas/tasks.schema.json``) before anything runs.
+A tau2-bench ``tasks.json`` loads too, on the built-in environment of its domain.
 
 The built-in suites (:data:`BUILTIN_SUITES`) load by name: ``load_suite("retail")``. Their data
 (``suite.json``, ``tasks.json``) lives in the repository's ``tasks/`` folder, and a built wheel
@@ -12,13 +13,21 @@ carries a copy in ``harness/_suites/`` (:func:`builtin_suite`).
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import importlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import inspect
 import json
+import sys
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, cast, runtime_checkable
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,7 +37,10 @@ from .errors import SuiteError
 
 __all__ = [
     "BUILTIN_ENVIRONMENTS",
+    "BUILTIN_ENVIRONMENT_NAMES",
     "BUILTIN_SUITES",
+    "ENVIRONMENT_GROUP",
+    "VERIFIER_GROUP",
     "Environment",
     "FieldCheck",
     "Suite",
@@ -36,6 +48,7 @@ __all__ = [
     "Task",
     "ToolCall",
     "builtin_suite",
+    "is_builtin_suite",
     "load_suite",
     "resolve_suite",
     "task_schema",
@@ -51,6 +64,20 @@ BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvi
 """tau2 domain -> the built-in environment a tau2 ``tasks.json`` of that domain runs on."""
 # The verifier a suite uses unless its manifest names another (``"verifier": "module:function"``).
 DEFAULT_VERIFIER = "verifiers:verify"
+ENVIRONMENT_GROUP: Final = "harness.environments"
+"""The entry-point group a package registers environments in (``"environment": "<name>"``)."""
+VERIFIER_GROUP: Final = "harness.verifiers"
+"""The entry-point group a package registers verifiers in (``"verifier": "<name>"``)."""
+BUILTIN_ENVIRONMENT_NAMES: Final = {
+    "retail": "harness.domains.retail.environment:RetailEnvironment",
+    "configs": "harness.domains.configs.environment:ConfigsEnvironment",
+}
+"""The built-in environments by name (registered in ``harness.environments`` too; this copy
+answers when the installed package's metadata is older than the source)."""
+BUILTIN_VERIFIER_PACKAGES: Final = ("verifiers",)
+# What an environment class must have (:class:`Environment`), checked on the class.
+ENVIRONMENT_METHODS: Final = ("close", "export")
+ENVIRONMENT_ATTRIBUTES: Final = ("state", "tools")
 
 
 @runtime_checkable
@@ -164,29 +191,236 @@ def task_schema() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-def _import(spec: str, where: str, what: str = "environment") -> Any:
+def _suite_folder(path: Path) -> Path:
+    """The folder whose modules a suite may name: the suite folder, or a task file's folder."""
+    return path if path.is_dir() else path.parent
+
+
+def _manifest_file(path: Path) -> Path:
+    """The file a suite's environment and verifier are named in (for error messages)."""
+    return path / "suite.json" if path.is_dir() else path
+
+
+def _folder_package(folder: Path) -> str:
+    """A package (made here, not on ``sys.path``) whose modules are the files of ``folder``.
+
+    Its name depends on the folder's resolved path, so two suites' ``my_env.py`` never meet.
+    """
+    resolved = folder.resolve()
+    name = "_harness_suite_" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
+    if name not in sys.modules:
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [str(resolved)]
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+    return name
+
+
+def _in_folder(folder: Path | None, module: str) -> bool:
+    if folder is None:
+        return False
+    top = module.split(".")[0]
+    return (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file()
+
+
+def _entry_point(group: str, name: str) -> Any:
+    """The object registered as ``name`` in the entry-point ``group`` (None: not registered)."""
+    for ep in importlib.metadata.entry_points(group=group, name=name):
+        return ep.load()
+    return None
+
+
+def _refuse(where: Path, field: str, spec: str, reason: str) -> SuiteError:
+    return SuiteError(f"{where}: field {field}: {spec!r} {reason}")
+
+
+def _resolve(spec: str, where: Path, folder: Path | None, field: str) -> Any:
+    """What ``spec`` names, imported only from the places :class:`Suite` accepts.
+
+    Nothing found is called here: the caller checks its kind first.
+    """
+    what = field
+    group = ENVIRONMENT_GROUP if field == "environment" else VERIFIER_GROUP
+    if not isinstance(spec, str) or not spec:
+        raise SuiteError(f"{where}: field {field}: must be a non-empty string")
+    if ":" not in spec:
+        try:
+            found = _entry_point(group, spec)
+        except Exception as exc:
+            raise _refuse(where, field, spec, f"is registered but does not load ({exc})") from exc
+        if found is None and field == "environment" and spec in BUILTIN_ENVIRONMENT_NAMES:
+            return _resolve(BUILTIN_ENVIRONMENT_NAMES[spec], where, None, field)
+        if found is None:
+            names = sorted(ep.name for ep in importlib.metadata.entry_points(group=group))
+            raise _refuse(
+                where,
+                field,
+                spec,
+                f"is not a registered {what} (entry-point group {group}: "
+                f"{', '.join(names) or 'none'}); name one as 'module:name'",
+            )
+        return found
     module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise SuiteError(f"{where}: {what} {spec!r} must look like 'package.module:name'")
+    if not all(part.isidentifier() for part in module.split(".")) or not attr.isidentifier():
+        raise _refuse(where, field, spec, "must look like 'package.module:name'")
+    if _in_folder(folder, module):
+        assert folder is not None
+        target = f"{_folder_package(folder)}.{module}"
+    elif (
+        field == "environment"
+        or module in BUILTIN_VERIFIER_PACKAGES
+        or any(module.startswith(p + ".") for p in BUILTIN_VERIFIER_PACKAGES)
+    ):
+        target = module
+    else:
+        raise _refuse(
+            where,
+            field,
+            spec,
+            f"is not in the suite's folder ({folder}), not a registered verifier "
+            f"(entry-point group {group}) and not in the built-in verifiers package",
+        )
     try:
-        found = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SuiteError(f"{where}: cannot import {what} {spec!r} ({exc})") from exc
-    if not callable(found):
-        raise SuiteError(f"{where}: {what} {spec!r} is not callable")
+        return getattr(importlib.import_module(target), attr)
+    except Exception as exc:
+        raise SuiteError(
+            f"{where}: field {field}: cannot import {what} {spec!r} ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def _declares(cls: type, name: str) -> bool:
+    """Whether instances of ``cls`` have attribute ``name``, judged without running anything:
+    a class attribute or annotation along its bases, or ``self.<name> = ...`` in their source."""
+    for klass in cls.__mro__:
+        if name in vars(klass) or name in getattr(klass, "__annotations__", {}):
+            return True
+    for klass in cls.__mro__[:-1]:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+                targets = [node.target]
+            for t in targets:
+                if (
+                    isinstance(t, ast.Attribute)
+                    and t.attr == name
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                ):
+                    return True
+    return False
+
+
+def _environment_class(
+    spec: str, where: Path, folder: Path | None, options: Mapping[str, Any]
+) -> type:
+    """The environment class ``spec`` names, checked against :class:`Environment` and
+    ``options`` (its ``environment_options``) before anything is called."""
+    found = _resolve(spec, where, folder, "environment")
+    if not isinstance(found, type):
+        raise _refuse(
+            where,
+            "environment",
+            spec,
+            f"is not a class ({type(found).__name__}); an environment is a class whose "
+            "instances have state, tools, export() and close()",
+        )
+    lacking = [m + "()" for m in ENVIRONMENT_METHODS if not callable(getattr(found, m, None))]
+    lacking += [a for a in ENVIRONMENT_ATTRIBUTES if not _declares(found, a)]
+    if lacking:
+        raise _refuse(
+            where,
+            "environment",
+            spec,
+            f"is not an environment: its instances lack {', '.join(lacking)}",
+        )
+    if not isinstance(options, Mapping):
+        raise SuiteError(f"{where}: field environment_options: must be a JSON object")
+    try:
+        signature = inspect.signature(found)
+    except (TypeError, ValueError) as exc:
+        raise _refuse(where, "environment", spec, f"has no readable signature ({exc})") from exc
+    params = signature.parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        accepted = [
+            p.name
+            for p in params
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise SuiteError(
+                f"{where}: field environment_options.{unknown[0]}: not a parameter of "
+                f"{spec} (parameters: {', '.join(accepted) or 'none'})"
+            )
+    try:
+        signature.bind(**options)
+    except TypeError as exc:
+        raise SuiteError(f"{where}: field environment_options: {spec}: {exc}") from None
     return found
+
+
+def _verifier_function(spec: str, where: Path, folder: Path | None) -> Verifier:
+    """The verifier function ``spec`` names, checked against :class:`Verifier`."""
+    found = _resolve(spec, where, folder, "verifier")
+    if not inspect.isfunction(found):
+        raise _refuse(where, "verifier", spec, f"is not a function ({type(found).__name__})")
+    try:
+        inspect.signature(found).bind(
+            None, actual={}, expected={}, message="", state=None, steps=[]
+        )
+    except TypeError as exc:
+        raise _refuse(
+            where,
+            "verifier",
+            spec,
+            f"does not take a verifier's arguments (task, *, actual, expected, message, state, "
+            f"steps): {exc}",
+        ) from None
+    return cast(Verifier, found)
 
 
 class Suite:
     """A set of tasks on one environment.
 
+    A suite names an environment class and a verifier function, never an arbitrary callable;
+    both are resolved and checked here, before anything is called, and anything else is a
+    :class:`SuiteError` naming the file (``suite.json`` or the task file), the field and why.
+
+    ``environment`` is accepted when it is
+
+    - a name without a colon: an environment registered under the entry-point group
+      ``harness.environments`` (:data:`ENVIRONMENT_GROUP`; harness registers ``retail`` and
+      ``configs``), or
+    - ``module:Class`` where ``module`` (or its top package) is a file ``<module>.py`` or a
+      package ``<module>/__init__.py`` in the suite's own folder (a task file's folder): it is
+      imported from there as a package of that folder, without ``sys.path`` or PYTHONPATH (its
+      modules import each other relatively: ``from . import helpers``), or
+    - ``module:Class`` of any other importable module: a built-in environment
+      (``harness.domains.*``) or an installed one,
+
+    and, in each case, what it names is a class (not a function such as ``os:system``) that
+    has ``close()`` and ``export()`` methods and whose instances have ``state`` and ``tools``
+    (a class attribute or annotation, or ``self.state = ...`` in its or a base's source: read,
+    not run), and every key of ``environment_options`` is a parameter of its ``__init__`` (all
+    required ones given).
+
+    ``verifier`` is accepted when it is a name registered under ``harness.verifiers``
+    (:data:`VERIFIER_GROUP`), or ``module:function`` of a module in the suite's own folder or of
+    the built-in ``verifiers`` package (the default is ``verifiers:verify``); what it names is
+    a Python function taking a verifier's arguments (:class:`Verifier`).
+
     Attributes:
         name, version: from the manifest.
         path: where it was loaded from.
         tasks: the tasks, in file order.
-        environment: the ``module:Class`` that builds a fresh environment.
-        verifier: the ``module:function`` that judges a trial (:class:`Verifier`); its
-            callable is :attr:`verify`.
+        environment: what names the class that builds a fresh environment.
+        verifier: what names the function that judges a trial (:class:`Verifier`); the
+            function is :attr:`verify`.
     """
 
     def __init__(
@@ -206,9 +440,10 @@ class Suite:
         self.tasks = tasks
         self.environment = environment
         self.environment_options = environment_options or {}
-        self._factory = _import(environment, str(path))
+        where, folder = _manifest_file(path), _suite_folder(path)
+        self._factory = _environment_class(environment, where, folder, self.environment_options)
         self.verifier = verifier
-        self.verify: Verifier = _import(verifier, str(path), what="verifier")
+        self.verify: Verifier = _verifier_function(verifier, where, folder)
         self._check_tools()
 
     def _check_tools(self) -> None:
@@ -277,6 +512,21 @@ def builtin_suite(name: str) -> Path | None:
         if isinstance(folder, Path) and (folder / "suite.json").is_file():
             return folder
     return None
+
+
+def is_builtin_suite(path: str | Path) -> bool:
+    """Whether ``path`` is the folder of a built-in suite (packaged or in the source checkout)."""
+    try:
+        resolved = Path(path).resolve()
+    except (OSError, RuntimeError):
+        return False
+    package = resources.files("harness")
+    checkout = _checkout_tasks()
+    for name in BUILTIN_SUITES:
+        for folder in (package / "_suites" / name, None if checkout is None else checkout / name):
+            if isinstance(folder, Path) and folder.resolve() == resolved:
+                return True
+    return False
 
 
 def resolve_suite(path: str | Path) -> Path:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import shutil
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
 
 import pytest
@@ -119,3 +122,168 @@ def test_cli_runs_a_builtin_suite_by_name(tmp_path: Path, monkeypatch: pytest.Mo
     args = ["run", "configs", "--trials", "1", "--agent", "scripted", "--logs", str(tmp_path / "l")]
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 0, out.output
+
+
+# --------------------------------------------------------------------------------------------
+# Suites name environments, not arbitrary callables.
+# --------------------------------------------------------------------------------------------
+
+
+def _manifest(suite: Path, **fields: object) -> Path:
+    """Change fields of the suite's manifest; the suite folder."""
+    manifest = json.loads((suite / "suite.json").read_text())
+    manifest.update(fields)
+    (suite / "suite.json").write_text(json.dumps(manifest))
+    return suite
+
+
+ENV_MODULE = '''
+import harness as hx
+
+from . import helpers
+
+
+class ShopEnvironment:
+    """Counters on a DictState, from a module in the suite's folder."""
+
+    TOOL_NAMES = frozenset({"bump", "look"})
+
+    def __init__(self, start: int = 0) -> None:
+        self.state = hx.DictState({"c/a": start})
+        self.tools = {"bump": helpers.bump, "look": helpers.bump}
+
+    def export(self):
+        return self.state.to_dict()
+
+    def close(self):
+        pass
+'''
+
+
+def test_os_system_is_refused_and_nothing_runs(tmp_path: Path):
+    """`os:system` with a command in environment_options is refused, naming the file and the
+    field, and the command never runs."""
+    marker = tmp_path / "x"
+    suite = _manifest(
+        write_suite(tmp_path / "s", [1]),
+        environment="os:system",
+        environment_options={"command": f"touch {marker}"},
+    )
+    with pytest.raises(hx.SuiteError) as caught:
+        hx.load_suite(suite)
+    message = str(caught.value)
+    assert "suite.json: field environment: 'os:system' is not a class" in message
+    assert not marker.exists()
+
+
+def test_functions_and_classes_without_the_environment_shape_are_refused(tmp_path: Path):
+    """A function, and a class that is not an environment (subprocess.Popen, with a shell
+    command for options), are refused before anything is called."""
+    marker = tmp_path / "x"
+    suite = _manifest(write_suite(tmp_path / "s", [1]), environment="tests.toy_env:write_suite")
+    with pytest.raises(hx.SuiteError, match="'tests.toy_env:write_suite' is not a class"):
+        hx.load_suite(suite)
+    _manifest(
+        suite,
+        environment="subprocess:Popen",
+        environment_options={"args": f"touch {marker}", "shell": True},
+    )
+    with pytest.raises(
+        hx.SuiteError, match=r"field environment: 'subprocess:Popen' is not an environment: .*lack"
+    ):
+        hx.load_suite(suite)
+    (suite / "plain.py").write_text("class Plain:\n    def close(self):\n        pass\n")
+    _manifest(suite, environment="plain:Plain", environment_options={})
+    with pytest.raises(hx.SuiteError, match=r"instances lack export\(\), state, tools"):
+        hx.load_suite(suite)
+    assert not marker.exists()
+
+
+def test_unknown_environment_options_are_refused(tmp_path: Path):
+    """An environment_options key that is not a parameter of the class's __init__ is refused,
+    naming the key and the parameters there are."""
+    suite = _manifest(
+        write_suite(tmp_path / "s", [1]),
+        environment="tests.runs.test_resume:LedgerToy",
+        environment_options={"ledger": "l.txt", "command": "rm -rf /"},
+    )
+    with pytest.raises(
+        hx.SuiteError,
+        match=r"suite.json: field environment_options.command: not a parameter of .*LedgerToy "
+        r"\(parameters: ledger, pause, delay\)",
+    ):
+        hx.load_suite(suite)
+    _manifest(suite, environment_options={})
+    with pytest.raises(hx.SuiteError, match="missing a required argument: 'ledger'"):
+        hx.load_suite(suite)
+
+
+def test_environment_module_in_the_suite_folder_loads_without_pythonpath(tmp_path: Path):
+    """`my_env:ShopEnvironment` loads `<suite>/my_env.py` (and its relative imports), and a
+    package inside the folder works too; two suites' modules of one name do not meet."""
+    for name, start in (("a", 1), ("b", 2)):
+        suite = write_suite(tmp_path / name, [1])
+        (suite / "my_env.py").write_text(ENV_MODULE)
+        (suite / "helpers.py").write_text("def bump(name, step, amount=1):\n    return amount\n")
+        _manifest(suite, environment="my_env:ShopEnvironment", environment_options={"start": start})
+        loaded = hx.load_suite(suite)
+        env = loaded.new_environment()
+        assert env.export() == {"c/a": start} and set(env.tools) == {"bump", "look"}
+    package = tmp_path / "a" / "shop"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "environment.py").write_text(ENV_MODULE.replace("from . import", "from .. import"))
+    _manifest(tmp_path / "a", environment="shop.environment:ShopEnvironment")
+    assert hx.load_suite(tmp_path / "a").new_environment().export() == {"c/a": 1}
+
+
+def test_environments_load_by_registered_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`"environment": "retail"` is the built-in registered under harness.environments; a
+    name another package registers loads; an unregistered name is refused, listing them."""
+    registered = {ep.name for ep in entry_points(group=suite_module.ENVIRONMENT_GROUP)}
+    assert {"retail", "configs"} <= registered
+    retail = builtin_suite("retail")
+    assert retail is not None
+    suite = tmp_path / "retail"
+    shutil.copytree(retail, suite)
+    loaded = hx.load_suite(_manifest(suite, environment="retail"))
+    env = loaded.new_environment()
+    try:
+        assert type(env).__name__ == "RetailEnvironment"
+    finally:
+        env.close()
+    toy = EntryPoint(
+        name="toy", value="tests.toy_env:ToyEnvironment", group=suite_module.ENVIRONMENT_GROUP
+    )
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda **kw: EntryPoints([toy]).select(**kw)
+    )
+    assert hx.load_suite(_manifest(write_suite(tmp_path / "s", [1]), environment="toy"))
+    with pytest.raises(hx.SuiteError, match=r"'shell' is not a registered environment .*: toy\)"):
+        hx.load_suite(_manifest(tmp_path / "s", environment="shell"))
+
+
+def test_verifiers_come_from_the_suite_folder_a_registry_or_the_builtins(tmp_path: Path):
+    """A verifier function in the suite's folder loads; `os:system` and a class are refused."""
+    suite = write_suite(tmp_path / "s", [1])
+    (suite / "checks.py").write_text(
+        "from verifiers import verify as base\n\n"
+        "def verify(task, **kw):\n    return base(task, **kw)\n\n"
+        "class NotAFunction:\n    pass\n"
+    )
+    assert hx.load_suite(_manifest(suite, verifier="checks:verify")).verify.__name__ == "verify"
+    with pytest.raises(hx.SuiteError, match=r"'os:system' is not in the suite's folder"):
+        hx.load_suite(_manifest(suite, verifier="os:system"))
+    with pytest.raises(hx.SuiteError, match="'checks:NotAFunction' is not a function"):
+        hx.load_suite(_manifest(suite, verifier="checks:NotAFunction"))
+
+
+def test_replay_of_a_builtin_suite_run_needs_no_flag(tmp_path: Path):
+    """A run of a built-in suite replays as recorded: its suite path is the built-in's."""
+    task = hx.load_suite("configs").tasks[0].id
+    logs = tmp_path / "l"
+    args = ["run", "configs", "--trials", "1", "--agent", "scripted", "--task", task]
+    assert CliRunner().invoke(main, [*args, "--logs", str(logs)]).exit_code == 0
+    (folder,) = logs.iterdir()
+    out = CliRunner().invoke(main, ["replay", str(folder), "--episode", f"{folder.name}-{task}-0"])
+    assert out.exit_code == 0 and "no divergence" in out.output, out.output
