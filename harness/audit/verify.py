@@ -284,6 +284,8 @@ def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> N
             )
     _check_digests(store, episode, rows, commits, counts)
     _check_escalations(store, episode, escalated, resolved, counts)
+    _check_episode_row(episode, log)
+    _check_trial(store, episode, log)
 
 
 def _check_digests(
@@ -414,6 +416,71 @@ def _check_escalations(
     for esc_id in sorted(set(rows) - set(escalated)):
         raise _Problem(
             "hx_escalation", esc_id, "no log record mentions it: added outside the harness"
+        )
+
+
+def _check_episode_row(episode: EpisodeRow, log: list[LogRow]) -> None:
+    """The episode's row says what its start and end records say: its run, task and trial,
+    and (once it ended, with no resume after) its outcome, steps and digest."""
+    start = next((r for r in log if r.kind == "start"), None)
+    if start is not None:
+        data = _payload(start)
+        for name in ("run_id", "task_id", "trial"):
+            if name in data and data[name] != getattr(episode, name):
+                raise _Problem(
+                    "hx_episode",
+                    episode.id,
+                    f"its {name} is not what its start record says: the row was altered",
+                    start.seq,
+                )
+    last = next((r for r in reversed(log) if r.kind in ("end", "resume")), None)
+    if last is None or last.kind != "end":
+        return
+    data = _payload(last)
+    said = (str(data.get("outcome")), data.get("steps"), data.get("digest"))
+    if (str(episode.status), episode.steps, episode.digest) != said:
+        raise _Problem(
+            "hx_episode",
+            episode.id,
+            f"it says {episode.status} after {episode.steps} step(s), its end record says "
+            f"{said[0]} after {said[1]}: the row was altered",
+            last.seq,
+        )
+
+
+def _check_trial(store: Store, episode: EpisodeRow, log: list[LogRow]) -> None:
+    """A trial's row says what the verdict record in its episode's log says."""
+    record = next((r for r in reversed(log) if r.kind == "verdict"), None)
+    trial = None
+    if episode.run_id is not None:
+        trial = next((t for t in store.trials(episode.run_id) if t.episode_id == episode.id), None)
+    if record is None:
+        if trial is not None:
+            raise _Problem(
+                "hx_trial",
+                episode.id,
+                "the trial has no verdict record in its episode's log: the row was added",
+            )
+        return
+    if trial is None:
+        raise _Problem(
+            "hx_trial", episode.id, "its verdict record has no trial row: removed", record.seq
+        )
+    data = _payload(record)
+    row = {
+        "passed": trial.passed,
+        "partial": trial.partial,
+        "outcome": str(trial.outcome),
+        "infra_error": trial.infra_error,
+        "verdict": _value(trial.verdict),
+    }
+    changed = [k for k in row if canonical(row[k]) != canonical(data.get(k))]
+    if changed:
+        raise _Problem(
+            "hx_trial",
+            episode.id,
+            f"its {', '.join(changed)} is not what its verdict record says: the row was altered",
+            record.seq,
         )
 
 

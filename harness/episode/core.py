@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..policy import Policy
 from ..store import GENESIS, EpisodeStatus, EscalationStatus, Store, TxnStatus
-from ..store.signing import SigningKey, episode_message, signature_row
+from ..store.signing import SigningKey, sign_episode
 from ..store.tables import txn_id
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
 from .cursor import (
@@ -302,7 +302,16 @@ class Episode:
                         "head_hash": GENESIS,
                     }
                 )
-                writer.append("start", None, {"policy": self.policy.describe()})
+                writer.append(
+                    "start",
+                    None,
+                    {
+                        "policy": self.policy.describe(),
+                        "run_id": self.run_id,
+                        "task_id": self.task_id,
+                        "trial": self.trial,
+                    },
+                )
                 writer.update_episode(status=EpisodeStatus.RUNNING, steps=0, digest=GENESIS)
         self.log.info("episode_start", resume=self.resume)
 
@@ -380,20 +389,13 @@ class Episode:
             self.log.info("episode_end", outcome=self.outcome, steps=self.steps)
             self.store.flush_log()
             if self.signing_key is not None:
-                self._sign()
+                # Once per episode end, never per record.
+                sign_episode(self.store, self.id, self.signing_key)
         finally:
             self._writer.close()
             self._writer = None
             if self._owns_store:
                 self.store.close()
-
-    def _sign(self) -> None:
-        """Sign the episode's head as it ended (once per episode end, never per record)."""
-        assert self.signing_key is not None
-        row = self.store.episode(self.id)
-        if row is None:  # pragma: no cover - the row was written by this episode
-            raise StoreError(f"episode {self.id} has no row to sign")
-        self.store.add(signature_row(self.signing_key, "episode", self.id, episode_message(row)))
 
     # --- calls ---
     def call(self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

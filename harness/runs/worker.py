@@ -23,6 +23,7 @@ from ..errors import Escalated, HarnessError, ModelServerError
 from ..faults import RunFaults, WorkerCrash
 from ..policy import Policy
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
+from ..store.signing import sign_episode
 from ..suite import Task, load_suite
 from .judge import Reference, judge, reference_outcome
 from .layout import episode_id
@@ -127,6 +128,18 @@ class Worker:
         if task.id not in self.references:
             self.references[task.id] = reference_outcome(self.suite, task)
         return self.references[task.id]
+
+    def _record_verdict(self, episode_id: str, payload: dict[str, Any]) -> None:
+        writer = self.store.writer(episode_id)
+        try:
+            with writer.batch():
+                writer.load_head()
+                writer.append("verdict", None, payload)
+                writer.update_head()
+        finally:
+            writer.close()
+        if self.signing_key is not None:
+            sign_episode(self.store, episode_id, self.signing_key)
 
     def trial(self, task_id: str, trial: int, seed: int, mode: str = "new") -> TrialResult | None:
         """Run one trial while holding its episode's lease.
@@ -236,6 +249,20 @@ class Worker:
             dict(failures),
             steps,
             time.perf_counter() - started,
+        )
+        # The verdict joins the episode's hash chain, after its end: the trial row is checked
+        # against it, and the head is signed again now that the record is final.
+        self._record_verdict(
+            eid,
+            {
+                "task_id": task_id,
+                "trial": trial,
+                "passed": passed,
+                "partial": verdict.partial,
+                "outcome": str(outcome),
+                "infra_error": infra,
+                "verdict": verdict.to_dict(),
+            },
         )
         self.store.add(
             TrialRow(

@@ -40,6 +40,7 @@ __all__ = [
     "SigningKey",
     "episode_message",
     "run_message",
+    "sign_episode",
     "sign_run",
     "signature_row",
     "verify_signatures",
@@ -235,6 +236,18 @@ def signature_row(
         key_id=key.key_id,
         created_at=time.time(),
     )
+
+
+def sign_episode(store: Store, episode_id: str, key: SigningKey) -> None:
+    """Sign episode ``episode_id``'s head as the store has it now (when its record is final).
+
+    Raises:
+        StoreError: no such episode in the store.
+    """
+    row = store.episode(episode_id)
+    if row is None:
+        raise StoreError(f"no episode {episode_id!r} in {store.url} to sign")
+    store.add(signature_row(key, "episode", episode_id, episode_message(row)))
 
 
 def sign_run(store: Store, run_id: str, key: SigningKey) -> None:

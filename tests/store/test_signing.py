@@ -233,3 +233,31 @@ def test_the_cli_signs_a_run_and_the_audit_checks_it(tmp_path: Path):
     sql(folder, "UPDATE hx_trial SET passed = NOT passed")
     bad: Any = CliRunner().invoke(main, check)
     assert bad.exit_code == 1 and "NOT VERIFIED" in bad.output and "trials: changed" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("edit", "found"),
+    [
+        (
+            "UPDATE hx_trial SET passed = NOT passed",
+            "hx_trial {e}: its passed is not what its verdict",
+        ),
+        ("UPDATE hx_trial SET partial = 0.5", "hx_trial {e}: its partial is not what its verdict"),
+        ("DELETE FROM hx_trial", "hx_trial {e}: its verdict record has no trial row"),
+        ("UPDATE hx_episode SET status = 'failed'", "hx_episode {e}: it says failed after"),
+        (
+            "UPDATE hx_episode SET task_id = 't9'",
+            "hx_episode {e}: its task_id is not what its start",
+        ),
+        ("UPDATE hx_episode SET trial = 7", "hx_episode {e}: its trial is not what its start"),
+    ],
+)
+def test_what_reports_read_is_under_the_chain_without_a_key(run: Path, edit: str, found: str):
+    """Verdicts, outcomes and the run, task and trial of an episode are checked against the
+    hashed records that wrote them, with no key needed for a partial edit."""
+    episode = first_episode(run)
+    where = "episode_id" if "hx_trial" in edit else "id"
+    sql(run, f"{edit} WHERE {where} = '{episode}'")
+    where_found, what = found.format(e=episode).split(": ", 1)
+    findings = audit(run, key=None)
+    assert any(where_found in f and what in f for f in findings), findings
