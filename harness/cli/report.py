@@ -11,6 +11,7 @@ from ..errors import HarnessError
 from ..report.export import EXPORT_FORMATS, ExportFormat, export_run
 from ..report.model import compare_reports, load_report
 from ..report.terminal import render, render_comparison
+from ..runs.output import write_output
 from ..stats import InfraPolicy
 from ._common import dump, fail
 
@@ -65,8 +66,10 @@ def report_command(
     if html_file is not None:
         from ..report.html import render_html
 
-        html_file.parent.mkdir(parents=True, exist_ok=True)
-        html_file.write_text(render_html(report), encoding="utf-8")
+        try:
+            write_output(html_file, render_html(report))
+        except HarnessError as exc:
+            fail(exc)
         click.echo(f"wrote {html_file}", err=as_json)
 
 

@@ -32,6 +32,7 @@ from .._json import loads_or
 from .._version import __version__
 from ..errors import HarnessError
 from ..runs.layout import OpenRun, open_run
+from ..runs.output import finite, json_text, write_output
 from ..stats import InfraPolicy
 from ..store import TransactionRow, TrialRow
 from ..store.statuses import APPLIED
@@ -347,7 +348,9 @@ def tau2_results(data: OpenRun) -> dict[str, Any]:
             "agent_info": _agent_info(ev),
             "environment_info": {
                 "domain_name": data.run.suite,
-                "policy": json.dumps(ev.get("policy") or {}, sort_keys=True),
+                "policy": json.dumps(
+                    finite(ev.get("policy") or {}), sort_keys=True, allow_nan=False
+                ),
             },
             "seed": ev.get("seed", data.config.get("seed")),
         },
@@ -415,7 +418,13 @@ def export_run(
 
     Raises:
         RunNotFound: ``run`` is not a run folder.
+        HarnessError: ``out`` is not a regular file (a symbolic link, a FIFO, a device, a
+            folder) or its folder cannot be written; nothing is written.
         ValueError: an unknown format.
+
+    The file is written atomically (a temporary file beside it, then renamed over it). A NaN
+    or infinity stored in the run (a tool's result, a trial's partial score or agent
+    metadata) is written as ``null``: strict JSON has no NaN.
     """
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
@@ -425,15 +434,11 @@ def export_run(
             if out is not None
             else data.folder / ("export.jsonl" if fmt == "jsonl" else f"export-{fmt}.json")
         )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            if fmt == "jsonl":
-                for record in jsonl_records(data):
-                    fh.write(json.dumps(record, default=str, allow_nan=False) + "\n")
-            elif fmt == "taubench":
-                json.dump(taubench_records(data, infra=infra), fh, indent=1, default=str)
-            else:
-                json.dump(tau2_results(data), fh, indent=1, default=str)
-        tmp.replace(target)
+        if fmt == "jsonl":
+            text: str | Iterable[str] = (json_text(record) + "\n" for record in jsonl_records(data))
+        elif fmt == "taubench":
+            text = json_text(taubench_records(data, infra=infra), indent=1)
+        else:
+            text = json_text(tau2_results(data), indent=1)
+        write_output(target, text)
     return target

@@ -7,7 +7,6 @@ infrastructure-error policy; ``compare_reports`` pairs two reports on their shar
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import Any
 from .._json import loads_or
 from ..errors import HarnessError, RunNotFound
 from ..runs.layout import OpenRun, open_run
+from ..runs.output import finite
 from ..stats import (
     INTERVAL_METHODS,
     Estimate,
@@ -192,7 +192,7 @@ class Report:
         """The report as JSON-ready data, with its format name and version."""
         horizon = self.horizon()
         sc = self.self_conditioning
-        data: dict[str, Any] = _finite(
+        data: dict[str, Any] = finite(
             {
                 "format": REPORT_FORMAT,
                 "version": REPORT_VERSION,
@@ -234,17 +234,6 @@ class Report:
             }
         )
         return data
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with infinities and NaNs as None, so it is strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _task_order(data: OpenRun) -> list[str]:
@@ -389,7 +378,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data, with its format name and version."""
-        data: dict[str, Any] = _finite(
+        data: dict[str, Any] = finite(
             {
                 "format": COMPARISON_FORMAT,
                 "version": REPORT_VERSION,

@@ -8,7 +8,6 @@ episode, ``<run id>-<task id>-<trial>``.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 import uuid
@@ -21,6 +20,7 @@ from typing import Any
 from .._json import loads_or
 from ..errors import RunNotFound, StoreError
 from ..store import SCHEMA_VERSION, RunRow, Store, TrialRow
+from .output import json_text, write_output
 
 __all__ = [
     "DB_FILE",
@@ -57,8 +57,13 @@ def store_url(folder: Path) -> str:
 
 
 def write_json(folder: Path, name: str, data: Any) -> None:
-    """Write ``folder/name`` as indented JSON (values JSON cannot hold as text)."""
-    (folder / name).write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    """Write ``folder/name`` as indented JSON, atomically (values JSON cannot hold as text,
+    NaN and infinities as ``null``).
+
+    Raises:
+        HarnessError: the file cannot be written (nothing is, then).
+    """
+    write_output(folder / name, json_text(data, indent=2))
 
 
 def run_row(

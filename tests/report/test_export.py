@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from enum import StrEnum
 from math import comb
 from pathlib import Path
@@ -394,3 +395,48 @@ def test_export_of_a_missing_run_fails_cleanly(tmp_path: Path):
     assert not (tmp_path / "nope").exists()
     with pytest.raises(RunNotFound):
         export_run(tmp_path / "nope", "tau2")
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"bare {name} in the JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_stored_nan_is_written_as_null(toy_run: Path, tmp_path: Path) -> None:
+    """A NaN or infinity in a transaction's result, a trial's partial score or its agent
+    metadata: every export and the report JSON are strict JSON (null), no .tmp is left."""
+    import shutil
+    import sqlite3
+
+    run = tmp_path / "toy"
+    shutil.copytree(toy_run, run)
+    conn = sqlite3.connect(run / "harness.db")
+    conn.execute("UPDATE hx_transaction SET result = 'NaN'")
+    conn.execute(
+        'UPDATE hx_trial SET partial = ?, agent_meta = \'{"cost": NaN, "t": -Infinity}\'',
+        (math.inf,),
+    )
+    conn.commit()
+    conn.close()
+    out = tmp_path / "out"
+    for fmt in ("jsonl", "taubench", "tau2"):
+        target = out / f"x.{fmt}"
+        result = CliRunner().invoke(
+            main, ["export", str(run), "--format", fmt, "--out", str(target)]
+        )
+        assert result.exit_code == 0, (fmt, result.output, result.exception)
+        text = target.read_text()
+        assert "NaN" not in text.replace('"NaN"', "") and "Infinity" not in text, fmt
+        if fmt == "jsonl":
+            records = [_strict(line) for line in text.splitlines()]
+            assert records[0]["partial"] is None
+            assert records[0]["agent_meta"] == {"cost": None, "t": None}
+            assert any(t["result"] is None for r in records for t in r["transactions"])
+        else:
+            _strict(text)
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    result = CliRunner().invoke(main, ["report", str(run), "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    _strict(result.output)
