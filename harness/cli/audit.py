@@ -18,6 +18,8 @@ from ..audit.verify import verify_run
 from ..errors import HarnessError
 from ..policy import FailureClass
 from ..runs.layout import open_run
+from ..runs.output import write_output
+from ..store import PublicKey, Store
 from ._common import console, dump, fail
 
 __all__ = ["audit_command", "escalations_command"]
@@ -40,6 +42,13 @@ __all__ = ["audit_command", "escalations_command"]
     help="Recompute hash chains and checkpoint digests, cross-check every row with the log.",
 )
 @click.option(
+    "--public-key",
+    "public_key",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="With --verify: also check the run's signatures with this key (harness keygen).",
+)
+@click.option(
     "--html",
     "html_file",
     default=None,
@@ -53,6 +62,7 @@ def audit_command(
     failure_class: str | None,
     as_json: bool,
     verify: bool,
+    public_key: Path | None,
     html_file: Path | None,
 ) -> None:
     """Show what happened in RUN, episode by episode (actions, diffs, verdicts, escalations)."""
@@ -63,7 +73,13 @@ def audit_command(
             )
             trials = {t.episode_id: t for t in opened.store.trials(opened.run.id)}
             if verify:
-                report = verify_run(opened.store, episodes)
+                whole = episode is None and task is None and failure_class is None
+                report = verify_run(
+                    opened.store,
+                    episodes,
+                    public_key=None if public_key is None else PublicKey.load(public_key),
+                    run_id=opened.run.id if whole else None,
+                )
                 if as_json:
                     dump(report.to_dict())
                 else:
@@ -76,9 +92,7 @@ def audit_command(
                         "name it with --episode ID"
                     )
                 (ep,) = episodes
-                html_file.write_text(
-                    render_html(timeline(opened.store, ep, trials.get(ep.id))), encoding="utf-8"
-                )
+                write_output(html_file, render_html(timeline(opened.store, ep, trials.get(ep.id))))
                 click.echo(f"wrote {html_file}")
                 return
             timelines = [timeline(opened.store, e, trials.get(e.id)) for e in episodes]
@@ -145,6 +159,7 @@ def escalations_command(
     if not by:
         raise click.UsageError("say who decides with --by NAME")
     try:
+        # Look read-only; open the store for writing only to record the decision.
         with open_run(run) as opened:
             ids = {e.id for e in pending_escalations(opened, every=True)}
             if escalation_id not in ids:
@@ -152,7 +167,12 @@ def escalations_command(
                     f"no escalation {escalation_id!r} in run {opened.run.id}; "
                     f"`harness escalations {run} --all` lists them; nothing was changed"
                 )
-            row = opened.store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
+            db = opened.db
+        store = Store(db)
+        try:
+            row = store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
+        finally:
+            store.close()
     except HarnessError as exc:
         fail(exc)
     if as_json:

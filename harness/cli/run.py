@@ -14,7 +14,16 @@ from ..errors import HarnessError, SuiteError
 from ..faults import FaultPlan
 from ..runs import TrialResult, replay_episode, resume_run, run_trials
 from ..suite import load_suite, resolve_suite
-from ._common import console, dump, fail, failures_table, openai_settings, secrets, summary_table
+from ._common import (
+    console,
+    dump,
+    fail,
+    failures_table,
+    openai_settings,
+    secrets,
+    signing_key,
+    summary_table,
+)
 
 __all__ = ["replay_command", "resume_command", "run_command"]
 
@@ -52,6 +61,14 @@ __all__ = ["replay_command", "resume_command", "run_command"]
     type=click.Path(exists=True, dir_okay=False),
     help="Inject the faults of this plan (JSON or TOML) and report detection by class.",
 )
+@click.option(
+    "--signing-key",
+    "signing_key_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Sign each episode's head and the run's manifest with this key (harness keygen) "
+    "[default: the file HARNESS_SIGNING_KEY names, if set].",
+)
 def run_command(
     suite: str,
     agent: str,
@@ -65,6 +82,7 @@ def run_command(
     base_url: str | None,
     model: str | None,
     faults_file: str | None,
+    signing_key_file: str | None,
 ) -> None:
     """Run SUITE (a folder, a tau2 tasks.json, or a built-in name) as repeated trials."""
     try:
@@ -78,6 +96,7 @@ def run_command(
         options = openai_settings(base_url, model)
     try:
         plan = None if faults_file is None else FaultPlan.load(faults_file)
+        key = signing_key(signing_key_file)
         loaded = load_suite(path)
         selected = [t for t in loaded.tasks if not tasks or t.id in tasks]
         total = len(selected) * trials
@@ -109,6 +128,7 @@ def run_command(
                 tasks=tasks or None,
                 progress=tick,
                 faults=plan,
+                signing_key=key,
             )
     except HarnessError as exc:
         fail(exc)
@@ -132,11 +152,29 @@ def run_command(
 @click.command("replay")
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--episode", required=True, help="The episode to replay.")
+@click.option(
+    "--suite",
+    "suite",
+    default=None,
+    help="The run's suite (a folder, a task file or a built-in name); needed unless the run's "
+    "suite is built in or --trust-suite is given.",
+)
+@click.option(
+    "--trust-suite",
+    is_flag=True,
+    help="Load the suite at the path the run folder records (it imports the code it names).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def replay_command(run: Path, episode: str, as_json: bool) -> None:
-    """Re-verify an episode's recorded final state and re-run its agent against its record."""
+def replay_command(
+    run: Path, episode: str, suite: str | None, trust_suite: bool, as_json: bool
+) -> None:
+    """Re-verify an episode's recorded final state and re-run its agent against its record.
+
+    The suite path a run folder records is loaded only when it is a built-in suite or
+    --trust-suite is given; otherwise name the suite with --suite.
+    """
     try:
-        report = replay_episode(run, episode)
+        report = replay_episode(run, episode, suite=suite, trust=trust_suite)
     except HarnessError as exc:
         fail(exc)
     if as_json:
@@ -170,12 +208,30 @@ def replay_command(run: Path, episode: str, as_json: bool) -> None:
 @click.command("resume")
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--suite",
+    "suite",
+    default=None,
+    help="The run's suite (a folder, a task file or a built-in name); needed unless the run's "
+    "suite is built in or --trust-suite is given.",
+)
+@click.option(
+    "--trust-suite",
+    is_flag=True,
+    help="Load the suite at the path the run folder records (it imports the code it names).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def resume_command(run: Path, workers: int, as_json: bool) -> None:
-    """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones."""
+def resume_command(
+    run: Path, workers: int, suite: str | None, trust_suite: bool, as_json: bool
+) -> None:
+    """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones.
+
+    The suite path a run folder records is loaded only when it is a built-in suite or
+    --trust-suite is given; otherwise name the suite with --suite.
+    """
     try:
         # Secrets are not recorded with a run: give the API key back from the environment.
-        result = resume_run(run, workers=workers, secrets=secrets())
+        result = resume_run(run, workers=workers, secrets=secrets(), suite=suite, trust=trust_suite)
     except HarnessError as exc:
         fail(exc)
     if as_json:

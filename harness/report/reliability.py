@@ -334,7 +334,7 @@ def load_reliability(run: str | Path, run_id: str | None = None) -> ReliabilityR
     db = path / "harness.db" if path.is_dir() else path
     if not db.is_file():
         raise StoreError(f"{run}: no run store here (expected {db})")
-    store = Store(db)
+    store = Store(db, readonly=True)
     try:
         if run_id is None and path.is_dir() and any(r.id == path.name for r in store.runs()):
             run_id = path.name

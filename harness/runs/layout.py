@@ -179,16 +179,23 @@ def _not_found(folder: Path, message: str) -> RunNotFound:
 
 
 @contextmanager
-def open_run(path: str | Path, *, finished: bool = False) -> Iterator[OpenRun]:
+def open_run(
+    path: str | Path, *, finished: bool = False, writable: bool = False
+) -> Iterator[OpenRun]:
     """Open the run in ``path`` (``logs/<run>`` or its ``harness.db``); nothing is created.
+
+    The store is opened read-only (``Store(db, readonly=True)``): reading a run never creates
+    or changes a file, not even a -wal or -shm file where there was none.
 
     Args:
         finished: refuse a run without a finished trial (what reports need).
+        writable: open the store for writing (``harness resume``, which continues the run).
 
     Raises:
         RunNotFound: the folder does not exist, has no ``harness.db``, or holds no run (or,
             with ``finished``, no finished trial).
-        StoreError: the database is damaged or from a newer harness (nothing is written).
+        StoreError: the database is damaged, empty, not a harness store, or from another
+            harness version (nothing is written).
     """
     folder = Path(path)
     if folder.suffix == ".db" and folder.is_file():
@@ -207,7 +214,7 @@ def open_run(path: str | Path, *, finished: bool = False) -> Iterator[OpenRun]:
             f"`harness run` printed (logs/<run>){_runs_hint(folder / 'x')}",
         )
     check_database(db)
-    store = Store(db)
+    store = Store(db, readonly=not writable)
     try:
         runs = {r.id: r for r in store.runs()}
         if not runs:

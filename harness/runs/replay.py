@@ -173,7 +173,12 @@ class ReplayReport:
 
 
 def replay_episode(
-    folder: str | Path, episode_id: str, *, agent: Agent | None = None
+    folder: str | Path,
+    episode_id: str,
+    *,
+    agent: Agent | None = None,
+    suite: str | Path | None = None,
+    trust: bool = False,
 ) -> ReplayReport:
     """Re-verify one episode's recorded final state and re-run its agent against its record.
 
@@ -181,11 +186,18 @@ def replay_episode(
         folder: the run folder (``logs/<run>``).
         episode_id: the episode (``harness audit`` lists them).
         agent: the agent to re-run (default: the run's, from its configuration).
+        suite: the suite to replay on (a path or a built-in name; it must be the run's suite);
+            needed unless the run's suite is built in or ``trust`` is set: the suite path a run
+            folder records is not loaded on the folder's word
+            (:func:`~harness.runs.resume.run_suite`).
+        trust: load the suite at the path the run folder records, whatever it is.
 
     Raises:
         RunNotFound: the folder is not a run folder.
         StoreError: its database is damaged or from a newer harness.
         HarnessError: no such episode in the run; the suite or agent cannot be loaded.
+        SuiteError: the run's suite is not built in and neither ``suite`` nor ``trust`` is
+            given.
     """
     with open_run(folder) as run:
         store: Store = run.store
@@ -196,20 +208,20 @@ def replay_episode(
                 f"no episode {episode_id!r} in run {run.run.id} ({run.folder}); "
                 f"episodes include: {', '.join(known) or 'none'} (`harness audit {run.folder}`)"
             )
-        suite = run_suite(run)
-        task = suite.task(episode.task_id or "")
+        loaded = run_suite(run, suite=suite, trust=trust)
+        task = loaded.task(episode.task_id or "")
         trial = next((t for t in store.trials(run.run.id) if t.episode_id == episode_id), None)
         rows = store.transactions(episode_id)
         steps = recorded_steps(rows, store.log(episode_id))
         notes: list[str] = []
         # 1. The verifier against the recorded final state.
-        reference = reference_outcome(suite, task)
-        env = suite.new_environment()
+        reference = reference_outcome(loaded, task)
+        env = loaded.new_environment()
         try:
             mark = env.state.mark()
             apply_changes(env.state, recorded_changes(rows))
             verdict = judge(
-                suite,
+                loaded,
                 task,
                 reference,
                 state=env.state,
@@ -223,7 +235,7 @@ def replay_episode(
         # 2. The agent against the record.
         agent = agent or run_agent(run)
         replay = ReplayEpisode(episode_id, steps, store.escalations(episode_id=episode_id))
-        env = suite.new_environment()
+        env = loaded.new_environment()
         message: str | None = None
         ended = "answered"
         started = time.perf_counter()

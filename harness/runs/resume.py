@@ -26,7 +26,7 @@ from ..agents import Agent, registry
 from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
 from ..store import EpisodeStatus, RunStatus, Store
-from ..suite import Suite, load_suite
+from ..suite import Suite, is_builtin_suite, load_suite
 from .layout import EVIDENCE_FILE, OpenRun, episode_id, open_run, run_row, store_url, write_json
 from .pool import run_jobs
 from .start import REDACTED, RunResult, trial_seed
@@ -35,13 +35,39 @@ from .worker import Job, TrialResult, Worker, trial_state
 __all__ = ["ResumeResult", "resume_run", "run_agent", "run_policy", "run_suite"]
 
 
-def run_suite(run: OpenRun) -> Suite:
-    """The suite a run was made from, as its configuration names it."""
+def run_suite(run: OpenRun, *, suite: str | Path | None = None, trust: bool = False) -> Suite:
+    """The suite a run was made from, loaded only from a place the caller vouches for.
+
+    A run folder is data, and whoever can write it can change the suite path it records
+    (``suite_path`` in its configuration); loading a suite imports the code it names. So the
+    recorded path is loaded only when it is a built-in suite's folder
+    (:func:`~harness.suite.is_builtin_suite`) or ``trust`` is set; otherwise the caller names
+    the suite (``suite``: a path or a built-in name), which must carry the run's suite name.
+
+    Raises:
+        SuiteError: the recorded suite is neither built in nor trusted (the message says to pass
+            ``--suite``), the suite does not load, or it is not the run's suite.
+    """
+    if suite is not None:
+        loaded = load_suite(suite)
+        if loaded.name != run.run.suite:
+            raise SuiteError(
+                f"run {run.run.id} in {run.folder} was made from suite {run.run.suite!r}; "
+                f"{suite} is suite {loaded.name!r}"
+            )
+        return loaded
     path = run.config.get("suite_path")
     if not path:
         raise HarnessError(
             f"run {run.run.id} in {run.folder} does not record its suite; it was not written by "
             "`harness run`"
+        )
+    if not trust and not is_builtin_suite(path):
+        raise SuiteError(
+            f"run {run.run.id} in {run.folder} records its suite at {path}, which is not a "
+            "built-in suite; a run folder does not choose the code that runs: name the suite "
+            f"yourself (`--suite {path}`, suite=... in Python), or trust the recorded path "
+            "(`--trust-suite`, trust=True)"
         )
     try:
         return load_suite(path)
@@ -152,6 +178,8 @@ def resume_run(
     progress: Callable[[TrialResult], None] | None = None,
     lease_seconds: float = 600.0,
     secrets: dict[str, Any] | None = None,
+    suite: str | Path | None = None,
+    trust: bool = False,
 ) -> ResumeResult:
     """Finish the run in ``folder``: keep finished trials, resume interrupted ones, run the rest.
 
@@ -164,26 +192,32 @@ def resume_run(
         lease_seconds: how long an episode's lease lasts without renewal (its holder renews
             it every third of that while it runs).
         secrets: agent options the run did not record (an API key), given back by name.
+        suite: the suite to resume the run on (a path or a built-in name; it must be the run's
+            suite); needed unless the run's suite is built in or ``trust`` is set
+            (:func:`run_suite`).
+        trust: load the suite at the path the run folder records, whatever it is.
 
     Raises:
         RunNotFound: the folder is not a run folder.
         StoreError: its database is damaged or from a newer harness.
+        SuiteError: the run's suite is not built in and neither ``suite`` nor ``trust`` is
+            given, or the suite does not load.
     """
     if workers < 1:
         raise ConfigurationError("resume_run: workers must be >= 1")
-    with open_run(folder) as run:
+    with open_run(folder, writable=True) as run:
         store: Store = run.store
         config = run.config
-        suite = run_suite(run)
+        loaded = run_suite(run, suite=suite, trust=trust)
         notes: list[str] = []
         if policy is None:
             policy, notes = run_policy(run)
         agent_obj = agent or registry_agent(run, secrets)
         run_id = run.run.id
-        tasks = list(config.get("tasks") or [t.id for t in suite.tasks])
+        tasks = list(config.get("tasks") or [t.id for t in loaded.tasks])
         trials = int(config.get("trials") or 1)
         seed = int(config.get("seed") or 0)
-        out = ResumeResult(RunResult(run_id, run.folder, suite.name, trials, []), notes=notes)
+        out = ResumeResult(RunResult(run_id, run.folder, loaded.name, trials, []), notes=notes)
         jobs: list[Job] = []
         states: dict[str, str] = {}
         for i in range(trials):
@@ -237,7 +271,7 @@ def resume_run(
             jobs,
             workers=workers,
             worker_args=(
-                str(suite.path),
+                str(loaded.path),
                 agent_name,
                 agent_options(run, secrets),
                 url,
@@ -248,7 +282,7 @@ def resume_run(
             ),
             on_result=finished,
             in_process=Worker(
-                str(suite.path), agent_obj, {}, url, run_id, policy, None, lease_seconds
+                str(loaded.path), agent_obj, {}, url, run_id, policy, None, lease_seconds
             )
             if workers == 1 or not isinstance(agent_name, str)
             else None,
@@ -259,7 +293,7 @@ def resume_run(
         )
         record_run(RunStatus.FINISHED if complete else RunStatus.INTERRUPTED)
         out.run = RunResult(
-            run_id, run.folder, suite.name, trials, [TrialResult.from_row(r) for r in rows]
+            run_id, run.folder, loaded.name, trials, [TrialResult.from_row(r) for r in rows]
         )
         out.run.write_summary()
         write_json(run.folder, EVIDENCE_FILE, evidence)

@@ -32,6 +32,7 @@ from .tables import (
     EscalationRow,
     LogRow,
     RunRow,
+    SignatureRow,
     TransactionRow,
     TrialRow,
     _Base,
@@ -64,12 +65,22 @@ class Store(_Chain, _Leases):
         create: make the SQLite file (and its folder) when it does not exist. Without it a
             missing file is a :class:`StoreError`, so a mistyped path is not silently a new,
             empty store. Other databases must exist already (connecting fails otherwise).
+        readonly: open for reading only: SQLite is opened ``mode=ro`` (immutable when no
+            write-ahead log is beside it), no table or meta row is created, no pragma that
+            writes is set. A file that is not a harness store of this schema version (empty,
+            or without ``hx_meta``) is a :class:`StoreError`; nothing is written.
     """
 
     def __init__(
-        self, url: str | Path = DEFAULT_URL, *, synchronous: str = "NORMAL", create: bool = False
+        self,
+        url: str | Path = DEFAULT_URL,
+        *,
+        synchronous: str = "NORMAL",
+        create: bool = False,
+        readonly: bool = False,
     ) -> None:
         self.url = _normalise_url(url)
+        self.readonly = readonly
         if synchronous.upper() not in {"NORMAL", "FULL", "EXTRA", "OFF"}:
             raise StoreError(f"Store(synchronous={synchronous!r}): use 'NORMAL' or 'FULL'")
         self.synchronous = synchronous.upper()
@@ -81,7 +92,7 @@ class Store(_Chain, _Leases):
                 "give sqlite:///logs/harness.db, a file path, or postgresql://..."
             ) from exc
         if self.path is not None and not self.path.exists():
-            if not create:
+            if not create or readonly:
                 raise StoreError(
                     f"store {self.url!r}: no database file {self.path}; check the path, or "
                     "pass create=True to create a new store there"
@@ -93,16 +104,72 @@ class Store(_Chain, _Leases):
                     f"store {self.url!r}: cannot create folder {self.path.parent} ({exc})"
                 ) from exc
         try:
-            self.engine: Engine = create_engine(self.url)
+            if readonly and self.path is not None:
+                self.engine: Engine = create_engine(self.url, creator=self._readonly_connection)
+            else:
+                self.engine = create_engine(self.url)
         except Exception as exc:  # a missing driver or a malformed URL, whatever SQLAlchemy says
             raise StoreError(f"store URL {self.url!r} does not open: {exc}") from exc
-        if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", self._sqlite_pragmas)
-        self._open_schema()
+        if readonly:
+            self._check_readable()
+        else:
+            if self.engine.dialect.name == "sqlite":
+                event.listen(self.engine, "connect", self._sqlite_pragmas)
+            self._open_schema()
         self._jsonl_lock = threading.Lock()
         self._jsonl_file: Any = None
         self._lease_lock = threading.Lock()
         self._lease_conn: Any = None
+
+    def _readonly_connection(self) -> sqlite3.Connection:
+        """A read-only SQLite connection (``readonly=True``): it cannot write the file. With no
+        write-ahead log beside the file it is opened immutable, so not even a -shm file is
+        made; with one, read-only, reading what the log holds."""
+        assert self.path is not None
+        wal = Path(f"{self.path}-wal").exists()
+        mode = "mode=ro" if wal else "mode=ro&immutable=1"
+        conn = sqlite3.connect(
+            f"{self.path.resolve().as_uri()}?{mode}", uri=True, check_same_thread=False
+        )
+        conn.execute("PRAGMA query_only=1")
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def _check_readable(self) -> None:
+        """``readonly=True``: refuse, writing nothing, a database that is not a harness store
+        of this schema version."""
+        where = self.path if self.path is not None else self.url
+        try:
+            with self.engine.connect() as conn:
+                tables = set(inspect(conn).get_table_names())
+                row = (
+                    conn.exec_driver_sql(
+                        "SELECT value FROM hx_meta WHERE key = 'schema_version'"
+                    ).fetchone()
+                    if "hx_meta" in tables
+                    else None
+                )
+        except (DatabaseError, sqlite3.Error) as exc:
+            self.engine.dispose()
+            raise StoreError(
+                f"{where} does not open as a database ({getattr(exc, 'orig', exc)}); "
+                "nothing was written"
+            ) from exc
+        if row is None:
+            self.engine.dispose()
+            empty = "is empty" if not tables else "has no harness tables (no hx_meta)"
+            raise StoreError(
+                f"{where} {empty}: it is not a harness store; nothing was written. Give the "
+                "harness.db of a run folder"
+            )
+        version = int(row[0])
+        if version != SCHEMA_VERSION:
+            self.engine.dispose()
+            newer = "newer" if version > SCHEMA_VERSION else "older"
+            raise StoreError(
+                f"{where} has schema version {version}, {newer} than this harness reads "
+                f"({SCHEMA_VERSION}); nothing was written. Read it with a matching harness"
+            )
 
     def _sqlite_pragmas(self, dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
@@ -182,8 +249,9 @@ class Store(_Chain, _Leases):
         return EpisodeWriter(self.raw_connection(), self.engine.dialect, episode_id)
 
     def raw_connection(self) -> Any:
-        """A DBAPI connection with the store's pragmas; the caller commits and closes it."""
-        if self.path is not None:
+        """A DBAPI connection with the store's pragmas; the caller commits and closes it (a
+        read-only store's connection is read-only too)."""
+        if self.path is not None and not self.readonly:
             conn = sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False, timeout=30.0
             )
@@ -407,3 +475,8 @@ class Store(_Chain, _Leases):
             if self._jsonl_file is not None:
                 self._jsonl_file.close()
                 self._jsonl_file = None
+
+    def signatures(self) -> list[SignatureRow]:
+        """The store's signed facts (episode heads, run manifests), oldest first."""
+        with self.session() as s:
+            return list(s.exec(select(SignatureRow).order_by(col(SignatureRow.created_at))))

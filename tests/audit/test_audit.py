@@ -40,7 +40,7 @@ def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (pending,) = store.escalations("pending")
     store.resolve(pending.id, "approve", by="ana", reason="refusal was transient")
     store.close()
-    result = CliRunner().invoke(main, ["resume", str(folder)])
+    result = CliRunner().invoke(main, ["resume", str(folder), "--suite", str(suite)])
     assert result.exit_code == 0, result.output
     return folder
 
@@ -87,7 +87,7 @@ def test_audit_json_has_every_field_for_machines(recorded_run: Path):
     assert refused["status"] == "failed" and refused["decision"] == "escalate"
     assert refused["failure_class"] == "fail_stop" and refused["attempts"] == 1
     assert approved["status"] == "committed" and approved["diff"] == {
-        "c/c": {"before": 0, "after": 100}
+        "c/c": {"before": 0, "after": 100, "fields": [": 0 → 100"]}
     }
     assert approved["checkpoint"]["step"] == 2 and len(approved["checkpoint"]["digest"]) == 64
     assert isinstance(approved["duration"], float) and approved["arguments"] == {"name": "c"}
@@ -286,10 +286,10 @@ def test_replay_of_unmodified_episodes_reports_no_divergence(recorded_run: Path)
     """Replaying each episode re-runs its agent against the record without a divergence and
     re-verifies the recorded final state to the recorded verdict."""
     for episode in ("r1-t0-0", "r1-t1-0"):
-        result = cli("replay", str(recorded_run), "--episode", episode)
+        result = cli("replay", str(recorded_run), "--episode", episode, "--trust-suite")
         assert result.exit_code == 0, result.output
         assert "no divergence" in result.output and "same verdict as recorded" in result.output
-    report = replay_episode(recorded_run, "r1-t0-0")
+    report = replay_episode(recorded_run, "r1-t0-0", trust=True)
     assert report.ok and report.divergence is None and report.replayed == report.steps == 3
     assert report.message_matches and report.verdict_matches
 
@@ -302,7 +302,7 @@ def test_replay_reports_the_first_step_that_differs(run_copy: Path):
         f"""UPDATE hx_transaction SET args = '{{"name":"z","step":1}}'
                        WHERE id = '{T0}:2'""",
     )
-    result = cli("replay", str(run_copy), "--episode", T0, "--json")
+    result = cli("replay", str(run_copy), "--episode", T0, "--trust-suite", "--json")
     data = json.loads(result.output)
     assert result.exit_code == 1 and not data["ok"]
     divergence = data["divergence"]
@@ -314,14 +314,84 @@ def test_replay_reports_the_first_step_that_differs(run_copy: Path):
 def test_replay_notices_a_verdict_that_no_longer_holds(run_copy: Path):
     """Re-verifying the recorded final state against an edited recorded verdict says so."""
     edit(run_copy, f"UPDATE hx_trial SET verdict = '{{\"passed\": false}}' WHERE id = '{T0}'")
-    result = cli("replay", str(run_copy), "--episode", T0)
+    result = cli("replay", str(run_copy), "--episode", T0, "--trust-suite")
     assert result.exit_code == 1 and "DIFFERENT from the recorded verdict" in result.output
 
 
 def test_replay_of_an_unknown_episode_is_a_clear_error(recorded_run: Path):
     """Replaying an episode the run does not have names it and lists some that exist."""
-    result = cli("replay", str(recorded_run), "--episode", "ghost")
+    result = cli("replay", str(recorded_run), "--episode", "ghost", "--trust-suite")
     assert result.exit_code == 2 and "no episode 'ghost' in run r1" in result.output
+
+
+def point_suite_at(folder: Path, suite: Path) -> None:
+    """Edit the run's recorded suite path (hx_run.config) to point at ``suite``."""
+    edit(folder, f"UPDATE hx_run SET config = json_set(config, '$.suite_path', '{suite}')")
+
+
+def malicious_suite(folder: Path, original: Path, marker: Path, environment: str) -> Path:
+    """A copy of the suite ``original`` with ``environment``, beside a module that touches
+    ``marker`` when imported."""
+    folder.mkdir()
+    (folder / "evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+        "from tests.runs.test_resume import LedgerToy as Env\n"
+    )
+    recorded = json.loads((original / "suite.json").read_text())
+    recorded["environment"] = environment
+    recorded["environment_options"] = {"ledger": str(folder / "ledger.txt")}
+    if environment == "os:system":
+        recorded["environment_options"] = {"command": f"touch {marker}"}
+    (folder / "suite.json").write_text(json.dumps(recorded))
+    shutil.copy(original / "tasks.json", folder / "tasks.json")
+    return folder
+
+
+def test_replay_refuses_a_recorded_suite_path_it_was_not_told_to_trust(
+    run_copy: Path, recorded_run: Path, tmp_path: Path
+):
+    """A run folder whose recorded suite path was edited to point at another suite folder is
+    not loaded on the folder's word: replay refuses, saying to pass --suite, and imports
+    nothing; --suite replays on the suite named; only --trust-suite loads the recorded path."""
+    marker = tmp_path / "imported"
+    original = recorded_run.parents[1] / "suite"
+    point_suite_at(run_copy, malicious_suite(tmp_path / "evil", original, marker, "evil:Env"))
+    refused = cli("replay", str(run_copy), "--episode", T0)
+    assert refused.exit_code == 2, refused.output
+    said = " ".join(refused.output.split())
+    assert "not a built-in suite" in said and "--suite" in said
+    assert not marker.exists()
+    with pytest.raises(hx.SuiteError, match="trust=True"):
+        replay_episode(run_copy, T0)
+    assert not marker.exists()
+    named = cli(
+        "replay", str(run_copy), "--episode", T0, "--suite", str(recorded_run.parents[1] / "suite")
+    )
+    assert named.exit_code == 0 and "no divergence" in named.output, named.output
+    assert not marker.exists()
+    trusted = cli("replay", str(run_copy), "--episode", T0, "--trust-suite")
+    assert marker.exists(), trusted.output
+
+
+def test_replay_refuses_os_system_even_when_trusted(
+    run_copy: Path, recorded_run: Path, tmp_path: Path
+):
+    """A trusted recorded suite is still a suite: `os:system` is refused and nothing runs."""
+    marker = tmp_path / "ran"
+    original = recorded_run.parents[1] / "suite"
+    point_suite_at(run_copy, malicious_suite(tmp_path / "evil", original, marker, "os:system"))
+    for flags in ((), ("--trust-suite",)):
+        result = cli("replay", str(run_copy), "--episode", T0, *flags)
+        assert result.exit_code == 2, result.output
+    assert "is not a class" in " ".join(result.output.split())
+    assert not marker.exists()
+
+
+def test_replay_with_another_suite_is_refused(run_copy: Path):
+    """--suite must name the run's suite: a run of `ledger` does not replay on `configs`."""
+    result = cli("replay", str(run_copy), "--episode", T0, "--suite", "configs")
+    assert result.exit_code == 2
+    assert "was made from suite 'ledger'" in " ".join(result.output.split())
 
 
 # --------------------------------------------------------------------------------------------

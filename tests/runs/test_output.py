@@ -93,6 +93,7 @@ def _cli_commands(run: Path, out: Path, episode: str) -> list[list[str]]:
         ["export", r, "--format", "jsonl", "--out", str(out)],
         ["export", r, "--format", "tau2", "--out", str(out)],
         ["report", r, "--html", str(out)],
+        ["audit", r, "--episode", episode, "--html", str(out)],
     ]
 
 

@@ -613,7 +613,7 @@ def test_harness_resume_finishes_a_killed_run_without_repeating_effects(tmp_path
     assert [t.episode_id for t in store.trials("r1")] == ["r1-t0-0"]
     kept = store.trials("r1")[0].created_at
     store.close()
-    result = CliRunner().invoke(main, ["resume", str(folder)])
+    result = CliRunner().invoke(main, ["resume", str(folder), "--suite", str(tmp_path / "suite")])
     assert result.exit_code == 0, result.output
     assert "kept 1, resumed 1, ran 4 missing" in result.output
     done = executions(tmp_path)
@@ -629,7 +629,8 @@ def test_harness_resume_finishes_a_killed_run_without_repeating_effects(tmp_path
         1,
     )
     store.close()
-    again = json.loads(CliRunner().invoke(main, ["resume", str(folder), "--json"]).output)
+    again = CliRunner().invoke(main, ["resume", str(folder), "--trust-suite", "--json"]).output
+    again = json.loads(again)
     assert len(again["kept"]) == 6 and again["resumed"] == again["started"] == []
 
 
@@ -637,7 +638,7 @@ def test_resume_with_worker_processes_finishes_the_run(tmp_path: Path):
     """`harness resume --workers 2` finishes a killed run in worker processes, each effect
     once."""
     folder = killed_run(tmp_path, tasks=2, trials=2, pause_in="r1-t1-0")
-    result = CliRunner().invoke(main, ["resume", str(folder), "--workers", "2"])
+    result = CliRunner().invoke(main, ["resume", str(folder), "--workers", "2", "--trust-suite"])
     assert result.exit_code == 0, result.output
     assert "kept 1, resumed 1, ran 2 missing" in result.output
     done = executions(tmp_path)
@@ -645,7 +646,7 @@ def test_resume_with_worker_processes_finishes_the_run(tmp_path: Path):
 
 
 def _resume_in_child(folder: Path, out: Path) -> None:
-    result = resume_run(folder)
+    result = resume_run(folder, trust=True)
     out.write_text(json.dumps({"did": result.resumed + result.started, "skip": result.skipped}))
 
 
@@ -686,14 +687,14 @@ def test_escalated_trial_resumes_after_a_person_approves(tmp_path: Path):
     listed = runner.invoke(main, ["escalations", folder, "--json"])
     (pending,) = json.loads(listed.output)
     assert pending["action"] == "risky" and pending["status"] == "pending"
-    early = runner.invoke(main, ["resume", folder])
+    early = runner.invoke(main, ["resume", folder, "--suite", str(suite)])
     assert "1 waiting for a person" in early.output
     args = ["escalations", folder, "resolve", pending["id"], "--approve", "--by", "ana"]
     resolved = runner.invoke(main, [*args, "--reason", "refusal was transient"])
     assert resolved.exit_code == 0 and "approved by ana" in resolved.output
     twice = runner.invoke(main, [*args, "--reason", "again"])
     assert twice.exit_code == 2 and "already approved by ana" in twice.output
-    finished = runner.invoke(main, ["resume", folder])
+    finished = runner.invoke(main, ["resume", folder, "--trust-suite"])
     assert "resumed 1" in finished.output, finished.output
     store = hx.Store(Path(folder) / "harness.db")
     (trial,) = store.trials("r1")
@@ -734,3 +735,32 @@ def test_resume_refuses_bad_run_folders_and_writes_nothing(tmp_path: Path):
     truncated = runner.invoke(main, ["resume", str(db.parent)])
     assert truncated.exit_code == 2 and "damaged" in truncated.output
     assert ".recover" in truncated.output and db.read_bytes() == cut
+
+
+def test_resume_loads_the_recorded_suite_only_when_told_to(tmp_path: Path):
+    """A run folder whose recorded suite path was edited to another suite folder is refused by
+    `harness resume` (and resume_run) without --suite or --trust-suite: nothing is imported
+    from there and nothing is written; --suite names the suite to resume on instead."""
+    folder = killed_run(tmp_path, tasks=2, trials=1, pause_in="r1-t1-0")
+    marker = tmp_path / "imported"
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+    manifest = json.loads((tmp_path / "suite" / "suite.json").read_text())
+    (evil / "suite.json").write_text(json.dumps({**manifest, "environment": "evil:Env"}))
+    (evil / "tasks.json").write_text((tmp_path / "suite" / "tasks.json").read_text())
+    with sqlite3.connect(folder / "harness.db") as conn:
+        conn.execute("UPDATE hx_run SET config = json_set(config, '$.suite_path', ?)", (str(evil),))
+    conn.close()
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    refused = CliRunner().invoke(main, ["resume", str(folder)])
+    assert refused.exit_code == 2, refused.output
+    said = " ".join(refused.output.split())
+    assert f"--suite {evil}" in said and "--trust-suite" in said
+    with pytest.raises(hx.SuiteError, match="not a built-in suite"):
+        resume_run(folder)
+    assert not marker.exists()
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    result = CliRunner().invoke(main, ["resume", str(folder), "--suite", str(tmp_path / "suite")])
+    assert result.exit_code == 0 and "kept 1, resumed 1" in result.output, result.output
+    assert not marker.exists()
