@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,21 +150,26 @@ def run_command(
         sys.exit(130)
 
 
+def SUITE_OPTIONS(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--suite`` and ``--trust-suite``: which suite replay and resume may load."""
+    command = click.option(
+        "--trust-suite",
+        is_flag=True,
+        help="Load the suite at the path the run folder records (it imports the code it names).",
+    )(command)
+    return click.option(
+        "--suite",
+        "suite",
+        default=None,
+        help="The run's suite (a folder, a task file or a built-in name); needed unless the "
+        "run's suite is built in or --trust-suite is given.",
+    )(command)
+
+
 @click.command("replay")
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--episode", required=True, help="The episode to replay.")
-@click.option(
-    "--suite",
-    "suite",
-    default=None,
-    help="The run's suite (a folder, a task file or a built-in name); needed unless the run's "
-    "suite is built in or --trust-suite is given.",
-)
-@click.option(
-    "--trust-suite",
-    is_flag=True,
-    help="Load the suite at the path the run folder records (it imports the code it names).",
-)
+@suite_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def replay_command(
     run: Path, episode: str, suite: str | None, trust_suite: bool, as_json: bool
@@ -208,18 +214,7 @@ def replay_command(
 @click.command("resume")
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
-@click.option(
-    "--suite",
-    "suite",
-    default=None,
-    help="The run's suite (a folder, a task file or a built-in name); needed unless the run's "
-    "suite is built in or --trust-suite is given.",
-)
-@click.option(
-    "--trust-suite",
-    is_flag=True,
-    help="Load the suite at the path the run folder records (it imports the code it names).",
-)
+@suite_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def resume_command(
     run: Path, workers: int, suite: str | None, trust_suite: bool, as_json: bool
