@@ -150,7 +150,7 @@ def run_command(
         sys.exit(130)
 
 
-def SUITE_OPTIONS(command: Callable[..., Any]) -> Callable[..., Any]:
+def suite_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--suite`` and ``--trust-suite``: which suite replay and resume may load."""
     command = click.option(
         "--trust-suite",
