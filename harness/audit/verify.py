@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..store import (
     LogRow,
     Store,
     TransactionRow,
+    TrialRow,
     TxnStatus,
 )
 from ..store.projection import committed_row
@@ -151,8 +153,15 @@ class _Problem(Exception):
         self.finding = (table, record, reason, log_seq)
 
 
-def verify_episode(store: Store, episode: EpisodeRow) -> tuple[Finding | None, dict[str, int]]:
-    """The first problem in one episode's record (None if it is intact), and what was checked."""
+def verify_episode(
+    store: Store, episode: EpisodeRow, trials: Mapping[str, TrialRow] | None = None
+) -> tuple[Finding | None, dict[str, int]]:
+    """The first problem in one episode's record (None if it is intact), and what was checked.
+
+    Args:
+        trials: the store's trial rows by episode id, when the caller has read them already
+            (verifying a whole run reads them once, not once per episode).
+    """
     counts = {"records": 0, "transactions": 0, "checkpoints": 0, "escalations": 0}
     chain = store.verify_chain(episode.id)
     counts["records"] = chain.records
@@ -162,13 +171,18 @@ def verify_episode(store: Store, episode: EpisodeRow) -> tuple[Finding | None, d
             counts,
         )
     try:
-        _cross_check(store, episode, counts)
+        _cross_check(store, episode, counts, trials)
     except _Problem as problem:
         return Finding(episode.id, *problem.finding), counts
     return None, counts
 
 
-def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> None:
+def _cross_check(
+    store: Store,
+    episode: EpisodeRow,
+    counts: dict[str, int],
+    trials: Mapping[str, TrialRow] | None,
+) -> None:
     log = store.log(episode.id)
     rows = store.transactions(episode.id)
     counts["transactions"] = len(rows)
@@ -285,7 +299,9 @@ def _cross_check(store: Store, episode: EpisodeRow, counts: dict[str, int]) -> N
     _check_digests(store, episode, rows, commits, counts)
     _check_escalations(store, episode, escalated, resolved, counts)
     _check_episode_row(episode, log)
-    _check_trial(store, episode, log)
+    if trials is None:
+        trials = {t.episode_id: t for t in store.trials(episode.run_id)} if episode.run_id else {}
+    _check_trial(episode, log, trials.get(episode.id))
 
 
 def _check_digests(
@@ -448,12 +464,9 @@ def _check_episode_row(episode: EpisodeRow, log: list[LogRow]) -> None:
         )
 
 
-def _check_trial(store: Store, episode: EpisodeRow, log: list[LogRow]) -> None:
+def _check_trial(episode: EpisodeRow, log: list[LogRow], trial: TrialRow | None) -> None:
     """A trial's row says what the verdict record in its episode's log says."""
     record = next((r for r in reversed(log) if r.kind == "verdict"), None)
-    trial = None
-    if episode.run_id is not None:
-        trial = next((t for t in store.trials(episode.run_id) if t.episode_id == episode.id), None)
     if record is None:
         if trial is not None:
             raise _Problem(
@@ -502,8 +515,9 @@ def verify_run(
             was deleted; the run's manifest is checked).
     """
     report = VerifyReport(episodes=len(episodes))
+    trials = {t.episode_id: t for t in store.trials()}
     for episode in episodes:
-        finding, counts = verify_episode(store, episode)
+        finding, counts = verify_episode(store, episode, trials)
         report.records += counts["records"]
         report.transactions += counts["transactions"]
         report.checkpoints += counts["checkpoints"]
