@@ -3,9 +3,7 @@
 - :func:`timeline` gives one episode's record as people read it: every action with its
   arguments, outcome, decision and failure class, attempts, timing, the state diff it made and
   its checkpoint, escalations and who resolved them, the verifier's verdict.
-- :func:`verify_run` recomputes each episode's hash chain and checkpoint digests and
-  cross-checks transaction, checkpoint, escalation and episode rows against the log records
-  that committed them, naming the first record altered, removed or reordered.
+- :func:`render_verify` shows what ``Store.verify`` found (:mod:`harness.store.verify`).
 - :func:`render_text` and :func:`render_html` show timelines; ``harness audit`` is the command.
 """
 
@@ -16,17 +14,12 @@ from .model import (
     timeline,
 )
 from .terminal import render_text, render_verify
-from .verify import Finding, VerifyReport, verify_episode, verify_run
 
 __all__ = [
-    "Finding",
-    "VerifyReport",
     "episode_summaries",
     "pending_escalations",
     "render_html",
     "render_text",
     "render_verify",
     "timeline",
-    "verify_episode",
-    "verify_run",
 ]

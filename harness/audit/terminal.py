@@ -9,7 +9,7 @@ from typing import Any
 from rich.markup import escape
 
 from ..store import TxnStatus
-from .verify import VerifyReport
+from ..store.verify import VerifyReport
 
 __all__ = ["render_text", "render_verify"]
 

@@ -14,12 +14,12 @@ from rich.table import Table
 from ..audit.html import render_html
 from ..audit.model import episode_summaries, pending_escalations, timeline
 from ..audit.terminal import render_text, render_verify
-from ..audit.verify import verify_run
 from ..errors import HarnessError
 from ..policy import FailureClass
 from ..runs.layout import open_run
 from ..runs.output import write_output
 from ..store import PublicKey, Store
+from ..store.verify import verify_run
 from ._common import console, dump, fail
 
 __all__ = ["audit_command", "escalations_command"]

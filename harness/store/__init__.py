@@ -32,6 +32,7 @@ from .tables import (
     record_hash,
 )
 from .tables import MetaRow as MetaRow
+from .verify import Finding, VerifyReport
 from .writer import EpisodeWriter
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "EscalationStatus",
     "FaultEventRow",
     "FaultTrialRow",
+    "Finding",
     "LeaseRow",
     "LogRow",
     "PublicKey",
@@ -55,5 +57,6 @@ __all__ = [
     "TransactionRow",
     "TrialRow",
     "TxnStatus",
+    "VerifyReport",
     "record_hash",
 ]

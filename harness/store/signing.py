@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -31,8 +31,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from .._json import canonical, digest
 from ..errors import ConfigurationError, StoreError
-from .store import Store
 from .tables import EpisodeRow, RunRow, SignatureRow, TrialRow
+
+if TYPE_CHECKING:
+    from .store import Store
 
 __all__ = [
     "PublicKey",
@@ -331,6 +333,7 @@ def verify_signatures(
     runs: Iterable[tuple[RunRow, list[EpisodeRow], list[TrialRow]]] = (),
     *,
     run_id: str | None = None,
+    every_run: bool = False,
 ) -> list[SignatureProblem]:
     """Check every episode's and run's signature against the rows as they are now.
 
@@ -340,8 +343,10 @@ def verify_signatures(
         episodes: the episodes to check (each must carry a valid signature of its head).
         runs: the runs to check, each with its episodes and trials (each must carry a valid
             manifest naming exactly these episodes with these heads, and these verdicts).
-        run_id: ``episodes`` are every episode of this run (None: of the store); an episode
-            signed for it and not among them was deleted.
+        run_id: ``episodes`` are every episode of this run; an episode signed for it and not
+            among them was deleted (None: ``episodes`` may be any selection).
+        every_run: ``episodes`` and ``runs`` are all of the store's; an episode or a run signed
+            and not among them was deleted.
 
     Returns:
         The problems found, at most one per episode or run, in order.
@@ -363,10 +368,10 @@ def verify_signatures(
         if problem is not None:
             problems.append(problem)
     for row in by_id.values():
-        if row.scope != "episode" or row.subject in present:
+        if row.scope != "episode" or row.subject in present or (run_id is None and not every_run):
             continue
         signed, problem = _checked(key, row, "episode", row.subject)
-        if signed is not None and (run_id is None or signed.get("run_id") == run_id):
+        if signed is not None and (every_run or signed.get("run_id") == run_id):
             problems.append(
                 SignatureProblem("episode", row.subject, "signed, but the episode is gone: deleted")
             )
@@ -382,4 +387,13 @@ def verify_signatures(
                 )
         if problem is not None:
             problems.append(problem)
+    if every_run:
+        present = {run.id for run, _, _ in runs}
+        for row in by_id.values():
+            if row.scope == "run" and row.subject not in present:
+                signed, problem = _checked(key, row, "run", row.subject)
+                if signed is not None:
+                    problems.append(
+                        SignatureProblem("run", row.subject, "signed, but the run is gone: deleted")
+                    )
     return problems

@@ -23,6 +23,7 @@ from .chain import _Chain
 from .jsonlines import EpisodeLog, JsonLines, _stamp
 from .leases import _Leases
 from .projection import derive
+from .signing import PublicKey
 from .statuses import RESOLVED_AS, EscalationStatus
 from .tables import (
     DEFAULT_URL,
@@ -38,6 +39,7 @@ from .tables import (
     _Base,
     log_range,
 )
+from .verify import VerifyReport, verify_store
 from .writer import EpisodeWriter
 
 
@@ -475,6 +477,30 @@ class Store(_Chain, _Leases):
             if self._jsonl_file is not None:
                 self._jsonl_file.close()
                 self._jsonl_file = None
+
+    def verify(
+        self,
+        run_id: str | None = None,
+        *,
+        episode: str | None = None,
+        public_key: PublicKey | str | Path | None = None,
+    ) -> VerifyReport:
+        """The full check: every hash chain, every row against the log records that wrote it,
+        and, given the public key, every signed episode head and run manifest.
+
+        Args:
+            run_id: only this run (its manifest is checked, and a signed episode of it that is
+                gone is named); None checks the whole store.
+            episode: only this episode.
+            public_key: a :class:`PublicKey` or the path of its file (``harness keygen``).
+
+        Returns:
+            A :class:`~harness.store.verify.VerifyReport`: ``.ok``, and the first problem of
+            each episode or run that has one (``.findings``), naming the bad record.
+        """
+        if public_key is not None and not isinstance(public_key, PublicKey):
+            public_key = PublicKey.load(public_key)
+        return verify_store(self, run_id=run_id, episode_id=episode, public_key=public_key)
 
     def signatures(self) -> list[SignatureRow]:
         """The store's signed facts (episode heads, run manifests), oldest first."""

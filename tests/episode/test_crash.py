@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 
 import harness as hx
-from harness.audit import verify_run
 from harness.episode import Episode
 from harness.episode.recorder import Recorder
 from harness.store import EpisodeWriter
@@ -405,7 +404,7 @@ def check_final(folder: Path, episodes: int) -> dict[str, int]:
             assert ep.status == expected, (ep.id, ep.status)
             rows.extend(store.transactions(ep.id))
         assert not store.escalations("pending")
-        report = verify_run(store, store.episodes())
+        report = store.verify()
         assert report.ok, report.findings
         assert store.verify_chain().ok
     finally:

@@ -343,7 +343,6 @@ def test_resume_runs_what_the_resolution_record_says_not_an_edited_row(
     """An escalation's arguments edited in its row after the decision was recorded are not what
     resume runs: it runs the person's arguments from the hashed resolution record, and the
     audit names the altered row."""
-    from harness.audit import verify_run
 
     counts: dict[str, int] = {}
     _, agent = escalating_run(shop, store_url, clock, counts=counts)
@@ -359,7 +358,7 @@ def test_resume_runs_what_the_resolution_record_says_not_an_edited_row(
             "UPDATE hx_escalation SET edit = ?, resolved_by = 'lead' WHERE id = ?",
             ('{"order_id":"o2","reason":"forged"}', esc_id),
         )
-    report = verify_run(store, store.episodes())
+    report = store.verify()
     assert any("with which arguments" in str(f) for f in report.findings), report.findings
     with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True):
         agent(None)  # type: ignore[arg-type]

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 import harness as hx
-from harness.audit.verify import verify_run
 from harness.testing import FakeClock
 
 from ..conftest import restore_before
@@ -48,7 +47,7 @@ def _audited(store_url: str) -> Any:
         return
     store = hx.Store(store_url)
     try:
-        report = verify_run(store, store.episodes())
+        report = store.verify()
     finally:
         store.close()
     assert report.ok, report.findings[0]

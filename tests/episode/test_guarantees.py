@@ -102,7 +102,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import harness as hx
-from harness.audit.verify import verify_run
 from harness.testing import FakeClock
 
 from ..conftest import restore_before
@@ -1263,7 +1262,7 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
     chain = world.store.verify_chain()
     if not chain.ok:
         v["chain_verifies"].append(f"the log's hash chain does not verify: {chain}")
-    audit = verify_run(world.store, world.store.episodes())
+    audit = world.store.verify()
     if not audit.ok:
         v["chain_verifies"].append(f"the audit finds the record altered: {audit.findings[0]}")
 

@@ -17,7 +17,6 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import harness as hx
-from harness.audit import verify_run
 from harness.testing import FakeClock
 
 from ..conftest import Shop
@@ -48,7 +47,7 @@ def pg_url() -> Iterator[str]:
 
 
 def _verified(store: hx.Store) -> None:
-    report = verify_run(store, store.episodes())
+    report = store.verify()
     assert report.ok and not report.findings, report.findings
 
 

@@ -15,7 +15,6 @@ import pytest
 
 import harness as hx
 import harness.store.writer as hx_writer
-from harness.audit import verify_run
 from harness.store import record_hash
 
 from ..conftest import Shop
@@ -42,7 +41,7 @@ def _rows(store: hx.Store, episode_id: str) -> list[dict[str, Any]]:
 
 def _verified(store: hx.Store) -> bool:
     """The chain and every row, checkpoint and episode row against the log (harness audit)."""
-    report = verify_run(store, store.episodes())
+    report = store.verify()
     assert not report.findings, report.findings
     return report.ok
 

@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 import harness as hx
-from harness.audit import verify_run
 from harness.cli import main
 from harness.runs.layout import open_run
 from harness.store import GENESIS, record_hash
+from harness.store.verify import verify_run
 
 from ..toy_env import write_suite
 

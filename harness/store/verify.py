@@ -14,24 +14,19 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._json import canonical, loads
-from ..store import (
-    GENESIS,
-    EpisodeRow,
-    EscalationStatus,
-    LogRow,
-    Store,
-    TransactionRow,
-    TrialRow,
-    TxnStatus,
-)
-from ..store.projection import committed_row
-from ..store.signing import PublicKey, verify_signatures
-from ..store.statuses import RESOLVED_AS
+from ..errors import StoreError
+from .projection import committed_row
+from .signing import PublicKey, verify_signatures
+from .statuses import RESOLVED_AS, EscalationStatus, TxnStatus
+from .tables import GENESIS, EpisodeRow, LogRow, TransactionRow, TrialRow
 
-__all__ = ["Finding", "VerifyReport", "verify_episode", "verify_run"]
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["Finding", "VerifyReport", "verify_episode", "verify_run", "verify_store"]
 
 _OPENING = ("intent", "committed", "recovered", "precondition", "held", "invalid", "decision")
 
@@ -503,6 +498,7 @@ def verify_run(
     *,
     public_key: PublicKey | None = None,
     run_id: str | None = None,
+    whole_store: bool = False,
 ) -> VerifyReport:
     """Verify each episode; the report holds the first problem of each episode that has one.
 
@@ -513,6 +509,8 @@ def verify_run(
             or added episode and a flipped verdict are found only this way.
         run_id: ``episodes`` are all of this run's episodes (a signed episode not among them
             was deleted; the run's manifest is checked).
+        whole_store: ``episodes`` are all of the store's episodes (every run's manifest is
+            checked, and a signed run or episode that is gone is named).
     """
     report = VerifyReport(episodes=len(episodes))
     trials = {t.episode_id: t for t in store.trials()}
@@ -529,12 +527,42 @@ def verify_run(
         runs = [
             (run, store.episodes(run.id), store.trials(run.id))
             for run in store.runs()
-            if run.id == run_id
+            if whole_store or run.id == run_id
         ]
-        for problem in verify_signatures(
-            public_key, store.signatures(), episodes, runs, run_id=run_id
-        ):
+        problems = verify_signatures(
+            public_key,
+            store.signatures(),
+            episodes,
+            runs,
+            run_id=run_id,
+            every_run=whole_store,
+        )
+        for problem in problems:
             report.findings.append(
                 Finding(problem.subject, "hx_signature", problem.scope, problem.reason)
             )
     return report
+
+
+def verify_store(
+    store: Store,
+    *,
+    run_id: str | None = None,
+    episode_id: str | None = None,
+    public_key: PublicKey | None = None,
+) -> VerifyReport:
+    """The full check of a store, of one of its runs, or of one episode (``Store.verify``)."""
+    if episode_id is not None:
+        episode = store.episode(episode_id)
+        if episode is None:
+            raise StoreError(
+                f"the store holds no episode {episode_id!r}: `harness audit STORE` lists them"
+            )
+        return verify_run(store, [episode], public_key=public_key)
+    if run_id is not None:
+        if not any(run.id == run_id for run in store.runs()):
+            raise StoreError(
+                f"the store holds no run {run_id!r}: `harness report STORE` lists them"
+            )
+        return verify_run(store, store.episodes(run_id), public_key=public_key, run_id=run_id)
+    return verify_run(store, store.episodes(), public_key=public_key, whole_store=True)
