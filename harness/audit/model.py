@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._json import loads_or
-from ..errors import RunNotFound
-from ..runs.layout import OpenRun
+from ..errors import StoreError
+from ..runs.layout import OpenStore
 from ..store import EpisodeRow, EscalationRow, EscalationStatus, Store, TrialRow, TxnStatus
 from .diffs import field_changes
 
@@ -18,25 +18,25 @@ __all__ = [
 
 
 def episode_summaries(
-    run: OpenRun,
+    opened: OpenStore,
     *,
     episode: str | None = None,
     task: str | None = None,
     failure_class: str | None = None,
 ) -> list[EpisodeRow]:
-    """The run's episodes, oldest first, filtered by id, task and failure class.
+    """The run's (or the whole store's) episodes, oldest first, filtered by id, task and
+    failure class.
 
     Raises:
-        RunNotFound: ``episode`` is not an episode of the run.
+        StoreError: ``episode`` is not an episode of the run or store.
     """
-    rows = run.store.episodes(run.run.id)
+    rows = opened.store.episodes(opened.run_id)
     if episode is not None:
         rows = [r for r in rows if r.id == episode]
         if not rows:
-            raise RunNotFound(
-                run.folder,
-                f"no episode {episode!r} in run {run.run.id}; `harness audit {run.folder}` "
-                "lists them",
+            within = f"run {opened.run_id}" if opened.run_id else opened.where
+            raise StoreError(
+                f"no episode {episode!r} in {within}; `harness audit {opened.where}` lists them"
             )
     if task is not None:
         rows = [r for r in rows if r.task_id == task]
@@ -44,15 +44,17 @@ def episode_summaries(
         rows = [
             r
             for r in rows
-            if any(t.failure_class == failure_class for t in run.store.transactions(r.id))
+            if any(t.failure_class == failure_class for t in opened.store.transactions(r.id))
         ]
     return rows
 
 
-def pending_escalations(run: OpenRun, *, every: bool = False) -> list[EscalationRow]:
-    """The run's escalations waiting for a person (all of them with ``every``)."""
-    ids = {e.id for e in run.store.episodes(run.run.id)}
-    rows = run.store.escalations(None if every else EscalationStatus.PENDING)
+def pending_escalations(opened: OpenStore, *, every: bool = False) -> list[EscalationRow]:
+    """The run's (or store's) escalations waiting for a person (all of them with ``every``)."""
+    rows = opened.store.escalations(None if every else EscalationStatus.PENDING)
+    if opened.run_id is None:
+        return rows
+    ids = {e.id for e in opened.store.episodes(opened.run_id)}
     return [e for e in rows if e.episode_id in ids]
 
 

@@ -1,7 +1,8 @@
 """The ``harness`` command line: a thin layer over the library, one module per command group.
 
 - :mod:`.run`: ``run``, ``resume``, ``replay`` (trials are executed).
-- :mod:`.audit`: ``audit``, ``escalations`` (a run's record, and decisions on it).
+- :mod:`.audit`: ``audit``, ``verify``, ``escalations`` (a run's or store's record, and
+  decisions on it).
 - :mod:`.report`: ``report``, ``compare``, ``export`` (a run read back).
 - :mod:`.keys`: ``keygen`` (a signing key pair).
 - :mod:`._common`: the console, errors, JSON output; environment variables are read there only.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import click
 
-from .audit import audit_command, escalations_command
+from .audit import audit_command, escalations_command, verify_command
 from .keys import keygen_command
 from .report import compare_command, export_command, report_command
 from .run import replay_command, resume_command, run_command
@@ -31,6 +32,7 @@ for _command in (
     replay_command,
     audit_command,
     escalations_command,
+    verify_command,
     report_command,
     compare_command,
     export_command,

@@ -16,17 +16,68 @@ from ..audit.model import episode_summaries, pending_escalations, timeline
 from ..audit.terminal import render_text, render_verify
 from ..errors import HarnessError
 from ..policy import FailureClass
-from ..runs.layout import open_run
+from ..runs.layout import OpenStore, open_store
 from ..runs.output import write_output
-from ..store import PublicKey, Store
+from ..store import EpisodeRow, PublicKey, Store
 from ..store.verify import verify_run
 from ._common import console, dump, fail
 
-__all__ = ["audit_command", "escalations_command"]
+__all__ = ["audit_command", "escalations_command", "verify_command"]
+
+_TARGET_HELP = (
+    "TARGET is a run folder (logs/<run>), a store file (logs/harness.db, as hx.Episode writes "
+    "it) or a database URL (sqlite:///..., postgresql://...)."
+)
+
+_public_key_option = click.option(
+    "--public-key",
+    "public_key",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Also check the signatures with this public key (harness keygen).",
+)
 
 
-@click.command("audit")
-@click.argument("run", type=click.Path(path_type=Path))
+def _verify(
+    opened: OpenStore, episodes: list[EpisodeRow] | None, public_key: Path | None, as_json: bool
+) -> None:
+    """Verify the whole target (``episodes`` None) or these episodes; print; exit 0 or 1."""
+    key = None if public_key is None else PublicKey.load(public_key)
+    if episodes is None:
+        report = opened.store.verify(opened.run_id, public_key=key)
+    else:
+        report = verify_run(opened.store, episodes, public_key=key)
+    if as_json:
+        dump(report.to_dict())
+    else:
+        console.print(render_verify(report))
+    sys.exit(0 if report.ok else 1)
+
+
+@click.command("verify")
+@click.argument("target")
+@_public_key_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def verify_command(target: str, public_key: Path | None, as_json: bool) -> None:
+    """Prove TARGET's record was not edited, or name the first edit (exit 1).
+
+    Recomputes every hash chain and checkpoint digest, cross-checks every row against the log
+    records that wrote it, and with --public-key checks every signed episode head and run
+    manifest. Same as `harness audit TARGET --verify`.
+
+    \b
+    TARGET is a run folder (logs/<run>), a store file (logs/harness.db, as hx.Episode writes
+    it) or a database URL (sqlite:///..., postgresql://...).
+    """
+    try:
+        with open_store(target) as opened:
+            _verify(opened, None, public_key, as_json)
+    except HarnessError as exc:
+        fail(exc)
+
+
+@click.command("audit", epilog=_TARGET_HELP)
+@click.argument("target")
 @click.option("--episode", default=None, help="Only this episode.")
 @click.option("--task", default=None, help="Only episodes of this task.")
 @click.option(
@@ -41,13 +92,7 @@ __all__ = ["audit_command", "escalations_command"]
     is_flag=True,
     help="Recompute hash chains and checkpoint digests, cross-check every row with the log.",
 )
-@click.option(
-    "--public-key",
-    "public_key",
-    default=None,
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="With --verify: also check the run's signatures with this key (harness keygen).",
-)
+@_public_key_option
 @click.option(
     "--html",
     "html_file",
@@ -56,7 +101,7 @@ __all__ = ["audit_command", "escalations_command"]
     help="Write one episode's timeline as a self-contained HTML page.",
 )
 def audit_command(
-    run: Path,
+    target: str,
     episode: str | None,
     task: str | None,
     failure_class: str | None,
@@ -65,26 +110,16 @@ def audit_command(
     public_key: Path | None,
     html_file: Path | None,
 ) -> None:
-    """Show what happened in RUN, episode by episode (actions, diffs, verdicts, escalations)."""
+    """Show what happened in TARGET, episode by episode (actions, diffs, verdicts, escalations)."""
     try:
-        with open_run(run) as opened:
+        with open_store(target) as opened:
             episodes = episode_summaries(
                 opened, episode=episode, task=task, failure_class=failure_class
             )
-            trials = {t.episode_id: t for t in opened.store.trials(opened.run.id)}
             if verify:
                 whole = episode is None and task is None and failure_class is None
-                report = verify_run(
-                    opened.store,
-                    episodes,
-                    public_key=None if public_key is None else PublicKey.load(public_key),
-                    run_id=opened.run.id if whole else None,
-                )
-                if as_json:
-                    dump(report.to_dict())
-                else:
-                    console.print(render_verify(report))
-                sys.exit(0 if report.ok else 1)
+                _verify(opened, None if whole else episodes, public_key, as_json)
+            trials = {t.episode_id: t for t in opened.store.trials(opened.run_id)}
             if html_file is not None:
                 if len(episodes) != 1:
                     raise click.UsageError(
@@ -97,7 +132,7 @@ def audit_command(
                 return
             timelines = [timeline(opened.store, e, trials.get(e.id)) for e in episodes]
             if as_json:
-                dump({"run_id": opened.run.id, "folder": str(opened.folder), "episodes": timelines})
+                dump({"run_id": opened.run_id, "target": opened.where, "episodes": timelines})
             elif not timelines:
                 click.echo("no episode matches")
             else:
@@ -106,8 +141,8 @@ def audit_command(
         fail(exc)
 
 
-@click.command("escalations")
-@click.argument("run", type=click.Path(path_type=Path))
+@click.command("escalations", epilog=_TARGET_HELP)
+@click.argument("target")
 @click.argument("resolve", required=False, type=click.Choice(["resolve"]))
 @click.argument("escalation_id", required=False)
 @click.option("--approve", "decision", flag_value="approve", help="Run the action as proposed.")
@@ -118,7 +153,7 @@ def audit_command(
 @click.option("--all", "every", is_flag=True, help="List resolved ones too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def escalations_command(
-    run: Path,
+    target: str,
     resolve: str | None,
     escalation_id: str | None,
     decision: str | None,
@@ -128,18 +163,19 @@ def escalations_command(
     every: bool,
     as_json: bool,
 ) -> None:
-    """List RUN's escalations waiting for a person, or record a decision on one.
+    """List TARGET's escalations waiting for a person, or record a decision on one.
 
     \b
-    harness escalations RUN [--all] [--json]
-    harness escalations RUN resolve ID --approve|--reject|--edit JSON --by NAME --reason TEXT
+    harness escalations TARGET [--all] [--json]
+    harness escalations TARGET resolve ID --approve|--reject|--edit JSON --by NAME --reason TEXT
 
-    After a decision, `harness resume RUN` continues the episode from where it stopped.
+    After a decision, `harness resume RUN` continues a run's episode from where it stopped
+    (an episode of your own code continues with hx.Episode(..., episode_id=ID, resume=True)).
     """
     if resolve is None:
         if decision or edit_json or by:
             raise click.UsageError("--approve, --reject, --edit and --by go with `resolve ID`")
-        _list_escalations(run, every=every, as_json=as_json)
+        _list_escalations(target, every=every, as_json=as_json)
         return
     if escalation_id is None:
         raise click.UsageError("name the escalation: resolve ID (`harness escalations RUN`)")
@@ -160,15 +196,16 @@ def escalations_command(
         raise click.UsageError("say who decides with --by NAME")
     try:
         # Look read-only; open the store for writing only to record the decision.
-        with open_run(run) as opened:
+        with open_store(target) as opened:
             ids = {e.id for e in pending_escalations(opened, every=True)}
             if escalation_id not in ids:
+                within = f"run {opened.run_id}" if opened.run_id else target
                 raise HarnessError(
-                    f"no escalation {escalation_id!r} in run {opened.run.id}; "
-                    f"`harness escalations {run} --all` lists them; nothing was changed"
+                    f"no escalation {escalation_id!r} in {within}; "
+                    f"`harness escalations {target} --all` lists them; nothing was changed"
                 )
-            db = opened.db
-        store = Store(db)
+            url, in_run = opened.url, opened.run_id is not None
+        store = Store(url)
         try:
             row = store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
         finally:
@@ -178,15 +215,20 @@ def escalations_command(
     if as_json:
         dump(row.model_dump())
         return
+    how = (
+        f"`harness resume {target}`"
+        if in_run
+        else f"hx.Episode(..., episode_id={row.episode_id!r}, resume=True)"
+    )
     console.print(
         f"escalation {row.id} {row.status} by {escape(str(row.resolved_by))}; the episode "
-        f"{row.episode_id} continues from where it stopped with `harness resume {run}`"
+        f"{row.episode_id} continues from where it stopped with {escape(how)}"
     )
 
 
-def _list_escalations(run: Path, *, every: bool, as_json: bool) -> None:
+def _list_escalations(target: str, *, every: bool, as_json: bool) -> None:
     try:
-        with open_run(run) as opened:
+        with open_store(target) as opened:
             rows = pending_escalations(opened, every=every)
     except HarnessError as exc:
         fail(exc)
@@ -196,7 +238,7 @@ def _list_escalations(run: Path, *, every: bool, as_json: bool) -> None:
     if not rows:
         click.echo("no escalations" + ("" if every else " waiting"))
         return
-    table = Table(title=f"escalations in {run}")
+    table = Table(title=f"escalations in {escape(target)}")
     for col in ("id", "episode", "action", "class", "reason", "status"):
         table.add_column(col)
     for r in rows:

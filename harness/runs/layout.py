@@ -27,10 +27,12 @@ __all__ = [
     "EVIDENCE_FILE",
     "SUMMARY_FILE",
     "OpenRun",
+    "OpenStore",
     "check_database",
     "episode_id",
     "new_run_id",
     "open_run",
+    "open_store",
     "run_row",
     "store_url",
     "write_json",
@@ -247,3 +249,73 @@ def open_run(
         yield opened
     finally:
         opened.close()
+
+
+@dataclass
+class OpenStore:
+    """A store opened for reading: a run folder's, a store file, or a database's.
+
+    Attributes:
+        where: the target as the user named it (for messages and the commands they give next).
+        url: the store's URL (to reopen it for writing, e.g. to record a decision).
+        store: the store, read-only.
+        run: the run, when the target is a run folder; None for a whole store.
+    """
+
+    where: str
+    url: str
+    store: Store
+    run: RunRow | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id, or None for a whole store."""
+        return None if self.run is None else self.run.id
+
+
+@contextmanager
+def open_store(target: str | Path) -> Iterator[OpenStore]:
+    """Open, read-only, a run folder (``logs/<run>``), a store file (``logs/harness.db``, as
+    ``hx.Episode(store=...)`` writes it) or a database URL (``sqlite:///...``,
+    ``postgresql://...``). Nothing is created or written.
+
+    A store file inside a run folder, named after a run it holds, is that run; any other
+    store file or URL is the whole store (every run and every episode in it).
+
+    Raises:
+        RunNotFound: a path that does not exist, or a folder with no ``harness.db``.
+        StoreError: the database is damaged, empty, not a harness store, or from another
+            harness version, or the URL does not open (nothing is written).
+    """
+    text = str(target)
+    if "://" not in text:
+        path = Path(text)
+        if path.is_dir() or not path.exists():
+            with open_run(path) as opened:
+                yield OpenStore(text, store_url(opened.folder), opened.store, opened.run)
+            return
+        check_database(path)
+        url = f"sqlite:///{path}"
+    else:
+        url = text
+        file = _sqlite_file(url)
+        if file is not None:
+            if not file.is_file():
+                raise RunNotFound(file, f"no database file {file}: check the URL's path")
+            check_database(file)
+    store = Store(url, readonly=True)
+    try:
+        run = None
+        if "://" not in text:
+            run = next((r for r in store.runs() if r.id == Path(text).parent.name), None)
+        yield OpenStore(text, url, store, run)
+    finally:
+        store.close()
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for another database)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    name = url[len("sqlite:///") :].split("?", 1)[0]
+    return Path(name) if name and name != ":memory:" else None
