@@ -15,7 +15,8 @@ Everything runs in one process, on SQLite files in a fresh temporary folder:
     system database; microseconds per step. Measured twice: with the same durability settings
     as (a) and (b) (WAL, ``synchronous=NORMAL``; the ratio target is judged on this one) and
     with SQLite as DBOS leaves it (rollback journal, ``synchronous=FULL``). Needs
-    ``pip install 'harness[bench]'``; without it (a) and (b) still run and (c) says why not.
+    ``pip install 'transactional-harness[bench]'``; without it (a) and (b) still run and (c)
+    says why not.
 
 Each measurement is timed around the N calls, and for the harness also the episode's end, where
 the transaction rows and checkpoints of its commits are written from their log records (opening
@@ -313,7 +314,7 @@ def bench_dbos(
             {},
             (
                 f"dbos is not importable ({type(exc).__name__}: {exc}); "
-                "install it with: pip install 'harness[bench]'"
+                "install it with: pip install 'transactional-harness[bench]'"
             ),
         )
     version = getattr(dbos, "__version__", None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import click
 
+from .._version import __version__
 from .audit import audit_command, escalations_command, verify_command
 from .keys import keygen_command
 from .report import compare_command, export_command, report_command
@@ -21,7 +22,9 @@ __all__ = ["main"]
 
 
 @click.group()
-@click.version_option(package_name="harness")
+# The version from the package itself: the distribution's name (transactional-harness) is not the
+# import's, and an editable install has no installed package click could map the import to.
+@click.version_option(__version__, prog_name="harness")
 def main() -> None:
     """A transactional agent-execution harness."""
 
