@@ -33,7 +33,7 @@ from .errors import (
     TransientError,
 )
 from .policy import Decision, FailureClass, Policy, Retry
-from .runs import RunResult, run_trials
+from .runs import RunResult, resume_run, run_trials
 from .state import DictState, FileState, SQLState, StateAdapter
 from .state.base import escape_glob
 from .store import (
@@ -104,5 +104,6 @@ __all__ = [
     "digest",
     "escape_glob",
     "load_suite",
+    "resume_run",
     "run_trials",
 ]

@@ -26,6 +26,7 @@ from ..errors import (
     Rejected,
 )
 from ..suite import Task
+from .spec import AgentSpec, is_agent_spec
 
 __all__ = [
     "Agent",
@@ -195,21 +196,62 @@ class Toolbox:
 
 @runtime_checkable
 class Agent(Protocol):
-    """Given a task and a toolbox, act; return how the turn ended."""
+    """Given a task and a toolbox, act; return how the turn ended.
+
+    Any class with these three members is an agent (no base class to inherit)::
+
+        class MyAgent:
+            name = "my-agent"                      # required: a non-empty string
+
+            def config(self) -> dict:              # required: JSON-ready, for the evidence
+                return {"name": self.name}
+
+            def run(self, task, toolbox, *, seed): # required: act, then say how it ended
+                for call in task.reference_actions:
+                    toolbox.call(call.name, dict(call.arguments))
+                return AgentOutput(message="done")
+
+    Attributes:
+        name: names the agent in the run's records and reports (required; a class attribute
+            or set in ``__init__``).
+
+    ``run`` gets the :class:`~harness.Task` (``task.instruction``, ``task.reference_actions``)
+    and a :class:`Toolbox`: ``toolbox.call(name, arguments)`` runs a tool (a write as a
+    transaction in the trial's episode) and returns a :class:`ToolResult`; a refused or failed
+    call comes back as ``ok=False`` with the reason, for the agent to adapt to; only an
+    escalation ends the turn. ``toolbox.specs`` lists the tools in OpenAI's function-calling
+    format and ``toolbox.is_write(name)`` says which change state. ``seed`` is the trial's
+    seed: draw every random choice from it, so a resumed or replayed trial repeats its path.
+    A value the path depends on that is not a tool call (a model's answer) goes through
+    ``toolbox.episode.remember(what, request, compute)`` (:class:`Session`), so a resume gets it
+    back instead of computing it again.
+
+    The agent is built with its options as keyword arguments (none from the command line), so
+    its ``__init__`` parameters need defaults. On the command line an agent is a registered
+    name (``scripted``, ``simulated``, ``openai``), ``module:Class`` (imported from the current
+    directory or the installed packages) or ``path/to/file.py:Class``
+    (:class:`~harness.agents.spec.AgentSpec`, which checks all of the above before a trial
+    starts).
+    """
 
     name: str
 
     def config(self) -> dict[str, Any]:
-        """The agent's configuration, for the run's evidence record."""
+        """The agent's configuration, for the run's evidence record (a JSON-ready dict)."""
         ...
 
     def run(self, task: Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
-        """Act on ``task`` through ``toolbox``."""
+        """Act on ``task`` through ``toolbox``; ``seed`` is the trial's."""
         ...
 
 
 class AgentRegistry:
-    """Agent factories by name (an object, so tests can use a fresh one)."""
+    """Agent factories by name (an object, so tests can use a fresh one).
+
+    :meth:`create` also builds an agent a spec names (``module:Class`` or
+    ``path/to/file.py:Class``, :class:`~harness.agents.spec.AgentSpec`), so whatever names an
+    agent (a run's configuration, a worker process) goes through one place.
+    """
 
     def __init__(self) -> None:
         self._factories: dict[str, Callable[..., Agent]] = {}
@@ -223,10 +265,20 @@ class AgentRegistry:
         return sorted(self._factories)
 
     def create(self, name: str, **options: Any) -> Agent:
-        """A new agent ``name`` with ``options``."""
+        """A new agent ``name`` (a registered name or a spec with a colon) with ``options``.
+
+        Raises:
+            ConfigurationError: the name is not registered, the spec does not load or does not
+                name an agent class, or the options do not fit.
+        """
         factory = self._factories.get(name)
+        if factory is None and is_agent_spec(name):
+            return AgentSpec.parse(name).create(options)
         if factory is None:
-            raise ConfigurationError(f"unknown agent {name!r}; built in: {', '.join(self.names())}")
+            raise ConfigurationError(
+                f"unknown agent {name!r}; built in: {', '.join(self.names())}; or name your "
+                "own agent class as module:Class or path/to/file.py:Class"
+            )
         try:
             return factory(**options)
         except TypeError as exc:

@@ -23,7 +23,7 @@ from typing import Any
 
 from .._json import dumps
 from .._version import __version__
-from ..agents import Agent, registry
+from ..agents import Agent, recorded_spec, registry
 from ..errors import ConfigurationError
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
@@ -174,7 +174,10 @@ def run_trials(
 
     Args:
         suite: a loaded suite, a suite folder, or a tau2 ``tasks.json``.
-        agent: a built-in agent name (``scripted``, ``simulated``, ``openai``) or an agent.
+        agent: a built-in agent name (``scripted``, ``simulated``, ``openai``), an agent class
+            of the user's code named ``module:Class`` or ``path/to/file.py:Class``
+            (:class:`~harness.agents.AgentSpec`; the run records it, so ``harness resume`` can
+            build it again), or an agent object (resumed only from Python, with ``agent=``).
         agent_options: options for a named agent (e.g. ``{"error_rate": 0.1}``).
         trials: trials per task.
         workers: processes running trials in parallel.
@@ -198,7 +201,11 @@ def run_trials(
     if plan is not None:
         plan.check_suite(loaded)
         policy = plan.apply_to(policy)
-    agent_obj = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
+    if isinstance(agent, str):
+        agent = recorded_spec(agent)
+        agent_obj = registry.create(agent, **agent_options)
+    else:
+        agent_obj = agent
     wanted = None if tasks is None else list(tasks)
     if wanted is not None:
         unknown = sorted(set(wanted) - {t.id for t in loaded.tasks})
@@ -220,7 +227,10 @@ def run_trials(
     write_json(folder, EVIDENCE_FILE, evidence)
     config = {
         "suite_path": str(loaded.path),
+        # How the agent was named (rebuilt from it on resume), or an object's name.
         "agent": agent if isinstance(agent, str) else agent_obj.name,
+        "agent_name": agent_obj.name,
+        "agent_object": not isinstance(agent, str),
         "agent_options": redact(agent_options),
         "trials": trials,
         "workers": workers,
