@@ -7,6 +7,11 @@ fixtures, and passes only when the *lower bound* of the interval for pass^k clea
     @pytest.mark.passk(trials=8, k=4, min=0.9)
     def test_agent_cancels_the_order(harness_episode, harness_trial): ...
 
+``trials`` is required; ``k`` defaults to 1 and ``min`` to 0.5, so ``passk(trials=20)`` asks
+that the test passes more often than not, with 95% confidence. An ``async def`` test runs each
+trial in a fresh event loop (``asyncio.run``) unless another plugin (pytest-asyncio, anyio)
+already runs it.
+
 The estimate is the unbiased ``C(c, k) / C(n, k)`` for ``c`` passing trials of ``n``; the
 interval is the Wilson interval for the per-trial success probability ``p`` (Clopper-Pearson
 with ``method="clopper-pearson"``), raised to the k-th power: ``p^k`` is increasing in ``p``, so
@@ -21,6 +26,8 @@ Fixtures: ``harness_store`` (a fresh :class:`~harness.Store` in ``tmp_path``), `
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,15 +63,15 @@ class PassK:
 
     Attributes:
         trials: how many times the test runs.
-        k: how many trials must all pass (pass^k).
-        min: the lowest acceptable lower bound of pass^k's interval.
+        k: how many trials must all pass (pass^k); 1 by default (the success rate).
+        min: the lowest acceptable lower bound of pass^k's interval; 0.5 by default.
         confidence: nominal coverage of the interval.
         method: ``wilson`` or ``clopper-pearson`` (a guarantee, wider).
     """
 
     trials: int
-    k: int
-    min: float
+    k: int = 1
+    min: float = 0.5
     confidence: float = 0.95
     method: str = "wilson"
 
@@ -81,9 +88,8 @@ class PassK:
         unknown = sorted(set(marker.kwargs) - known)
         if unknown:
             raise ValueError(f"unknown argument {unknown[0]!r} (arguments: {sorted(known)})")
-        missing = [name for name in ("trials", "k", "min") if name not in marker.kwargs]
-        if missing:
-            raise ValueError(f"missing {missing[0]!r}: passk(trials=8, k=4, min=0.9)")
+        if "trials" not in marker.kwargs:
+            raise ValueError("missing 'trials': passk(trials=8, k=4, min=0.9)")
         spec = cls(**marker.kwargs)
         if not isinstance(spec.trials, int) or spec.trials < 1:
             raise ValueError(f"trials must be a whole number >= 1, got {spec.trials!r}")
@@ -185,8 +191,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Declare the ``passk`` marker."""
     config.addinivalue_line(
         "markers",
-        "passk(trials, k, min, confidence=0.95, method='wilson'): run the test as `trials` "
-        "repeated trials; fail when the lower bound of pass^k's interval is under `min`.",
+        "passk(trials, k=1, min=0.5, confidence=0.95, method='wilson'): run the test as "
+        "`trials` repeated trials; fail when the lower bound of pass^k's interval is under "
+        "`min`.",
     )
     config.stash[_OUTCOMES] = []
 
@@ -201,6 +208,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.stash[_SPEC] = PassK.from_marker(marker)
         except (TypeError, ValueError) as exc:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.passk: {exc}") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an ``async def`` ``passk`` test's trial in a fresh event loop.
+
+    Without this, pytest fails a coroutine test that no async plugin claims, and every trial
+    would count as failed. A plugin that runs it (pytest-asyncio, anyio) has already replaced
+    the coroutine function by the time this hook runs, and is left to it.
+    """
+    if _SPEC not in pyfuncitem.stash or not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    wanted = inspect.signature(pyfuncitem.obj).parameters
+    args = {name: value for name, value in pyfuncitem.funcargs.items() if name in wanted}
+    asyncio.run(pyfuncitem.obj(**args))
+    return True
 
 
 def _crash(report: TestReport) -> str:

@@ -212,7 +212,7 @@ def test_a_fixture_error_is_reported_as_an_error(pytester: pytest.Pytester):
     ("args", "message"),
     [
         ("trials=4, k=5, min=0.5", "k must be a whole number in 1..trials=4"),
-        ("trials=4, k=1", "missing 'min'"),
+        ("k=1, min=0.5", "missing 'trials'"),
         ("trials=4, k=1, min=1.5", "min must lie in [[]0, 1[]]"),
         ("trials=4, k=1, min=0.5, methd='wilson'", "unknown argument 'methd'"),
         ("4, 1, 0.5", "give its settings by keyword"),
@@ -251,3 +251,59 @@ def test_passk_results_go_to_junit_user_properties(pytester: pytest.Pytester):
     result.assert_outcomes(passed=1)
     xml = (pytester.path / "out.xml").read_text()
     assert 'name="passk"' in xml and "wilson^k" in xml
+
+
+def test_k_defaults_to_one_and_min_to_one_half(pytester: pytest.Pytester):
+    """passk(trials=n) judges pass^1 against 0.5: 20/20 clears it, 10/20 does not."""
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.passk(trials=20)
+        def test_always():
+            pass
+
+        @pytest.mark.passk(trials=20)
+        def test_half(harness_trial):
+            assert harness_trial % 2 == 0
+        """
+    )
+    result = pytester.runpytest(*QUIET)
+    result.assert_outcomes(passed=1, failed=1)
+    half = passk_estimate(10, 20, 1)
+    assert half.low < 0.5 < passk_estimate(20, 20, 1).low
+    result.stdout.fnmatch_lines(
+        [
+            "*test_always: 20/20 trials passed*pass^1 = 1.000*min 0.5: ok",
+            "*test_half: 10/20 trials passed*pass^1 = 0.500*min 0.5: FAILED*",
+        ]
+    )
+
+
+def test_async_tests_run_each_trial_in_an_event_loop(pytester: pytest.Pytester):
+    """An async def test's trials are awaited: passing ones pass, failing ones fail, as counted."""
+    pytester.makepyfile(
+        """
+        import asyncio
+        import pytest
+
+        @pytest.mark.passk(trials=6, k=1, min=0.0)
+        async def test_async_flaky(harness_trial, harness_episode):
+            await asyncio.sleep(0)
+            assert asyncio.get_running_loop() is not None
+            assert harness_trial % 3 != 2, "third trial fails"
+
+        @pytest.mark.passk(trials=4, k=2, min=0.1)
+        async def test_async_always():
+            await asyncio.sleep(0)
+        """
+    )
+    result = pytester.runpytest(*QUIET)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_async_flaky: 4/6 trials passed " + esc("[PPFPPF]") + "*",
+            "*test_async_always: 4/4 trials passed " + esc("[PPPP]") + "*",
+        ]
+    )
+    assert "not natively supported" not in result.stdout.str()
