@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +39,16 @@ __all__ = [
     "INFRA_DESCRIPTIONS",
     "REPORT_FORMAT",
     "REPORT_VERSION",
+    "TABLE_KS",
     "Comparison",
+    "InfraFailure",
     "Report",
     "TaskResult",
     "build_report",
     "compare_reports",
+    "infra_cause",
     "load_report",
+    "table_ks",
 ]
 
 REPORT_FORMAT = "harness.report"
@@ -57,9 +61,46 @@ INFRA_DESCRIPTIONS: Mapping[str, str] = {
 }
 
 
-# --------------------------------------------------------------------------------------------
-# Reading a run folder.
-# --------------------------------------------------------------------------------------------
+# The k values a table shows without --all-k: every k up to 10, then the powers of two.
+TABLE_KS = 10
+
+
+def table_ks(n: int, *, all_k: bool = False) -> list[int]:
+    """The k values a pass^k table shows for ``n`` trials per task: 1..10, the powers of two
+    above, and ``n`` itself (every k from 1 to ``n`` with ``all_k``)."""
+    if all_k or n <= TABLE_KS:
+        return list(range(1, n + 1))
+    powers = {1 << i for i in range(n.bit_length()) if TABLE_KS < 1 << i <= n}
+    return sorted({*range(1, TABLE_KS + 1), *powers, n})
+
+
+def infra_cause(row: TrialRow) -> str:
+    """Why a trial ended in an infrastructure error, as its row records it (``agent_meta``)."""
+    meta = loads_or(row.agent_meta, {})
+    meta = meta if isinstance(meta, dict) else {}
+    error = str(meta.get("error") or "").strip()
+    if meta.get("interruption") == "planned":
+        return "planned interruption (fault plan)" + (f": {error}" if error else "")
+    return error or "infrastructure error (no cause recorded)"
+
+
+@dataclass(frozen=True)
+class InfraFailure:
+    """One trial that ended in an infrastructure error, and why.
+
+    Attributes:
+        task_id, trial, episode_id: which trial (``harness audit RUN --episode ID`` shows it).
+        cause: the error that ended it, e.g. ``ModelServerError: cannot reach the server: ...``.
+    """
+
+    task_id: str
+    trial: int
+    episode_id: str
+    cause: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,6 +169,8 @@ class Report:
         self_conditioning: error rates after an error versus with a clean history.
         evidence: the run's evidence record.
         config: how the run was started.
+        infra_failures: every trial that ended in an infrastructure error, with its cause.
+        trials_run: trials run, infrastructure errors and dropped tasks included.
     """
 
     run_id: str
@@ -148,6 +191,21 @@ class Report:
     self_conditioning: SelfConditioning | None
     evidence: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    infra_failures: tuple[InfraFailure, ...] = ()
+    trials_run: int = 0
+
+    @property
+    def infra_dominates(self) -> bool:
+        """More than half of the trials run ended in an infrastructure error: the figures
+        measure the infrastructure, not the agent."""
+        return 2 * self.infra_errors > self.trials_run
+
+    def infra_causes(self) -> list[tuple[str, list[InfraFailure]]]:
+        """Infrastructure failures grouped by cause, the most frequent first."""
+        groups: dict[str, list[InfraFailure]] = {}
+        for f in self.infra_failures:
+            groups.setdefault(f.cause, []).append(f)
+        return sorted(groups.items(), key=lambda item: -len(item[1]))
 
     @property
     def n_tasks(self) -> int:
@@ -206,6 +264,9 @@ class Report:
                     "policy": self.infra_policy,
                     "description": INFRA_DESCRIPTIONS[self.infra_policy],
                     "infra_errors": self.infra_errors,
+                    "trials_run": self.trials_run,
+                    "dominates": self.infra_dominates,
+                    "failures": [f.to_dict() for f in self.infra_failures],
                     "dropped_tasks": list(self.dropped_tasks),
                 },
                 "confidence": self.confidence,
@@ -340,6 +401,13 @@ def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: floa
         self_conditioning=sc,
         evidence=data.evidence,
         config=data.config,
+        infra_failures=tuple(
+            InfraFailure(r.task_id, r.trial, r.episode_id, infra_cause(r))
+            for task in rows
+            for r in task
+            if r.infra_error
+        ),
+        trials_run=len(data.trials),
     )
 
 

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..stats import INTERVAL_METHODS, Estimate
-from .model import INFRA_DESCRIPTIONS, Comparison, Report
+from .gate import Basis, Judgement
+from .model import INFRA_DESCRIPTIONS, Comparison, Report, table_ks
 
-__all__ = ["render", "render_comparison"]
+__all__ = ["render", "render_comparison", "render_gate", "render_infra", "render_summary"]
+
+# Trials named per infrastructure cause (``--json`` lists them all).
+_TRIALS_SHOWN = 4
 
 
 def _iv(e: Estimate | tuple[float, float], digits: int = 3) -> str:
@@ -27,8 +33,87 @@ def _pct(confidence: float) -> str:
     return f"{confidence:.0%}"
 
 
-def render(report: Report, console: Console, *, per_task: bool = False) -> None:
-    """Print ``report`` as rich tables."""
+def _k_table(report: Report, all_k: bool) -> Table:
+    conf = _pct(report.confidence)
+    ks = table_ks(report.n, all_k=all_k)
+    title = f"{report.suite}: pass^k and pass@k over {report.n_tasks} tasks"
+    if len(ks) < report.n:
+        title += f" (k = 1..10, powers of two and {report.n}; --all-k shows all {report.n})"
+    table = Table(title=title, show_edge=False, pad_edge=False)
+    for col in ("k", "pass^k", f"{conf} interval", "pass@k", f"{conf} interval "):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("pass^k method", overflow="fold")
+    for k in ks:
+        hat, at = report.pass_hat(k), report.pass_at(k)
+        table.add_row(str(k), f"{hat.value:.3f}", _iv(hat), f"{at.value:.3f}", _iv(at), hat.method)
+    return table
+
+
+def render_infra(report: Report, console: Console) -> None:
+    """Print the trials that ended in an infrastructure error, grouped by cause."""
+    if not report.infra_failures:
+        return
+    share = f"{report.infra_errors} of {report.trials_run} trials"
+    if report.infra_dominates:
+        console.print(
+            f"[bold red]infrastructure failures: {share}[/] (more than half: these figures "
+            "measure the infrastructure, not the agent)"
+        )
+    else:
+        console.print(f"[yellow]infrastructure failures[/]: {share}")
+    for cause, failures in report.infra_causes():
+        named = ", ".join(f"{f.task_id} trial {f.trial}" for f in failures[:_TRIALS_SHOWN])
+        more = len(failures) - _TRIALS_SHOWN
+        console.print(f"  {len(failures)} x {escape(cause)}", soft_wrap=True)
+        console.print(
+            f"    [dim]{escape(named)}" + (f" and {more} more" if more > 0 else "") + "[/]"
+        )
+
+
+def render_summary(
+    report: Report, console: Console, *, all_k: bool = False, full: bool = False
+) -> None:
+    """Print the pass^k table, failures by class and outcomes, and infrastructure failures
+    with their causes (what ``harness run`` ends with; ``full``: every interval method the
+    report uses, the null model's too)."""
+    console.print(_k_table(report, all_k))
+    curve = {*report.curve.hat_methods, *report.curve.at_methods}
+    for name, text in report.methods().items():
+        # The null model's method belongs with it: only the full report shows that.
+        if full or name in curve:
+            console.print(f"  [dim]{name}: {text}[/dim]")
+    counts = Table(title="failures by class and outcomes")
+    counts.add_column("what")
+    counts.add_column("count", justify="right")
+    for name, count in sorted(report.failures.items()):
+        counts.add_row(f"failed call: {name}", str(count))
+    for name, count in sorted(report.outcomes.items()):
+        counts.add_row(f"episode {name}", str(count))
+    counts.add_row("infrastructure errors", str(report.infra_errors))
+    console.print(counts)
+    render_infra(report, console)
+
+
+def render_gate(judgements: Sequence[Judgement], basis: Basis, console: Console) -> None:
+    """Print each ``--fail-under`` bar's verdict and the figure it was judged on."""
+    if not judgements:
+        return
+    how = (
+        "the lower bound of the interval (--fail-under-on point judges the estimate)"
+        if basis == "lower"
+        else "the point estimate (--fail-under-on lower judges the interval's lower bound)"
+    )
+    console.print(f"[bold]--fail-under[/], judged on {how}:")
+    for j in judgements:
+        style = "green" if j.passed else "bold red"
+        # One line per bar, never wrapped: CI logs are searched for it.
+        console.print(f"  [{style}]{escape(j.describe())}[/]", soft_wrap=True)
+
+
+def render(
+    report: Report, console: Console, *, per_task: bool = False, all_k: bool = False
+) -> None:
+    """Print ``report`` as rich tables (``all_k``: every k, not 1..10 and powers of two)."""
     conf = _pct(report.confidence)
     console.print(
         f"[bold]run {report.run_id}[/bold]  suite [bold]{report.suite}[/bold]  "
@@ -44,30 +129,7 @@ def render(report: Report, console: Console, *, per_task: bool = False) -> None:
             f"[yellow]dropped[/yellow] (no trials left under exclude): "
             f"{', '.join(report.dropped_tasks)}"
         )
-    table = Table(
-        title=f"{report.suite}: pass^k and pass@k over {report.n_tasks} tasks",
-        show_edge=False,
-        pad_edge=False,
-    )
-    for col in ("k", "pass^k", f"{conf} interval", "pass@k", f"{conf} interval "):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("pass^k method", overflow="fold")
-    for k in report.curve.ks.tolist():
-        hat, at = report.pass_hat(int(k)), report.pass_at(int(k))
-        table.add_row(str(k), f"{hat.value:.3f}", _iv(hat), f"{at.value:.3f}", _iv(at), hat.method)
-    console.print(table)
-    for name, text in report.methods().items():
-        console.print(f"  [dim]{name}: {text}[/dim]")
-
-    counts = Table(title="failures by class and outcomes")
-    counts.add_column("what")
-    counts.add_column("count", justify="right")
-    for name, count in sorted(report.failures.items()):
-        counts.add_row(f"failed call: {name}", str(count))
-    for name, count in sorted(report.outcomes.items()):
-        counts.add_row(f"episode {name}", str(count))
-    counts.add_row("infrastructure errors", str(report.infra_errors))
-    console.print(counts)
+    render_summary(report, console, all_k=all_k, full=True)
     if report.partial_mean is None:
         console.print("partial credit: none of the counted trials has a partial-credit rule")
     else:

@@ -1,0 +1,142 @@
+"""Gating CI on a report: --fail-under bars, the k table's subset, infrastructure causes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from harness.report import load_report, render, render_html
+from harness.report.gate import EXIT_BELOW_BAR, EXIT_INFRA, Bar, exit_status, judge
+from harness.report.model import table_ks
+
+from .test_report import make_run
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four tasks of four trials: 13 of 16 pass, no infrastructure error."""
+    logs = tmp_path_factory.mktemp("gate")
+    return make_run(logs, "mixed", {"a": "PPPP", "b": "PPPP", "c": "PPPF", "d": "PFPF"})
+
+
+# --- parsing bars ---
+
+
+def test_a_bar_reads_metric_k_and_value():
+    """pass^4=0.8 and pass@1=0.95 parse, spaces allowed, and print back as written."""
+    assert Bar.parse("pass^4=0.8") == Bar("^", 4, 0.8)
+    assert Bar.parse(" pass@1 = 0.95 ") == Bar("@", 1, 0.95)
+    assert str(Bar.parse("pass^10=1")) == "pass^10=1"
+    assert Bar.parse("pass@2=0").metric == "pass@2"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pass^4", 'is not METRIC=VALUE: write it as --fail-under "pass^4=0.8"'),
+        ("accuracy=0.8", "unknown metric 'accuracy'"),
+        ("passk4=0.8", "use pass^K (all of K trials pass) or pass@K"),
+        ("pass^=0.8", "k in 'pass^' must be a whole number >= 1"),
+        ("pass^0=0.8", "k in 'pass^0' must be a whole number >= 1"),
+        ("pass@x=0.8", "k in 'pass@x' must be a whole number >= 1, e.g. pass@4"),
+        ("pass^4=80", "must be a number from 0 to 1 (0.8, not 80%)"),
+        ("pass^4=-0.1", "must be a number from 0 to 1"),
+        ("pass^4=high", "must be a number from 0 to 1"),
+        ("pass^4=nan", "must be a number from 0 to 1"),
+    ],
+)
+def test_bad_bars_are_refused_with_the_fix(text: str, message: str):
+    """Bad syntax, an unknown metric, a bad k or a value outside [0, 1] names the fix."""
+    with pytest.raises(ValueError) as err:
+        Bar.parse(text)
+    assert message in str(err.value)
+
+
+def test_a_k_beyond_the_trials_names_both_and_the_fix():
+    """k = 8 with 4 trials per task is refused: lower k or run with --trials 8."""
+    Bar.parse("pass^4=0.5").check_k(4)
+    with pytest.raises(
+        ValueError,
+        match=r"at least 8 trials per task and the run has 4: lower k "
+        r"to at most 4, or run with --trials 8",
+    ):
+        Bar.parse("pass^8=0.5").check_k(4)
+
+
+# --- judging ---
+
+
+def test_lower_bound_and_point_estimate_judge_the_same_bar_differently(mixed: Path):
+    """A bar between the interval's lower bound and the estimate fails on lower, passes on point."""
+    report = load_report(mixed)
+    est = report.pass_hat(2)
+    bar = Bar("^", 2, round((est.low + est.value) / 2, 3))
+    (on_lower,) = judge(report, [bar], "lower")
+    (on_point,) = judge(report, [bar], "point")
+    assert on_lower.figure == est.low and not on_lower.passed
+    assert on_point.figure == est.value and on_point.passed
+    assert "lower bound" in on_lower.describe() and "BELOW THE BAR" in on_lower.describe()
+    assert "estimate" in on_point.describe() and on_point.describe().endswith(": ok")
+    assert exit_status(report, [on_lower]) == EXIT_BELOW_BAR
+    assert exit_status(report, [on_point]) == 0
+
+
+def test_pass_at_k_bars_use_pass_at_k(mixed: Path):
+    """A pass@k bar is judged on pass@k, not pass^k."""
+    report = load_report(mixed)
+    (j,) = judge(report, [Bar("@", 3, 0.0)], "point")
+    assert j.estimate.value == report.pass_at(3).value != report.pass_hat(3).value
+
+
+# --- the k table ---
+
+
+def test_the_k_table_shows_one_to_ten_the_powers_of_two_and_n():
+    """k = 1..10, then powers of two, then n; every k with all_k or n <= 10."""
+    assert table_ks(4) == [1, 2, 3, 4]
+    assert table_ks(10) == list(range(1, 11))
+    assert table_ks(300) == [*range(1, 11), 16, 32, 64, 128, 256, 300]
+    assert table_ks(64) == [*range(1, 11), 16, 32, 64]
+    assert table_ks(300, all_k=True) == list(range(1, 301))
+
+
+# --- infrastructure failures ---
+
+
+def test_infrastructure_causes_are_shown_in_the_terminal_json_and_html(tmp_path: Path):
+    """Each infra-failed trial's cause appears, grouped, in the terminal, JSON and HTML report."""
+    folder = make_run(tmp_path, "infra", {"a": "PIPP", "b": "PPIP"})
+    report = load_report(folder)
+    assert [(f.task_id, f.trial, f.cause) for f in report.infra_failures] == [
+        ("a", 1, "ModelServerError: down"),
+        ("b", 2, "ModelServerError: down"),
+    ]
+    assert not report.infra_dominates and report.trials_run == 8
+    console = Console(record=True, width=200)
+    render(report, console)
+    flat = " ".join(console.export_text().split())
+    assert "infrastructure failures: 2 of 8 trials" in flat
+    assert "2 x ModelServerError: down" in flat and "a trial 1, b trial 2" in flat
+    data = report.to_dict()["infra_policy"]
+    assert data["dominates"] is False
+    assert data["failures"][0] == {
+        "task_id": "a",
+        "trial": 1,
+        "episode_id": "infra-a-1",
+        "cause": "ModelServerError: down",
+    }
+    page = render_html(report)
+    assert 'id="infra-causes"' in page and "ModelServerError: down" in page
+
+
+def test_dominating_infrastructure_failures_fail_the_gate(tmp_path: Path):
+    """More than half of the trials failing for infrastructure exits 3 whatever the bars say."""
+    folder = make_run(tmp_path, "down", {"a": "IIIP", "b": "IIPP"})
+    report = load_report(folder)
+    assert report.infra_dominates and report.infra_errors == 5
+    assert exit_status(report, judge(report, [Bar("^", 1, 0.0)])) == EXIT_INFRA
+    # Exactly half does not dominate.
+    half = load_report(make_run(tmp_path, "half", {"a": "IIPP"}))
+    assert not half.infra_dominates
