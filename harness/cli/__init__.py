@@ -5,6 +5,7 @@
   decisions on it).
 - :mod:`.report`: ``report``, ``compare``, ``export`` (a run read back).
 - :mod:`.keys`: ``keygen`` (a signing key pair).
+- :mod:`.new_suite`: ``new-suite`` (a working skeleton suite to edit).
 - :mod:`._common`: the console, errors, JSON output; environment variables are read there only.
 """
 
@@ -15,6 +16,7 @@ import click
 from .._version import __version__
 from .audit import audit_command, escalations_command, verify_command
 from .keys import keygen_command
+from .new_suite import new_suite_command
 from .report import compare_command, export_command, report_command
 from .run import replay_command, resume_command, run_command
 
@@ -40,5 +42,6 @@ for _command in (
     compare_command,
     export_command,
     keygen_command,
+    new_suite_command,
 ):
     main.add_command(_command)
