@@ -85,6 +85,9 @@ class Session(Protocol):
     """What a toolbox needs of the episode its calls run in: a live :class:`~harness.Episode`,
     or a replay that answers every call from the episode's record."""
 
+    id: str
+    """The episode's id."""
+
     @property
     def diverged(self) -> Diverged | None:
         """The divergence from the record found (None: none)."""
