@@ -14,6 +14,7 @@ carries a copy in ``harness/_suites/`` (:func:`builtin_suite`).
 from __future__ import annotations
 
 import ast
+import asyncio
 import hashlib
 import importlib
 import importlib.machinery
@@ -22,8 +23,10 @@ import importlib.util
 import inspect
 import json
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -32,8 +35,22 @@ from typing import Any, Final, Literal, Protocol, cast, runtime_checkable
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._json import digest
-from .errors import SuiteError
+from ._json import canonical, digest
+from .action import Action
+from .clock import FakeClock
+from .episode import Episode
+from .errors import (
+    ActionFailed,
+    ConfigurationError,
+    Escalated,
+    HarnessError,
+    InvalidArguments,
+    PreconditionFailed,
+    SuiteError,
+)
+from .policy import Decision, FailureClass, Policy, Retry
+from .store import Store
+from .transaction import observed_changes
 
 __all__ = [
     "BUILTIN_ENVIRONMENTS",
@@ -43,6 +60,7 @@ __all__ = [
     "VERIFIER_GROUP",
     "Environment",
     "FieldCheck",
+    "Reference",
     "Suite",
     "SuiteError",
     "Task",
@@ -189,6 +207,128 @@ def task_schema() -> dict[str, Any]:
     """The JSON Schema task files are validated against."""
     text = resources.files("harness").joinpath("schemas/tasks.schema.json").read_text()
     return dict(json.loads(text))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A reference action that did not run as written: which one, why, and whether it was a
+    write (a mutating action), whose refusal changes the expected state."""
+
+    index: int
+    tool: str
+    problem: str
+    write: bool
+
+    def message(self, task: Task) -> str:
+        """The refusal as an error names it: the task, the action and the problem."""
+        return f"task {task.id!r}: reference_actions[{self.index}] ({self.tool}): {self.problem}"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a task's reference actions do on a fresh environment (:meth:`Suite.reference`).
+
+    Attributes:
+        changes: the resources they changed: key -> final value (None: removed).
+        writes: the writes that committed: (action, canonical arguments), in order.
+        refused: the reference actions that did not run (empty for a suite that loaded with
+            its references checked).
+    """
+
+    changes: dict[str, Any]
+    writes: list[tuple[str, str]]
+    refused: list[Refusal]
+
+
+# How reference actions are replayed: no retries and no waiting, and every failure goes on to
+# the next call (it is reported, never rolled back over the calls before it).
+REPLAY_POLICY: Final = Policy(
+    retry=Retry(attempts=1),
+    decisions={FailureClass.SCOPE: Decision.CONTINUE},
+    unsafe=Decision.CONTINUE,
+)
+
+
+def _signature(name: str, tool: Any) -> str:
+    """``name(arguments)`` as the tool's function declares them, for error messages."""
+    fn = tool.fn if isinstance(tool, Action) else tool
+    try:
+        try:
+            signature = inspect.signature(fn, eval_str=True)
+        except Exception:  # hints that do not resolve: shown as written
+            signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return name
+    return f"{name}{signature.replace(return_annotation=inspect.Signature.empty)}"
+
+
+def _argument_errors(name: str, tool: Any, arguments: dict[str, Any]) -> list[str]:
+    """Why ``arguments`` do not fit ``tool`` (empty: they fit).
+
+    An action validates them against its schema; a plain function is judged by the schema
+    its signature and type hints give (as if it were an action), or, when it has none (``**``
+    arguments, unresolvable hints), by binding its signature.
+    """
+    try:
+        checked = tool if isinstance(tool, Action) else Action(tool, name=name)
+    except (ConfigurationError, TypeError, ValueError):
+        try:
+            inspect.signature(tool).bind(**arguments)
+        except TypeError as exc:
+            return [str(exc)]
+        except ValueError:  # no signature to read: nothing to check the arguments against
+            return []
+        return []
+    try:
+        checked.validate_mapping(dict(arguments))
+    except InvalidArguments as exc:
+        return exc.errors
+    return []
+
+
+def _call_problem(tools: Mapping[str, Any], call: ToolCall, environment: str) -> str | None:
+    """What is wrong with a reference call before it runs: its tool, or its arguments."""
+    tool = tools.get(call.name)
+    if tool is None:
+        return (
+            f"unknown tool {call.name!r}; the tools of {environment} are "
+            f"{', '.join(sorted(tools)) or 'none'}: name one of them, or add the tool to the "
+            "environment's tools"
+        )
+    errors = _argument_errors(call.name, tool, call.arguments)
+    if errors:
+        return (
+            f"arguments {sorted(call.arguments)} do not fit the tool's schema: "
+            f"{'; '.join(errors)}; give the arguments of {_signature(call.name, tool)}"
+        )
+    return None
+
+
+def _refusal(exc: Exception) -> str:
+    """Why a reference call was refused when it ran, with the fix."""
+    error: BaseException = exc
+    if isinstance(exc, ActionFailed) and exc.failure_class == "fail_stop" and exc.errors:
+        error = exc.errors[-1]
+    if isinstance(error, PreconditionFailed):
+        why = f"its precondition {error.check!r} is false"
+        why += f" ({error.reason})" if error.reason else ""
+    elif isinstance(error, ActionFailed | Escalated):
+        why = f"it did not commit ({error.failure_class}): {error.reason}"
+    elif isinstance(error, HarnessError):
+        why = str(error)
+    else:
+        why = f"the tool raised {type(error).__name__}: {error}"
+    return (
+        f"refused when the reference actions are replayed on a fresh environment: {why}. "
+        "The reference actions define the task's expected state: fix this action or the ones "
+        "before it"
+    )
+
+
+def _run(tool: Any, arguments: dict[str, Any]) -> Any:
+    """Call ``tool``; an async tool is run to completion."""
+    result = tool(**arguments)
+    return asyncio.run(result) if inspect.iscoroutine(result) else result
 
 
 def _suite_folder(path: Path) -> Path:
@@ -414,6 +554,10 @@ class Suite:
     the built-in ``verifiers`` package (the default is ``verifiers:verify``); what it names is
     a Python function taking a verifier's arguments (:class:`Verifier`).
 
+    Then every task's reference actions are checked (:meth:`check`): tools, arguments and,
+    unless ``check_references`` is False, a replay on a fresh environment that refuses no
+    write.
+
     Attributes:
         name, version: from the manifest.
         path: where it was loaded from.
@@ -433,6 +577,7 @@ class Suite:
         environment: str,
         environment_options: dict[str, Any] | None = None,
         verifier: str = DEFAULT_VERIFIER,
+        check_references: bool = True,
     ) -> None:
         self.name = name
         self.version = version
@@ -444,20 +589,100 @@ class Suite:
         self._factory = _environment_class(environment, where, folder, self.environment_options)
         self.verifier = verifier
         self.verify: Verifier = _verifier_function(verifier, where, folder)
-        self._check_tools()
+        self._references: dict[str, Reference] = {}
+        self.check(references=check_references)
 
-    def _check_tools(self) -> None:
-        names = getattr(self._factory, "TOOL_NAMES", None)
-        if names is None:
-            return
-        for task in self.tasks:
-            for i, call in enumerate(task.reference_actions):
-                if call.name not in names:
-                    raise SuiteError(
-                        f"{self.path}: task {task.id!r}: reference_actions[{i}].name "
-                        f"{call.name!r} is not a tool of {self.environment} "
-                        f"(tools: {', '.join(sorted(names))})"
-                    )
+    def check(self, *, references: bool = True) -> None:
+        """Check every task's reference actions; :func:`load_suite` does this.
+
+        Each reference action must name a tool of the environment with arguments that fit the
+        tool's schema. With ``references``, each task's reference actions are also replayed
+        in an episode on a fresh environment (:meth:`reference`, kept for judging the run's
+        trials), and no write may be refused: the replay defines the task's expected state,
+        so a refused write would silently make it wrong. A read that fails changes nothing,
+        and is only listed in :attr:`Reference.refused` (upstream's tau2 tasks have such).
+
+        Raises:
+            SuiteError: naming the file, the task, the action (index and tool) and the problem.
+        """
+        env = self.new_environment()
+        try:
+            for task in self.tasks:
+                for i, call in enumerate(task.reference_actions):
+                    problem = _call_problem(env.tools, call, self.environment)
+                    if problem is not None:
+                        raise SuiteError(
+                            f"{self.path}: {Refusal(i, call.name, problem, False).message(task)}"
+                        )
+        finally:
+            env.close()
+        if references:
+            self._replay(self.tasks)
+            for task in self.tasks:
+                for refusal in self._references[task.digest].refused:
+                    if refusal.write:
+                        raise SuiteError(f"{self.path}: {refusal.message(task)}")
+
+    def reference(self, task: Task) -> Reference:
+        """What ``task``'s reference actions do on a fresh environment (computed once).
+
+        They are called in order, as an agent would call them, in an episode on a fresh
+        environment (its records kept in a temporary store); an action that is refused (a
+        false precondition, bad arguments, an unknown tool, an error) is skipped and listed in
+        :attr:`Reference.refused`.
+        """
+        found = self._references.get(task.digest)
+        if found is None:
+            found = self._replay([task])[task.digest]
+        return found
+
+    def _replay(self, tasks: Sequence[Task]) -> dict[str, Reference]:
+        """Replay the reference actions of ``tasks`` not replayed yet, one store for all."""
+        todo = [t for t in tasks if t.digest not in self._references]
+        if todo:
+            with tempfile.TemporaryDirectory(prefix="harness-reference-") as folder:
+                store = Store(Path(folder) / "reference.db", create=True)
+                try:
+                    for task in todo:
+                        self._references[task.digest] = self._replay_task(task, store)
+                finally:
+                    store.close()
+        return self._references
+
+    def _replay_task(self, task: Task, store: Store) -> Reference:
+        env = self.new_environment()
+        try:
+            mark = env.state.mark()
+            writes: list[tuple[str, str]] = []
+            refused: list[Refusal] = []
+            episode = Episode(
+                state=env.state,
+                store=store,
+                policy=REPLAY_POLICY,
+                clock=FakeClock(),
+                task_id=task.id,
+            )
+            with episode:
+                for i, call in enumerate(task.reference_actions):
+                    problem = _call_problem(env.tools, call, self.environment)
+                    tool = env.tools.get(call.name)
+                    if problem is None:
+                        try:
+                            _run(tool, call.arguments)
+                        except Exception as exc:
+                            problem = _refusal(exc)
+                    if problem is not None:
+                        write = isinstance(tool, Action) and tool.mutating
+                        refused.append(Refusal(i, call.name, problem, write))
+                    elif isinstance(tool, Action) and tool.mutating:
+                        # As the transaction log records a call: validated, defaults filled in.
+                        values = tool.call_values(tool.validate_mapping(dict(call.arguments)))
+                        writes.append((call.name, canonical(values)))
+            changes = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
+            env.state.release(mark)
+            return Reference(changes, writes, refused)
+        finally:
+            env.close()
 
     def new_environment(self) -> Any:
         """A fresh, isolated environment for one trial."""
@@ -621,12 +846,19 @@ def _from_tau2(path: Path, data: list[dict[str, Any]]) -> list[Task]:
     return tasks
 
 
-def load_suite(path: str | Path) -> Suite:
+def load_suite(path: str | Path, *, check_references: bool = True) -> Suite:
     """Load a suite folder (with ``suite.json``), a task file, a tau2-format ``tasks.json``, or
     a built-in suite by name (:data:`BUILTIN_SUITES`) when no such path exists.
 
+    Every task's reference actions are checked (:meth:`Suite.check`): each names a tool of the
+    environment with arguments that fit its schema, and, unless ``check_references`` is
+    False, replaying them on a fresh environment refuses none of them. The replay is what a
+    run judges trials against, so a run does not repeat it; it costs about as much as one
+    trial per task (about a second for the built-in ``retail`` suite's 49 tasks).
+
     Raises:
-        SuiteError: naming the file, the task and the field that is wrong.
+        SuiteError: naming the file, the task and the field, or the reference action, that is
+            wrong, and how to fix it.
     """
     p = resolve_suite(path)
     if p.is_dir():
@@ -663,6 +895,7 @@ def load_suite(path: str | Path) -> Suite:
             environment=manifest["environment"],
             environment_options=manifest.get("environment_options") or {},
             verifier=manifest.get("verifier") or DEFAULT_VERIFIER,
+            check_references=check_references,
         )
     data = _read_json(p)
     if _is_tau2(data):
@@ -679,11 +912,19 @@ def load_suite(path: str | Path) -> Suite:
             path=p,
             tasks=_from_tau2(p, data),
             environment=env,
+            # Upstream's evaluation skips a reference call its tools refuse, and so does the
+            # judge: only the tools and arguments are checked here.
+            check_references=False,
         )
     tasks = _validate_task_file(p, data)
     env = data.get("environment") if isinstance(data, dict) else None
     if not env:
         raise SuiteError(f"{p}: field environment: missing (a task file run alone names it)")
     return Suite(
-        name=p.stem, version=str(data.get("version", "1")), path=p, tasks=tasks, environment=env
+        name=p.stem,
+        version=str(data.get("version", "1")),
+        path=p,
+        tasks=tasks,
+        environment=env,
+        check_references=check_references,
     )

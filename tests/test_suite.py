@@ -50,16 +50,6 @@ def test_missing_task_field_names_the_field(tmp_path: Path):
         hx.load_suite(suite)
 
 
-def test_unknown_tool_is_named(tmp_path: Path):
-    """A reference action naming a tool the environment lacks is refused at load time."""
-    suite = write_suite(tmp_path / "s", [1])
-    data = json.loads((suite / "tasks.json").read_text())
-    data["tasks"][0]["reference_actions"][0]["name"] = "launch_rockets"
-    (suite / "tasks.json").write_text(json.dumps(data))
-    with pytest.raises(hx.SuiteError, match=r"task 't0': reference_actions\[0\].name 'launch"):
-        hx.load_suite(suite)
-
-
 def test_missing_suite_and_bad_environment(tmp_path: Path):
     """A missing path or an unimportable environment is a SuiteError naming it."""
     with pytest.raises(hx.SuiteError, match="neither a suite folder"):
@@ -150,7 +140,7 @@ class ShopEnvironment:
 
     def __init__(self, start: int = 0) -> None:
         self.state = hx.DictState({"c/a": start})
-        self.tools = {"bump": helpers.bump, "look": helpers.bump}
+        self.tools = {"bump": helpers.bump, "look": helpers.look}
 
     def export(self):
         return self.state.to_dict()
@@ -224,7 +214,9 @@ def test_environment_module_in_the_suite_folder_loads_without_pythonpath(tmp_pat
     for name, start in (("a", 1), ("b", 2)):
         suite = write_suite(tmp_path / name, [1])
         (suite / "my_env.py").write_text(ENV_MODULE)
-        (suite / "helpers.py").write_text("def bump(name, step, amount=1):\n    return amount\n")
+        (suite / "helpers.py").write_text(
+            "def bump(name, step, amount=1):\n    return amount\n\ndef look(name):\n    return 0\n"
+        )
         _manifest(suite, environment="my_env:ShopEnvironment", environment_options={"start": start})
         loaded = hx.load_suite(suite)
         env = loaded.new_environment()

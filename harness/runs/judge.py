@@ -8,25 +8,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .._json import canonical, loads
 from ..action import Action
 from ..store import TransactionRow
 from ..store.statuses import APPLIED
-from ..suite import Suite, Task, Verification
+from ..suite import Reference, Suite, Task, Verification
 from ..transaction import observed_changes
 
 __all__ = ["Reference", "committed_calls", "judge", "plain", "reference_outcome", "steps_done"]
-
-
-@dataclass
-class Reference:
-    """What a task's reference actions do on a fresh environment."""
-
-    changes: dict[str, Any]
-    writes: list[tuple[str, str]]
 
 
 def plain(tool: Any) -> Callable[..., Any]:
@@ -35,26 +26,8 @@ def plain(tool: Any) -> Callable[..., Any]:
 
 
 def reference_outcome(suite: Suite, task: Task) -> Reference:
-    """Replay the reference actions with the plain tools on a fresh environment."""
-    env = suite.new_environment()
-    try:
-        mark = env.state.mark()
-        writes = []
-        for call in task.reference_actions:
-            tool = env.tools[call.name]
-            try:
-                plain(tool)(**call.arguments)
-            except Exception:  # a reference call upstream's own tools refuse: counted as such
-                continue
-            if isinstance(tool, Action) and tool.mutating:
-                # Compare as the transaction log records them: validated, defaults filled in.
-                values = tool.call_values(tool.validate_mapping(dict(call.arguments)))
-                writes.append((call.name, canonical(values)))
-        changes = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
-        env.state.release(mark)
-        return Reference(changes, writes)
-    finally:
-        env.close()
+    """What the task's reference actions do on a fresh environment (:meth:`Suite.reference`)."""
+    return suite.reference(task)
 
 
 def committed_calls(rows: Iterable[TransactionRow]) -> list[tuple[str, str]]:

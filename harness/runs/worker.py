@@ -110,7 +110,7 @@ class Worker:
         lease_seconds: float = 600.0,
         signing_key: bytes | None = None,
     ) -> None:
-        self.suite = load_suite(suite_path)
+        self.suite = load_suite(suite_path, check_references=False)  # checked by the run
         # (PEM: a key object cannot be sent to a worker process.)
         self.signing_key = None if signing_key is None else SigningKey.from_pem(signing_key)
         self.agent = registry.create(agent, **agent_options) if isinstance(agent, str) else agent

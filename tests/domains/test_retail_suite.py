@@ -247,7 +247,7 @@ def test_unknown_tool_names_file_task_and_field(tmp_path: Path) -> None:
         load_suite(_write_suite(tmp_path, _document(_task("bad-1"), broken), environment))
     message = str(caught.value)
     assert str(tmp_path) in message and "'bad-2'" in message
-    assert "reference_actions[1].name" in message and "refund_everything" in message
+    assert "reference_actions[1] (refund_everything): unknown tool" in message
 
 
 def test_duplicate_id_names_file_task_and_field(tmp_path: Path) -> None:

@@ -1,0 +1,225 @@
+"""Reference actions are checked when a suite loads: tools, arguments, and a replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness as hx
+from harness.runs.judge import reference_outcome
+
+from .toy_env import write_suite
+
+
+def _with_action(suite: Path, index: int, call: dict[str, Any]) -> Path:
+    """Put ``call`` at ``reference_actions[index]`` of the suite's first task."""
+    data = json.loads((suite / "tasks.json").read_text())
+    actions = data["tasks"][0]["reference_actions"]
+    if index < len(actions):
+        actions[index] = call
+    else:
+        actions.append(call)
+    (suite / "tasks.json").write_text(json.dumps(data))
+    return suite
+
+
+def _load_error(suite: Path, **options: Any) -> str:
+    with pytest.raises(hx.SuiteError) as caught:
+        hx.load_suite(suite, **options)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("check_references", [True, False])
+def test_unknown_tool_names_task_action_and_the_tools(tmp_path: Path, check_references: bool):
+    """A reference action naming a tool the environment lacks is refused at load (checked
+    replay or not), naming the task, the action's index and name, and the tools there are."""
+    suite = _with_action(write_suite(tmp_path / "s", [1]), 0, {"name": "launch_rockets"})
+    message = _load_error(suite, check_references=check_references)
+    assert message.startswith(f"{suite}: task 't0': reference_actions[0] (launch_rockets): ")
+    assert "unknown tool 'launch_rockets'" in message
+    assert "the tools of tests.toy_env:ToyEnvironment are bump, look" in message
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"name": "a"}, "step: Field required"),
+        ({"name": "a", "step": 0, "amonut": 2}, "amonut: Extra inputs are not permitted"),
+        ({"name": "a", "step": "first"}, "step: Input should be a valid integer"),
+    ],
+)
+def test_arguments_that_do_not_fit_the_action_schema(
+    tmp_path: Path, arguments: dict[str, Any], problem: str
+):
+    """A missing, misspelt or mistyped argument of an action is refused at load, naming the
+    task, the action, the argument's problem and the signature to follow."""
+    suite = _with_action(
+        write_suite(tmp_path / "s", [1]), 1, {"name": "bump", "arguments": arguments}
+    )
+    message = _load_error(suite)
+    assert f"task 't0': reference_actions[1] (bump): arguments {sorted(arguments)}" in message
+    assert problem in message
+    assert "give the arguments of bump(name: str, step: int, amount: int = 1)" in message
+
+
+def test_arguments_of_a_plain_read_function_are_checked(tmp_path: Path):
+    """A read tool (a plain function, not an action) is checked against its signature too."""
+    suite = _with_action(
+        write_suite(tmp_path / "s", [1]), 0, {"name": "look", "arguments": {"who": "a"}}
+    )
+    message = _load_error(suite, check_references=False)
+    assert "task 't0': reference_actions[0] (look): arguments ['who']" in message
+    assert "name: Field required" in message and "who: Extra inputs are not permitted" in message
+
+
+STAR_ENV = '''
+import harness as hx
+
+
+class StarEnvironment:
+    """A read tool taking *names, which has no schema: its signature is bound instead."""
+
+    def __init__(self) -> None:
+        self.state = hx.DictState({"c/a": 0})
+
+        def look(first, *names):
+            return first
+
+        self.tools = {"look": look}
+
+    def export(self):
+        return self.state.to_dict()
+
+    def close(self):
+        pass
+'''
+
+
+def test_a_tool_without_a_schema_is_checked_by_its_signature(tmp_path: Path):
+    """A tool whose signature gives no schema (``*names``) has its arguments bound to it."""
+    suite = write_suite(tmp_path / "s", [0])
+    (suite / "star.py").write_text(STAR_ENV)
+    manifest = json.loads((suite / "suite.json").read_text())
+    (suite / "suite.json").write_text(
+        json.dumps({**manifest, "environment": "star:StarEnvironment"})
+    )
+    _with_action(suite, 0, {"name": "look", "arguments": {"first": "a"}})
+    assert hx.load_suite(suite).tasks[0].reference_actions[0].name == "look"
+    _with_action(suite, 0, {"name": "look", "arguments": {"second": "a"}})
+    message = _load_error(suite)
+    assert "reference_actions[0] (look): arguments ['second']" in message
+    assert "missing a required argument: 'first'" in message
+
+
+def test_a_failing_precondition_names_task_action_and_reason(tmp_path: Path):
+    """A reference action whose precondition is false on the replayed state is refused at
+    load, naming the task, the action, the precondition and that it defines the expected
+    state; with check_references=False the suite loads and the refusal is in its reference."""
+    suite = _with_action(
+        write_suite(tmp_path / "s", [2]),
+        2,
+        {"name": "bump", "arguments": {"name": "zz", "step": 5}},
+    )
+    message = _load_error(suite)
+    assert f"{suite}: task 't0': reference_actions[2] (bump): refused when the reference" in message
+    assert "its precondition 'counter_exists' is false" in message
+    assert "define the task's expected state" in message
+    loaded = hx.load_suite(suite, check_references=False)
+    reference = loaded.reference(loaded.tasks[0])
+    assert [(r.index, r.tool) for r in reference.refused] == [(2, "bump")]
+    assert reference.changes == {"c/a": 1}  # the step before it still counts
+
+
+RAISING_ENV = '''
+import harness as hx
+
+
+class RaisingEnvironment:
+    """A read and a write that raise for a counter they do not know."""
+
+    def __init__(self) -> None:
+        self.state = hx.DictState({"c/a": 0})
+        state = self.state
+
+        def look(name: str) -> int:
+            if f"c/{name}" not in state:
+                raise LookupError(f"no counter {name}")
+            return 0
+
+        @hx.action(writes=["c/{name}"])
+        def put(name: str, value: int) -> None:
+            if f"c/{name}" not in state:
+                raise LookupError(f"no counter {name}")
+            state[f"c/{name}"] = value
+
+        @put.postcondition
+        def stored(ctx):
+            return ctx.args.value != 13  # a tool that "forgets" 13: its postcondition is false
+
+        self.tools = {"look": look, "put": put}
+
+    def export(self):
+        return self.state.to_dict()
+
+    def close(self):
+        pass
+'''
+
+
+def test_a_reference_write_that_raises_is_named_and_a_failed_read_is_listed(tmp_path: Path):
+    """A reference write whose tool raises on the replay is refused with the tool's error; a
+    read that raises changes no state, so the suite loads and the read is listed as refused."""
+    suite = write_suite(tmp_path / "s", [0])
+    (suite / "raising.py").write_text(RAISING_ENV)
+    manifest = json.loads((suite / "suite.json").read_text())
+    manifest["environment"] = "raising:RaisingEnvironment"
+    (suite / "suite.json").write_text(json.dumps(manifest))
+    _with_action(suite, 0, {"name": "look", "arguments": {"name": "b"}})
+    _with_action(suite, 1, {"name": "put", "arguments": {"name": "a", "value": 7}})
+    loaded = hx.load_suite(suite)
+    reference = loaded.reference(loaded.tasks[0])
+    assert [(r.index, r.tool, r.write) for r in reference.refused] == [(0, "look", False)]
+    assert "the tool raised LookupError: no counter b" in reference.refused[0].problem
+    assert reference.changes == {"c/a": 7}
+    _with_action(suite, 2, {"name": "put", "arguments": {"name": "b", "value": 1}})
+    message = _load_error(suite)
+    assert "task 't0': reference_actions[2] (put): refused when the reference" in message
+    assert "LookupError: no counter b" in message
+    _with_action(suite, 2, {"name": "put", "arguments": {"name": "a", "value": 13}})
+    message = _load_error(suite)
+    assert "reference_actions[2] (put): refused when" in message
+    assert "it did not commit (silent): postcondition 'stored' is false" in message
+
+
+def test_the_checked_replay_is_what_runs_are_judged_against(tmp_path: Path):
+    """Loading replays each task once; the judge's reference outcome is that replay, and it
+    holds the changes and the committed writes of the reference actions."""
+    loaded = hx.load_suite(write_suite(tmp_path / "s", [2, 1]))
+    first, second = loaded.tasks
+    reference = reference_outcome(loaded, first)
+    assert reference is loaded.reference(first)
+    assert reference.changes == {"c/a": 1, "c/b": 1} and reference.refused == []
+    assert [name for name, _ in reference.writes] == ["bump", "bump"]
+    assert json.loads(reference.writes[0][1]) == {"name": "a", "step": 0, "amount": 1}
+    assert loaded.reference(second).changes == {"c/a": 1}
+
+
+def test_loading_writes_nothing_beside_the_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The replay's records go to a temporary store: loading leaves no logs folder behind."""
+    monkeypatch.chdir(tmp_path)
+    suite = write_suite(tmp_path / "s", [1])
+    before = sorted(p.name for p in suite.iterdir())
+    hx.load_suite(suite)
+    assert not (tmp_path / "logs").exists()
+    assert sorted(p.name for p in suite.iterdir()) == before
+
+
+@pytest.mark.parametrize("name", ["retail", "configs"])
+def test_builtin_suites_replay_every_reference(name: str):
+    """Every reference action of the built-in suites runs on a fresh environment."""
+    loaded = hx.load_suite(name)
+    assert all(loaded.reference(t).refused == [] for t in loaded.tasks)
+    assert any(loaded.reference(t).writes for t in loaded.tasks)
