@@ -16,12 +16,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sqlmodel import col, select
+
 from .._json import canonical, loads
 from ..errors import StoreError
 from .projection import committed_row
 from .signing import PublicKey, verify_signatures
 from .statuses import RESOLVED_AS, EscalationStatus, TxnStatus
-from .tables import GENESIS, EpisodeRow, LogRow, TransactionRow, TrialRow
+from .tables import (
+    GENESIS,
+    CheckpointRow,
+    EpisodeRow,
+    EscalationRow,
+    LogRow,
+    TransactionRow,
+    TrialRow,
+)
 
 if TYPE_CHECKING:
     from .store import Store
@@ -522,6 +532,8 @@ def verify_run(
         report.escalations += counts["escalations"]
         if finding is not None:
             report.findings.append(finding)
+    if whole_store:
+        report.findings.extend(_orphans(store, episodes))
     if public_key is not None:
         report.signed_by = public_key.key_id
         runs = [
@@ -542,6 +554,43 @@ def verify_run(
                 Finding(problem.subject, "hx_signature", problem.scope, problem.reason)
             )
     return report
+
+
+_OWNED = (
+    (LogRow, "hx_log", "its records are in the log"),
+    (TransactionRow, "hx_transaction", "its transactions are stored"),
+    (CheckpointRow, "hx_checkpoint", "its checkpoints are stored"),
+    (EscalationRow, "hx_escalation", "its escalations are stored"),
+    (TrialRow, "hx_trial", "its trial is stored"),
+)
+
+
+def _orphans(store: Store, episodes: list[EpisodeRow]) -> list[Finding]:
+    """Rows of a whole store that belong to nothing: records of an episode whose row is gone,
+    an episode of a run whose row is gone."""
+    present = {e.id for e in episodes}
+    found: dict[str, Finding] = {}
+    with store.session() as s:
+        for table, name, what in _OWNED:
+            for episode_id in s.exec(select(col(table.episode_id)).distinct()):
+                if episode_id not in present and episode_id not in found:
+                    found[episode_id] = Finding(
+                        episode_id,
+                        "hx_episode",
+                        episode_id,
+                        f"{what} ({name}) but its row is missing: the episode was removed",
+                    )
+    runs = {r.id for r in store.runs()}
+    for episode in episodes:
+        if episode.run_id and episode.run_id not in runs and episode.run_id not in found:
+            found[episode.run_id] = Finding(
+                episode.id,
+                "hx_run",
+                episode.run_id,
+                f"episode {episode.id} belongs to run {episode.run_id}, whose row is missing: "
+                "the run was removed",
+            )
+    return list(found.values())
 
 
 def verify_store(
