@@ -19,8 +19,9 @@ from ..policy import FailureClass
 from ..runs.layout import OpenStore, open_store
 from ..runs.output import write_output
 from ..store import EpisodeRow, PublicKey, Store
+from ..store.signing import sign_episode
 from ..store.verify import verify_run
-from ._common import console, dump, fail
+from ._common import console, dump, fail, signing_key
 
 __all__ = ["audit_command", "escalations_command", "verify_command"]
 
@@ -152,6 +153,14 @@ def audit_command(
 @click.option("--reason", default="", help="Why (with resolve).")
 @click.option("--all", "every", is_flag=True, help="List resolved ones too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--signing-key",
+    "signing_key_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="With resolve: sign the episode's new head (the decision is appended to its log) "
+    "[default: the file HARNESS_SIGNING_KEY names, if set].",
+)
 def escalations_command(
     target: str,
     resolve: str | None,
@@ -162,6 +171,7 @@ def escalations_command(
     reason: str,
     every: bool,
     as_json: bool,
+    signing_key_file: str | None,
 ) -> None:
     """List TARGET's escalations waiting for a person, or record a decision on one.
 
@@ -205,9 +215,12 @@ def escalations_command(
                     f"`harness escalations {target} --all` lists them; nothing was changed"
                 )
             url, in_run = opened.url, opened.run_id is not None
+        key = signing_key(signing_key_file)
         store = Store(url)
         try:
             row = store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
+            if key is not None:
+                sign_episode(store, row.episode_id, key)
         finally:
             store.close()
     except HarnessError as exc:

@@ -185,3 +185,30 @@ def test_a_missing_store_is_refused_and_not_created(tmp_path: Path) -> None:
     code, out = _cli("verify", "nosuchdriver://x/y")
     assert code != 0 and "Traceback" not in out
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("signed", [True, False], ids=["with the key", "without the key"])
+def test_a_decision_moves_the_signed_head_and_resolve_signs_it_again(
+    tmp_path: Path, signed: bool
+) -> None:
+    """Recording a decision appends to the episode's log; resolved with the signing key, the
+    new head is signed, so the audit with the public key still holds; without it, the audit
+    names the episode whose head moved."""
+    db = _own_code_store(tmp_path, signed=True)
+    key_file = tmp_path / "signing.key"
+    KEY.save(key_file)
+    store = hx.Store(db, readonly=True)
+    try:
+        (pending,) = store.escalations(status="pending")
+    finally:
+        store.close()
+    args = ["escalations", str(db), "resolve", pending.id, "--reject", "--by", "ana"]
+    code, out = _cli(*args, *(["--signing-key", str(key_file)] if signed else []))
+    assert code == 0, out
+    code, out = _cli("verify", str(db), "--public-key", f"{key_file}.pub", "--json")
+    if signed:
+        assert code == 0, out
+    else:
+        assert code == 1
+        (finding,) = json.loads(out)["findings"]
+        assert finding["episode_id"] == "mine-2" and "differs" in finding["reason"]
