@@ -2,8 +2,10 @@
 
 A suite is a folder with a ``suite.json`` manifest naming its environment (a registered name,
 or a ``module:Class`` of the suite's folder or an importable module: :class:`Suite` says
-exactly what is accepted) and its task files; each task file is validated against the JSON
-Schema that ships in the package (``harness/schemas/tasks.schema.json``) before anything runs.
+exactly what is accepted) and its task files. The manifest and each task file are validated
+against the JSON Schemas that ship in the package (``harness/schemas/suite.schema.json`` and
+``tasks.schema.json``) before anything runs, and every task's reference actions are checked
+against the environment's tools (:meth:`Suite.check`).
 A tau2-bench ``tasks.json`` loads too, on the built-in environment of its domain.
 
 The built-in suites (:data:`BUILTIN_SUITES`) load by name: ``load_suite("retail")``. Their data
@@ -69,13 +71,11 @@ __all__ = [
     "is_builtin_suite",
     "load_suite",
     "resolve_suite",
+    "suite_schema",
     "task_schema",
 ]
 
 TASK_FORMAT_VERSION = 1
-MANIFEST_FIELDS = frozenset(
-    {"name", "version", "description", "environment", "environment_options", "verifier", "tasks"}
-)
 BUILTIN_SUITES: Final = ("retail", "configs")
 """The suites that ship with harness, loadable by name (:func:`builtin_suite`)."""
 BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvironment"}
@@ -203,10 +203,21 @@ class Task(BaseModel):
 
 
 @cache
-def task_schema() -> dict[str, Any]:
-    """The JSON Schema task files are validated against."""
-    text = resources.files("harness").joinpath("schemas/tasks.schema.json").read_text()
+def _schema(name: str) -> dict[str, Any]:
+    text = resources.files("harness").joinpath(f"schemas/{name}.schema.json").read_text()
     return dict(json.loads(text))
+
+
+def task_schema() -> dict[str, Any]:
+    """The JSON Schema task files (``tasks.json``) are validated against: the file
+    ``harness/schemas/tasks.schema.json`` shipped in the package."""
+    return _schema("tasks")
+
+
+def suite_schema() -> dict[str, Any]:
+    """The JSON Schema suite manifests (``suite.json``) are validated against: the file
+    ``harness/schemas/suite.schema.json`` shipped in the package."""
+    return _schema("suite")
 
 
 @dataclass(frozen=True)
@@ -787,24 +798,28 @@ def _read_json(path: Path) -> Any:
         raise SuiteError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
 
 
-def _validate_task_file(path: Path, data: Any) -> list[Task]:
-    validator = jsonschema.Draft202012Validator(task_schema())
+def _check_schema(path: Path, data: Any, schema: dict[str, Any]) -> None:
+    """Raise a :class:`SuiteError` naming the first place ``data`` breaks ``schema``: the
+    file, the task (of a task file) and the field."""
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        loc = list(err.absolute_path)
-        task = ""
-        if len(loc) >= 2 and loc[0] == "tasks" and isinstance(loc[1], int):
-            tid = (
-                data["tasks"][loc[1]].get("id") if isinstance(data["tasks"][loc[1]], dict) else None
-            )
-            task = f"task {tid or '#' + str(loc[1])!r}: "
-            loc = loc[2:]
-        if err.validator == "required" and isinstance(err.instance, dict):
-            missing = [f for f in err.validator_value if f not in err.instance]
-            loc = [*loc, missing[0]] if missing else loc
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        raise SuiteError(f"{path}: {task}field {field}: {err.message}")
+    if not errors:
+        return
+    err = errors[0]
+    loc = list(err.absolute_path)
+    task = ""
+    if len(loc) >= 2 and loc[0] == "tasks" and isinstance(data["tasks"][loc[1]], dict):
+        task = f"task {data['tasks'][loc[1]].get('id') or '#' + str(loc[1])!r}: "
+        loc = loc[2:]
+    if err.validator == "required" and isinstance(err.instance, dict):
+        missing = [f for f in err.validator_value if f not in err.instance]
+        loc = [*loc, missing[0]] if missing else loc
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    raise SuiteError(f"{path}: {task}field {field}: {err.message}")
+
+
+def _validate_task_file(path: Path, data: Any) -> list[Task]:
+    _check_schema(path, data, task_schema())
     tasks = [Task.model_validate(t) for t in data["tasks"]]
     seen: set[str] = set()
     for t in tasks:
@@ -866,15 +881,17 @@ def load_suite(path: str | Path, *, check_references: bool = True) -> Suite:
         manifest = _read_json(manifest_path)
         if not isinstance(manifest, dict):
             raise SuiteError(f"{manifest_path}: must be a JSON object")
-        for field in ("name", "environment", "tasks"):
+        schema = suite_schema()
+        for field in schema["required"]:
             if field not in manifest:
                 raise SuiteError(f"{manifest_path}: field {field}: missing")
-        unknown = sorted(set(manifest) - MANIFEST_FIELDS)
+        unknown = sorted(set(manifest) - set(schema["properties"]))
         if unknown:
             raise SuiteError(
                 f"{manifest_path}: field {unknown[0]}: not a manifest field "
-                f"(fields: {', '.join(sorted(MANIFEST_FIELDS))})"
+                f"(fields: {', '.join(sorted(schema['properties']))})"
             )
+        _check_schema(manifest_path, manifest, schema)
         tasks: list[Task] = []
         first_file: dict[str, Path] = {}
         for rel in manifest["tasks"]:

@@ -8,6 +8,7 @@ import shutil
 from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -47,6 +48,56 @@ def test_missing_task_field_names_the_field(tmp_path: Path):
     del data["tasks"][0]["instruction"]
     (suite / "tasks.json").write_text(json.dumps(data))
     with pytest.raises(hx.SuiteError, match="task 't0': field instruction: 'instruction' is a"):
+        hx.load_suite(suite)
+
+
+def test_the_published_schemas_are_the_ones_used():
+    """The JSON Schemas shipped in harness/schemas are valid and are what the loader uses."""
+    folder = Path(suite_module.__file__).parent / "schemas"
+    for name, used in (
+        ("tasks", suite_module.task_schema()),
+        ("suite", suite_module.suite_schema()),
+    ):
+        published = json.loads((folder / f"{name}.schema.json").read_text())
+        jsonschema.Draft202012Validator.check_schema(published)
+        assert used == published
+
+
+def test_task_model_and_task_schema_agree():
+    """Every field of a task in the schema is a Task field and back, and what the schema lets
+    a file leave out has the default the schema states (version: "1")."""
+    schema = suite_module.task_schema()["$defs"]["task"]
+    assert set(schema["properties"]) == set(hx.Task.model_fields)
+    assert "version" not in schema["required"]
+    for name, spec in schema["properties"].items():
+        if "default" in spec:
+            assert hx.Task.model_fields[name].default == spec["default"], name
+    manifest = suite_module.suite_schema()["properties"]
+    assert manifest["verifier"]["default"] == suite_module.DEFAULT_VERIFIER
+
+
+def test_versions_may_be_left_out(tmp_path: Path):
+    """A task file without versions (file or task) loads, each task at version "1"."""
+    suite = write_suite(tmp_path / "s", [1, 1])
+    data = json.loads((suite / "tasks.json").read_text())
+    del data["version"]
+    del data["tasks"][0]["version"]
+    data["tasks"][1]["version"] = "3"
+    (suite / "tasks.json").write_text(json.dumps(data))
+    assert [t.version for t in hx.load_suite(suite).tasks] == ["1", "3"]
+
+
+def test_manifest_field_types_are_checked(tmp_path: Path):
+    """A manifest field of the wrong type is named with the schema's complaint."""
+    suite = write_suite(tmp_path / "s", [1])
+    manifest = json.loads((suite / "suite.json").read_text())
+    (suite / "suite.json").write_text(json.dumps({**manifest, "tasks": "tasks.json"}))
+    with pytest.raises(hx.SuiteError, match="suite.json: field tasks: 'tasks.json' is not of type"):
+        hx.load_suite(suite)
+    (suite / "suite.json").write_text(json.dumps({**manifest, "environment_options": [1]}))
+    with pytest.raises(
+        hx.SuiteError, match="field environment_options: .* is not of type 'object'"
+    ):
         hx.load_suite(suite)
 
 
