@@ -12,7 +12,7 @@ _HOT_KINDS = HOT_OUTCOMES | {"intent"}
 
 
 class _Chain:
-    """``verify_chain`` and the episode witness check."""
+    """``verify_chain``: every episode's chain (:func:`chain_problem`)."""
 
     if TYPE_CHECKING:  # provided by Store
 
@@ -27,66 +27,57 @@ class _Chain:
         for ep in episodes:
             if ep is None:
                 return ChainReport(False, 0, 0, episode_id, None, "episode not found")
-            prev = GENESIS
             rows = self.log(ep.id)
-            for expected_seq, row in enumerate(rows, start=1):
-                total += 1
-                if row.seq != expected_seq:
-                    return ChainReport(
-                        False,
-                        len(episodes),
-                        total,
-                        ep.id,
-                        expected_seq,
-                        f"record {expected_seq} is missing or out of order (found {row.seq})",
-                    )
-                h = record_hash(
-                    prev,
-                    row.episode_id,
-                    row.seq,
-                    row.kind,
-                    row.txn_id,
-                    row.payload,
-                    row.ts,
-                )
-                if h != row.hash:
-                    return ChainReport(
-                        False,
-                        len(episodes),
-                        total,
-                        ep.id,
-                        row.seq,
-                        "content does not match its hash: the record was altered",
-                    )
-                prev = row.hash
-            problem = self._witness_problem(ep, rows)
-            if problem:
-                return ChainReport(False, len(episodes), total, ep.id, problem[0], problem[1])
+            problem = chain_problem(ep, rows)
+            if problem is not None:
+                seq, reason = problem
+                return ChainReport(False, len(episodes), total + seq, ep.id, seq, reason)
+            total += len(rows)
         return ChainReport(True, len(episodes), total)
 
-    @staticmethod
-    def _witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
-        """Check the chain against the episode row's witness (record count and head hash).
 
-        The witness moves with every write but the hot path's (intents and commits, whose rows
-        follow with the next write), so a crashed episode may end with those past it; anything
-        else past it, or a chain shorter than it, was tampered.
-        """
-        if len(rows) < ep.log_count:
+def chain_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
+    """The first bad record of one episode's chain, ``(seq, reason)``, or None.
+
+    Each record must sit at its place and hash to the hash it holds, chained to the one before;
+    the chain must end where the episode's row says (:func:`witness_problem`).
+    """
+    prev = GENESIS
+    for expected_seq, row in enumerate(rows, start=1):
+        if row.seq != expected_seq:
             return (
-                len(rows) + 1,
-                f"chain ends at record {len(rows)} but the episode recorded {ep.log_count}: "
-                "records were removed from the end",
+                expected_seq,
+                f"record {expected_seq} is missing or out of order (found {row.seq})",
             )
-        if ep.log_count and rows[ep.log_count - 1].hash != ep.head_hash:
-            return ep.log_count, "the episode's recorded head does not match this record"
-        extra = rows[ep.log_count :]
-        if extra and (
-            ep.status != EpisodeStatus.RUNNING or any(r.kind not in _HOT_KINDS for r in extra)
-        ):
-            return (
-                ep.log_count + 1,
-                f"{len(extra)} record(s) after the episode's recorded head "
-                f"({ep.status}): appended outside the harness",
-            )
-        return None
+        h = record_hash(prev, row.episode_id, row.seq, row.kind, row.txn_id, row.payload, row.ts)
+        if h != row.hash:
+            return row.seq, "content does not match its hash: the record was altered"
+        prev = row.hash
+    return witness_problem(ep, rows)
+
+
+def witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
+    """Check the chain against the episode row's witness (record count and head hash).
+
+    The witness moves with every write but the hot path's (intents and commits, whose rows
+    follow with the next write), so a crashed episode may end with those past it; anything
+    else past it, or a chain shorter than it, was tampered.
+    """
+    if len(rows) < ep.log_count:
+        return (
+            len(rows) + 1,
+            f"chain ends at record {len(rows)} but the episode recorded {ep.log_count}: "
+            "records were removed from the end",
+        )
+    if ep.log_count and rows[ep.log_count - 1].hash != ep.head_hash:
+        return ep.log_count, "the episode's recorded head does not match this record"
+    extra = rows[ep.log_count :]
+    if extra and (
+        ep.status != EpisodeStatus.RUNNING or any(r.kind not in _HOT_KINDS for r in extra)
+    ):
+        return (
+            ep.log_count + 1,
+            f"{len(extra)} record(s) after the episode's recorded head "
+            f"({ep.status}): appended outside the harness",
+        )
+    return None

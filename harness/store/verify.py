@@ -20,11 +20,13 @@ from sqlmodel import col, select
 
 from .._json import canonical, loads
 from ..errors import StoreError
-from .projection import committed_row
+from .chain import chain_problem
+from .projection import committed_row, derive
 from .signing import PublicKey, verify_signatures
 from .statuses import RESOLVED_AS, EscalationStatus, TxnStatus
 from .tables import (
     GENESIS,
+    SEQ_BITS,
     CheckpointRow,
     EpisodeRow,
     EscalationRow,
@@ -158,39 +160,97 @@ class _Problem(Exception):
         self.finding = (table, record, reason, log_seq)
 
 
+@dataclass
+class _Records:
+    """One episode's records as the store's readers return them."""
+
+    log: list[LogRow]
+    transactions: list[TransactionRow]
+    checkpoints: list[CheckpointRow]
+    escalations: list[EscalationRow]
+
+
+def _read(store: Store, episode: EpisodeRow) -> _Records:
+    """One episode's records, read through the store's queries."""
+    return _Records(
+        store.log(episode.id),
+        store.transactions(episode.id),
+        store.checkpoints(episode.id),
+        store.escalations(episode_id=episode.id),
+    )
+
+
+def _read_all(store: Store, episodes: list[EpisodeRow]) -> dict[str, _Records]:
+    """Every episode's records in one query per table, as :func:`_read` gives them one by one
+    (a log record belongs to the episode whose key range holds it; commits past an episode's
+    witness not yet written as rows are built from its log)."""
+    by_num = {e.num: e.id for e in episodes}
+    out = {e.id: _Records([], [], [], []) for e in episodes}
+    with store.session() as s:
+        for rec in s.exec(select(LogRow).order_by(col(LogRow.id))):
+            owner = by_num.get(rec.id >> SEQ_BITS)
+            if owner is not None:
+                out[owner].log.append(rec)
+        for txn in s.exec(select(TransactionRow).order_by(col(TransactionRow.seq))):
+            if txn.episode_id in out:
+                out[txn.episode_id].transactions.append(txn)
+        for cp in s.exec(select(CheckpointRow).order_by(col(CheckpointRow.step))):
+            if cp.episode_id in out:
+                out[cp.episode_id].checkpoints.append(cp)
+        for esc in s.exec(select(EscalationRow)):
+            if esc.episode_id in out:
+                out[esc.episode_id].escalations.append(esc)
+    for episode in episodes:
+        records = out[episode.id]
+        if records.log and records.log[-1].seq > episode.log_count:
+            txns, cps = derive(records.log, {t.id for t in records.transactions})
+            records.transactions = sorted(records.transactions + txns, key=lambda r: r.seq)
+            done = {c.txn_id for c in records.checkpoints}
+            extra = [c for c in cps if c.txn_id not in done]
+            records.checkpoints = sorted(records.checkpoints + extra, key=lambda c: c.step)
+    return out
+
+
 def verify_episode(
-    store: Store, episode: EpisodeRow, trials: Mapping[str, TrialRow] | None = None
+    store: Store,
+    episode: EpisodeRow,
+    trials: Mapping[str, TrialRow] | None = None,
+    records: _Records | None = None,
 ) -> tuple[Finding | None, dict[str, int]]:
     """The first problem in one episode's record (None if it is intact), and what was checked.
 
     Args:
         trials: the store's trial rows by episode id, when the caller has read them already
             (verifying a whole run reads them once, not once per episode).
+        records: the episode's records, when the caller has read them already.
     """
-    counts = {"records": 0, "transactions": 0, "checkpoints": 0, "escalations": 0}
-    chain = store.verify_chain(episode.id)
-    counts["records"] = chain.records
-    if not chain.ok:
-        return (
-            Finding(episode.id, "hx_log", f"record {chain.seq}", chain.reason, chain.seq),
-            counts,
-        )
+    if records is None:
+        records = _read(store, episode)
+    counts = {
+        "records": len(records.log),
+        "transactions": len(records.transactions),
+        "checkpoints": len(records.checkpoints),
+        "escalations": len(records.escalations),
+    }
+    chain = chain_problem(episode, records.log)
+    if chain is not None:
+        seq, reason = chain
+        return Finding(episode.id, "hx_log", f"record {seq}", reason, seq), counts
     try:
-        _cross_check(store, episode, counts, trials)
+        _cross_check(episode, records, trials, store)
     except _Problem as problem:
         return Finding(episode.id, *problem.finding), counts
     return None, counts
 
 
 def _cross_check(
-    store: Store,
     episode: EpisodeRow,
-    counts: dict[str, int],
+    records: _Records,
     trials: Mapping[str, TrialRow] | None,
+    store: Store,
 ) -> None:
-    log = store.log(episode.id)
-    rows = store.transactions(episode.id)
-    counts["transactions"] = len(rows)
+    log = records.log
+    rows = records.transactions
     by_id: dict[str, TransactionRow] = {}
     for row in rows:
         if row.id != f"{episode.id}:{row.seq}":
@@ -301,8 +361,8 @@ def _cross_check(
                 "it does not say what its refusal record says: the row was altered",
                 rec.seq,
             )
-    _check_digests(store, episode, rows, commits, counts)
-    _check_escalations(store, episode, escalated, resolved, counts)
+    _check_digests(episode, rows, records.checkpoints, commits)
+    _check_escalations(records.escalations, escalated, resolved)
     _check_episode_row(episode, log)
     if trials is None:
         trials = {t.episode_id: t for t in store.trials(episode.run_id)} if episode.run_id else {}
@@ -310,14 +370,11 @@ def _cross_check(
 
 
 def _check_digests(
-    store: Store,
     episode: EpisodeRow,
     rows: list[TransactionRow],
+    checkpoints: list[CheckpointRow],
     commits: dict[str, LogRow],
-    counts: dict[str, int],
 ) -> None:
-    checkpoints = store.checkpoints(episode.id)
-    counts["checkpoints"] = len(checkpoints)
     stepped = sorted((r for r in rows if r.step is not None), key=lambda r: r.step or 0)
     by_step = {c.step: c for c in checkpoints}
     digest = GENESIS
@@ -382,14 +439,11 @@ def _check_digests(
 
 
 def _check_escalations(
-    store: Store,
-    episode: EpisodeRow,
+    escalations: list[EscalationRow],
     escalated: dict[str, LogRow],
     resolved: dict[str, LogRow],
-    counts: dict[str, int],
 ) -> None:
-    rows = {e.id: e for e in store.escalations(episode_id=episode.id)}
-    counts["escalations"] = len(rows)
+    rows = {e.id: e for e in escalations}
     for esc_id, rec in escalated.items():
         row = rows.get(esc_id)
         if row is None:
@@ -502,6 +556,9 @@ def _check_trial(episode: EpisodeRow, log: list[LogRow], trial: TrialRow | None)
         )
 
 
+_ONE_BY_ONE = 16  # verifying more episodes than this reads each table once for all of them
+
+
 def verify_run(
     store: Store,
     episodes: list[EpisodeRow],
@@ -524,8 +581,9 @@ def verify_run(
     """
     report = VerifyReport(episodes=len(episodes))
     trials = {t.episode_id: t for t in store.trials()}
+    read = _read_all(store, episodes) if len(episodes) > _ONE_BY_ONE else {}
     for episode in episodes:
-        finding, counts = verify_episode(store, episode, trials)
+        finding, counts = verify_episode(store, episode, trials, read.get(episode.id))
         report.records += counts["records"]
         report.transactions += counts["transactions"]
         report.checkpoints += counts["checkpoints"]

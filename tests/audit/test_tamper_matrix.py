@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import harness as hx
+from harness.store import verify as verify_module
 from harness.store.tables import log_key
 from harness.testing import FakeClock
 
@@ -704,11 +705,17 @@ CASES = [
 
 
 def _report(db: Path, key: hx.PublicKey | None) -> hx.store.VerifyReport:
+    """Store.verify's report, the same whether it reads episode by episode or all at once."""
     store = hx.Store(db, readonly=True)
     try:
-        return store.verify(public_key=key)
+        one_by_one = store.verify(public_key=key)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(verify_module, "_ONE_BY_ONE", 0)
+            at_once = store.verify(public_key=key)
     finally:
         store.close()
+    assert at_once == one_by_one
+    return one_by_one
 
 
 def test_the_matrix_is_large_and_the_untouched_store_verifies(signed_store: Path) -> None:
