@@ -322,13 +322,14 @@ def _refusal(exc: Exception) -> str:
         error = exc.errors[-1]
     if isinstance(error, PreconditionFailed):
         why = f"its precondition {error.check!r} is false"
-        why += f" ({error.reason})" if error.reason else ""
+        why += f": {error.reason}" if error.reason else ""
     elif isinstance(error, ActionFailed | Escalated):
         why = f"it did not commit ({error.failure_class}): {error.reason}"
     elif isinstance(error, HarnessError):
         why = str(error)
     else:
         why = f"the tool raised {type(error).__name__}: {error}"
+    why = why.rstrip(".")
     return (
         f"refused when the reference actions are replayed on a fresh environment: {why}. "
         "The reference actions define the task's expected state: fix this action or the ones "
