@@ -63,6 +63,7 @@ __all__ = [
     "Environment",
     "FieldCheck",
     "Reference",
+    "Refusal",
     "Suite",
     "SuiteError",
     "Task",
@@ -242,8 +243,8 @@ class Reference:
     Attributes:
         changes: the resources they changed: key -> final value (None: removed).
         writes: the writes that committed: (action, canonical arguments), in order.
-        refused: the reference actions that did not run (empty for a suite that loaded with
-            its references checked).
+        refused: the reference actions that did not run (for a suite loaded with its
+            references checked, reads only: a refused write is an error there).
     """
 
     changes: dict[str, Any]

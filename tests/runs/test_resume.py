@@ -470,9 +470,9 @@ class LedgerToy:
         self.state = hx.DictState({f"c/{n}": 0 for n in "abcdefgh"})
         state = self.state
 
-        def who() -> str:
+        def who() -> str:  # a trial's episode; not the reference replay's (it has no run)
             ep = hx.current_episode()
-            return ep.id if ep is not None else ""
+            return ep.id if ep is not None and ep.run_id else ""
 
         def log(line: str) -> None:
             fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
