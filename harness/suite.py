@@ -265,12 +265,9 @@ def _signature(name: str, tool: Any) -> str:
     """``name(arguments)`` as the tool's function declares them, for error messages."""
     fn = tool.fn if isinstance(tool, Action) else tool
     try:
-        try:
-            signature = inspect.signature(fn, eval_str=True)
-        except Exception:  # hints that do not resolve: shown as written
-            signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return name
+        signature = inspect.signature(fn, eval_str=True)
+    except Exception:  # hints that do not resolve: shown as written
+        signature = inspect.signature(fn)
     return f"{name}{signature.replace(return_annotation=inspect.Signature.empty)}"
 
 

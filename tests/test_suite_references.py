@@ -88,7 +88,10 @@ class StarEnvironment:
         def look(first, *names):
             return first
 
-        self.tools = {"look": look}
+        def find(name: "NoSuchType") -> int:
+            return 0
+
+        self.tools = {"look": look, "find": find}
 
     def export(self):
         return self.state.to_dict()
@@ -112,6 +115,10 @@ def test_a_tool_without_a_schema_is_checked_by_its_signature(tmp_path: Path):
     message = _load_error(suite)
     assert "reference_actions[0] (look): arguments ['second']" in message
     assert "missing a required argument: 'first'" in message
+    _with_action(suite, 0, {"name": "find", "arguments": {"nmae": "a"}})
+    message = _load_error(suite)  # hints that do not resolve: the signature is bound, as written
+    assert "reference_actions[0] (find): arguments ['nmae']" in message
+    assert "give the arguments of find(name: 'NoSuchType')" in message
 
 
 def test_a_failing_precondition_names_task_action_and_reason(tmp_path: Path):
@@ -223,3 +230,61 @@ def test_builtin_suites_replay_every_reference(name: str):
     loaded = hx.load_suite(name)
     assert all(loaded.reference(t).refused == [] for t in loaded.tasks)
     assert any(loaded.reference(t).writes for t in loaded.tasks)
+
+
+ASYNC_ENV = '''
+import harness as hx
+
+
+class AsyncEnvironment:
+    """An async write tool and an async read tool."""
+
+    def __init__(self) -> None:
+        self.state = hx.DictState({"c/a": 0})
+        state = self.state
+
+        async def look(name: str) -> int:
+            return state[f"c/{name}"]
+
+        @hx.action(writes=["c/{name}"], idempotency_key=lambda a: a.name)
+        async def put(name: str, value: int) -> None:
+            state[f"c/{name}"] = value
+
+        @put.precondition
+        def known(ctx) -> bool:
+            """Only a counter that exists can be set."""
+            return ctx.state.get(f"c/{ctx.args.name}") is not None
+
+        self.tools = {"look": look, "put": put}
+
+    def export(self):
+        return self.state.to_dict()
+
+    def close(self):
+        pass
+'''
+
+
+def test_async_tools_are_replayed_and_checked(tmp_path: Path):
+    """References of async tools run to completion in the replay, and a false precondition
+    of an async action is named like a sync one's."""
+    suite = write_suite(tmp_path / "s", [0])
+    (suite / "async_env.py").write_text(ASYNC_ENV)
+    manifest = json.loads((suite / "suite.json").read_text())
+    (suite / "suite.json").write_text(
+        json.dumps({**manifest, "environment": "async_env:AsyncEnvironment"})
+    )
+    _with_action(suite, 0, {"name": "look", "arguments": {"name": "a"}})
+    _with_action(suite, 1, {"name": "put", "arguments": {"name": "a", "value": 5}})
+    loaded = hx.load_suite(suite)
+    reference = loaded.reference(loaded.tasks[0])
+    assert reference.changes == {"c/a": 5} and reference.refused == []
+    _with_action(suite, 1, {"name": "put", "arguments": {"name": "q", "value": 5}})
+    message = _load_error(suite)
+    assert "reference_actions[1] (put): refused" in message
+    assert "its precondition 'known' is false: Only a counter that exists can be set." in message
+    _with_action(suite, 1, {"name": "put", "arguments": {"name": "a", "value": 5}})
+    _with_action(suite, 2, {"name": "put", "arguments": {"name": "a", "value": 6}})
+    message = _load_error(suite)
+    assert "reference_actions[2] (put): refused" in message
+    assert "idempotency key 'put:a'" in message and "committed with other arguments" in message
