@@ -26,6 +26,16 @@ def _with_action(suite: Path, index: int, call: dict[str, Any]) -> Path:
     return suite
 
 
+def _own_environment(folder: Path, module: str, source: str, cls: str) -> Path:
+    """A suite of one task with no reference actions, on the class ``cls`` of the module
+    ``source``, written into the suite's folder as ``<module>.py``."""
+    suite = write_suite(folder, [0])
+    (suite / f"{module}.py").write_text(source)
+    manifest = json.loads((suite / "suite.json").read_text())
+    (suite / "suite.json").write_text(json.dumps({**manifest, "environment": f"{module}:{cls}"}))
+    return suite
+
+
 def _load_error(suite: Path, **options: Any) -> str:
     with pytest.raises(hx.SuiteError) as caught:
         hx.load_suite(suite, **options)
@@ -103,12 +113,7 @@ class StarEnvironment:
 
 def test_a_tool_without_a_schema_is_checked_by_its_signature(tmp_path: Path):
     """A tool whose signature gives no schema (``*names``) has its arguments bound to it."""
-    suite = write_suite(tmp_path / "s", [0])
-    (suite / "star.py").write_text(STAR_ENV)
-    manifest = json.loads((suite / "suite.json").read_text())
-    (suite / "suite.json").write_text(
-        json.dumps({**manifest, "environment": "star:StarEnvironment"})
-    )
+    suite = _own_environment(tmp_path / "s", "star", STAR_ENV, "StarEnvironment")
     _with_action(suite, 0, {"name": "look", "arguments": {"first": "a"}})
     assert hx.load_suite(suite).tasks[0].reference_actions[0].name == "look"
     _with_action(suite, 0, {"name": "look", "arguments": {"second": "a"}})
@@ -179,11 +184,7 @@ class RaisingEnvironment:
 def test_a_reference_write_that_raises_is_named_and_a_failed_read_is_listed(tmp_path: Path):
     """A reference write whose tool raises on the replay is refused with the tool's error; a
     read that raises changes no state, so the suite loads and the read is listed as refused."""
-    suite = write_suite(tmp_path / "s", [0])
-    (suite / "raising.py").write_text(RAISING_ENV)
-    manifest = json.loads((suite / "suite.json").read_text())
-    manifest["environment"] = "raising:RaisingEnvironment"
-    (suite / "suite.json").write_text(json.dumps(manifest))
+    suite = _own_environment(tmp_path / "s", "raising", RAISING_ENV, "RaisingEnvironment")
     _with_action(suite, 0, {"name": "look", "arguments": {"name": "b"}})
     _with_action(suite, 1, {"name": "put", "arguments": {"name": "a", "value": 7}})
     loaded = hx.load_suite(suite)
@@ -268,12 +269,7 @@ class AsyncEnvironment:
 def test_async_tools_are_replayed_and_checked(tmp_path: Path):
     """References of async tools run to completion in the replay, and a false precondition
     of an async action is named like a sync one's."""
-    suite = write_suite(tmp_path / "s", [0])
-    (suite / "async_env.py").write_text(ASYNC_ENV)
-    manifest = json.loads((suite / "suite.json").read_text())
-    (suite / "suite.json").write_text(
-        json.dumps({**manifest, "environment": "async_env:AsyncEnvironment"})
-    )
+    suite = _own_environment(tmp_path / "s", "async_env", ASYNC_ENV, "AsyncEnvironment")
     _with_action(suite, 0, {"name": "look", "arguments": {"name": "a"}})
     _with_action(suite, 1, {"name": "put", "arguments": {"name": "a", "value": 5}})
     loaded = hx.load_suite(suite)
