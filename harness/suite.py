@@ -572,6 +572,7 @@ class Suite:
         name, version: from the manifest.
         path: where it was loaded from.
         tasks: the tasks, in file order.
+        task_files: task id -> the file it was read from (named in errors).
         environment: what names the class that builds a fresh environment.
         verifier: what names the function that judges a trial (:class:`Verifier`); the
             function is :attr:`verify`.
@@ -588,6 +589,7 @@ class Suite:
         environment_options: dict[str, Any] | None = None,
         verifier: str = DEFAULT_VERIFIER,
         check_references: bool = True,
+        task_files: Mapping[str, Path] | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -599,6 +601,7 @@ class Suite:
         self._factory = _environment_class(environment, where, folder, self.environment_options)
         self.verifier = verifier
         self.verify: Verifier = _verifier_function(verifier, where, folder)
+        self.task_files = dict(task_files or {})
         self._references: dict[str, Reference] = {}
         self.check(references=check_references)
 
@@ -622,7 +625,8 @@ class Suite:
                     problem = _call_problem(env.tools, call, self.environment)
                     if problem is not None:
                         raise SuiteError(
-                            f"{self.path}: {Refusal(i, call.name, problem, False).message(task)}"
+                            f"{self._file(task)}: "
+                            f"{Refusal(i, call.name, problem, False).message(task)}"
                         )
         finally:
             env.close()
@@ -631,7 +635,11 @@ class Suite:
             for task in self.tasks:
                 for refusal in self._references[task.digest].refused:
                     if refusal.write:
-                        raise SuiteError(f"{self.path}: {refusal.message(task)}")
+                        raise SuiteError(f"{self._file(task)}: {refusal.message(task)}")
+
+    def _file(self, task: Task) -> Path:
+        """The file ``task`` was read from (the suite's path when not known)."""
+        return self.task_files.get(task.id, self.path)
 
     def reference(self, task: Task) -> Reference:
         """What ``task``'s reference actions do on a fresh environment (computed once).
@@ -912,6 +920,7 @@ def load_suite(path: str | Path, *, check_references: bool = True) -> Suite:
             environment_options=manifest.get("environment_options") or {},
             verifier=manifest.get("verifier") or DEFAULT_VERIFIER,
             check_references=check_references,
+            task_files=first_file,
         )
     data = _read_json(p)
     if _is_tau2(data):

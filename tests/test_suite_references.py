@@ -48,7 +48,9 @@ def test_unknown_tool_names_task_action_and_the_tools(tmp_path: Path, check_refe
     replay or not), naming the task, the action's index and name, and the tools there are."""
     suite = _with_action(write_suite(tmp_path / "s", [1]), 0, {"name": "launch_rockets"})
     message = _load_error(suite, check_references=check_references)
-    assert message.startswith(f"{suite}: task 't0': reference_actions[0] (launch_rockets): ")
+    assert message.startswith(
+        f"{suite / 'tasks.json'}: task 't0': reference_actions[0] (launch_rockets): "
+    )
     assert "unknown tool 'launch_rockets'" in message
     assert "the tools of tests.toy_env:ToyEnvironment are bump, look" in message
 
@@ -136,7 +138,8 @@ def test_a_failing_precondition_names_task_action_and_reason(tmp_path: Path):
         {"name": "bump", "arguments": {"name": "zz", "step": 5}},
     )
     message = _load_error(suite)
-    assert f"{suite}: task 't0': reference_actions[2] (bump): refused when the reference" in message
+    where = suite / "tasks.json"
+    assert f"{where}: task 't0': reference_actions[2] (bump): refused when the" in message
     assert "its precondition 'counter_exists' is false" in message
     assert "define the task's expected state" in message
     loaded = hx.load_suite(suite, check_references=False)
