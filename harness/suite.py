@@ -27,6 +27,7 @@ import json
 import sys
 import tempfile
 import textwrap
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -335,6 +336,11 @@ def _refusal(exc: Exception) -> str:
     )
 
 
+def _remove_store(store: Store, folder: tempfile.TemporaryDirectory[str]) -> None:
+    store.close()
+    folder.cleanup()
+
+
 def _run(tool: Any, arguments: dict[str, Any]) -> Any:
     """Call ``tool``; an async tool is run to completion."""
     result = tool(**arguments)
@@ -603,6 +609,7 @@ class Suite:
         self.verify: Verifier = _verifier_function(verifier, where, folder)
         self.task_files = dict(task_files or {})
         self._references: dict[str, Reference] = {}
+        self._store: Store | None = None
         self.check(references=check_references)
 
     def check(self, *, references: bool = True) -> None:
@@ -655,17 +662,20 @@ class Suite:
         return found
 
     def _replay(self, tasks: Sequence[Task]) -> dict[str, Reference]:
-        """Replay the reference actions of ``tasks`` not replayed yet, one store for all."""
-        todo = [t for t in tasks if t.digest not in self._references]
-        if todo:
-            with tempfile.TemporaryDirectory(prefix="harness-reference-") as folder:
-                store = Store(Path(folder) / "reference.db", create=True)
-                try:
-                    for task in todo:
-                        self._references[task.digest] = self._replay_task(task, store)
-                finally:
-                    store.close()
+        """Replay the reference actions of ``tasks`` not replayed yet."""
+        for task in tasks:
+            if task.digest not in self._references:
+                self._references[task.digest] = self._replay_task(task, self._replay_store())
         return self._references
+
+    def _replay_store(self) -> Store:
+        """The store of this suite's reference replays: a temporary one, made at the first
+        replay and removed with the suite (one for all: making a store costs milliseconds)."""
+        if self._store is None:
+            folder = tempfile.TemporaryDirectory(prefix="harness-reference-")
+            self._store = Store(Path(folder.name) / "reference.db", create=True)
+            weakref.finalize(self, _remove_store, self._store, folder)
+        return self._store
 
     def _replay_task(self, task: Task, store: Store) -> Reference:
         env = self.new_environment()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -219,13 +221,22 @@ def test_the_checked_replay_is_what_runs_are_judged_against(tmp_path: Path):
 
 
 def test_loading_writes_nothing_beside_the_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The replay's records go to a temporary store: loading leaves no logs folder behind."""
+    """The replay's records go to a temporary store, removed with the suite: loading leaves
+    no logs folder, nothing in the suite's folder, and nothing behind once the suite is gone."""
     monkeypatch.chdir(tmp_path)
-    suite = write_suite(tmp_path / "s", [1])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    suite = write_suite(tmp_path / "s", [1, 2])
     before = sorted(p.name for p in suite.iterdir())
-    hx.load_suite(suite)
+    loaded = hx.load_suite(suite)
+    assert [p.name.startswith("harness-reference-") for p in scratch.iterdir()] == [True]
+    assert loaded.reference(hx.Task(id="extra", instruction="look")).refused == []
     assert not (tmp_path / "logs").exists()
     assert sorted(p.name for p in suite.iterdir()) == before
+    del loaded
+    gc.collect()
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.mark.parametrize("name", ["retail", "configs"])
