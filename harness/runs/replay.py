@@ -176,21 +176,26 @@ def replay_episode(
     folder: str | Path,
     episode_id: str,
     *,
-    agent: Agent | None = None,
+    agent: str | Agent | None = None,
     suite: str | Path | None = None,
     trust: bool = False,
+    trust_agent: bool = False,
 ) -> ReplayReport:
     """Re-verify one episode's recorded final state and re-run its agent against its record.
 
     Args:
         folder: the run folder (``logs/<run>``).
         episode_id: the episode (``harness audit`` lists them).
-        agent: the agent to re-run (default: the run's, from its configuration).
+        agent: the agent to re-run, or how to build it (a built-in name, ``module:Class`` or
+            ``path/to/file.py:Class``); default: the run's, from the spec it records, which
+            must be a built-in agent unless ``trust_agent`` is set
+            (:func:`~harness.runs.resume.agent_spec`).
         suite: the suite to replay on (a path or a built-in name; it must be the run's suite);
             needed unless the run's suite is built in or ``trust`` is set: the suite path a run
             folder records is not loaded on the folder's word
             (:func:`~harness.runs.resume.run_suite`).
         trust: load the suite at the path the run folder records, whatever it is.
+        trust_agent: build the agent from the spec the run folder records, whatever it names.
 
     Raises:
         RunNotFound: the folder is not a run folder.
@@ -198,6 +203,8 @@ def replay_episode(
         HarnessError: no such episode in the run; the suite or agent cannot be loaded.
         SuiteError: the run's suite is not built in and neither ``suite`` nor ``trust`` is
             given.
+        ConfigurationError: the run's agent is not built in and neither ``agent`` nor
+            ``trust_agent`` is given, or it does not build.
     """
     with open_run(folder) as run:
         store: Store = run.store
@@ -209,6 +216,8 @@ def replay_episode(
                 f"episodes include: {', '.join(known) or 'none'} (`harness audit {run.folder}`)"
             )
         loaded = run_suite(run, suite=suite, trust=trust)
+        # Built before anything runs: a refused agent leaves nothing half done.
+        built = run_agent(run, agent, trust=trust_agent)
         task = loaded.task(episode.task_id or "")
         trial = next((t for t in store.trials(run.run.id) if t.episode_id == episode_id), None)
         rows = store.transactions(episode_id)
@@ -233,7 +242,6 @@ def replay_episode(
         finally:
             env.close()
         # 2. The agent against the record.
-        agent = agent or run_agent(run)
         replay = ReplayEpisode(episode_id, steps, store.escalations(episode_id=episode_id))
         env = loaded.new_environment()
         message: str | None = None
@@ -242,7 +250,7 @@ def replay_episode(
         try:
             toolbox = RecordingToolbox(env.tools, replay, env)
             try:
-                message = agent.run(task, toolbox, seed=trial.seed if trial else 0).message
+                message = built.run(task, toolbox, seed=trial.seed if trial else 0).message
                 replay.finish()
             except Diverged:
                 ended = "diverged"

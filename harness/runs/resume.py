@@ -22,17 +22,18 @@ from typing import Any
 
 from .._json import dumps
 from .._version import __version__
-from ..agents import Agent, registry
+from ..agents import Agent, is_agent_spec, recorded_spec, registry
 from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
-from ..store import EpisodeStatus, RunStatus, Store
+from ..store import EpisodeStatus, RunStatus, SigningKey, Store
+from ..store.signing import sign_run
 from ..suite import Suite, is_builtin_suite, load_suite
 from .layout import EVIDENCE_FILE, OpenRun, episode_id, open_run, run_row, store_url, write_json
 from .pool import run_jobs
 from .start import REDACTED, RunResult, trial_seed
 from .worker import Job, TrialResult, Worker, trial_state
 
-__all__ = ["ResumeResult", "resume_run", "run_agent", "run_policy", "run_suite"]
+__all__ = ["ResumeResult", "agent_spec", "resume_run", "run_agent", "run_policy", "run_suite"]
 
 
 def run_suite(run: OpenRun, *, suite: str | Path | None = None, trust: bool = False) -> Suite:
@@ -78,21 +79,70 @@ def run_suite(run: OpenRun, *, suite: str | Path | None = None, trust: bool = Fa
         ) from exc
 
 
-def run_agent(run: OpenRun) -> Agent:
-    """A new agent as the run configured it."""
-    return registry_agent(run, None)
+def agent_spec(
+    run: OpenRun, agent: str | Agent | None = None, *, trust: bool = False
+) -> str | Agent:
+    """What the run's agent is built from: the caller's agent or spec, else the run's record
+    when it names a built-in agent or the caller trusts it.
 
+    A run folder is data, and whoever can write it can change the agent spec it records
+    (``agent`` in its configuration); building a ``module:Class`` or ``path/to/file.py:Class``
+    agent imports the code it names. So, as with the suite (:func:`run_suite`), a recorded spec
+    is built only when ``trust`` is set; otherwise the caller names the agent (``agent``).
 
-def registry_agent(run: OpenRun, secrets: dict[str, Any] | None) -> Agent:
-    """A new agent as the run configured it, with ``secrets`` given back."""
-    name = run.config.get("agent")
-    if not isinstance(name, str) or name not in registry.names():
+    Raises:
+        ConfigurationError: the run's agent was an object (nothing records how to build it), or
+            its recorded spec is not a built-in agent and neither ``agent`` nor ``trust`` is
+            given (the message says to pass ``--agent`` or ``--trust-agent``).
+    """
+    if agent is not None:
+        return recorded_spec(agent) if isinstance(agent, str) else agent
+    recorded = run.config.get("agent")
+    named = isinstance(recorded, str) and (is_agent_spec(recorded) or recorded in registry.names())
+    if run.config.get("agent_object") or not named:
         raise ConfigurationError(
-            f"run {run.run.id} used agent {name!r}, which is not a registered agent "
-            f"({', '.join(registry.names())}); resume it from Python with "
-            "resume_run(folder, agent=...)"
+            f"run {run.run.id} in {run.folder} used agent {recorded!r}, an object given in "
+            "Python (a run records how to build only a built-in agent or a module:Class or "
+            "path/to/file.py:Class spec); name its class (`--agent module:Class`), or resume "
+            "from Python with resume_run(folder, agent=...)"
         )
-    return registry.create(name, **agent_options(run, secrets))
+    assert isinstance(recorded, str)
+    if is_agent_spec(recorded) and not trust:
+        raise ConfigurationError(
+            f"run {run.run.id} in {run.folder} records its agent as {recorded}, which is not a "
+            "built-in agent; a run folder does not choose the code that runs: name the agent "
+            f"yourself (`--agent {recorded}`, agent=... in Python), or trust the recorded spec "
+            "(`--trust-agent`, trust_agent=True)"
+        )
+    return recorded
+
+
+def run_agent(
+    run: OpenRun,
+    agent: str | Agent | None = None,
+    *,
+    trust: bool = False,
+    secrets: dict[str, Any] | None = None,
+) -> Agent:
+    """A new agent as the run configured it (:func:`agent_spec` says from what), with its
+    recorded options and ``secrets`` given back.
+
+    Raises:
+        ConfigurationError: as :func:`agent_spec`; the spec does not build an agent, or builds
+            one whose name is not the run's agent's.
+    """
+    chosen = agent_spec(run, agent, trust=trust)
+    if not isinstance(chosen, str):
+        return chosen
+    built = registry.create(chosen, **agent_options(run, secrets))
+    expected = run.config.get("agent_name")
+    if expected and built.name != expected:
+        raise ConfigurationError(
+            f"run {run.run.id} in {run.folder} was made by agent {expected!r} "
+            f"({run.config.get('agent')}); {chosen} builds agent {built.name!r}: name the run's "
+            "agent"
+        )
+    return built
 
 
 def agent_options(run: OpenRun, secrets: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -169,24 +219,50 @@ class ResumeResult:
         }
 
 
+def _signing_notes(store: Store, run_id: str, key: SigningKey | None) -> list[str]:
+    """Refuse a key other than the run's; note a signed run resumed without its key."""
+    ids = {e.id for e in store.episodes(run_id)}
+    signers = {
+        s.key_id
+        for s in store.signatures()
+        if s.subject == run_id or (s.scope == "episode" and s.subject in ids)
+    }
+    if key is not None and signers - {key.key_id}:
+        raise ConfigurationError(
+            f"run {run_id} was signed with key {', '.join(sorted(signers))}, not with the key "
+            f"given ({key.key_id}); resume it with the key it was signed with"
+        )
+    if key is None and signers:
+        return [
+            f"run {run_id} was signed (key {', '.join(sorted(signers))}) and this resume is "
+            "not: the episodes it ends and the run's manifest go unsigned, and an audit with "
+            "the public key names them; resume with --signing-key to sign them"
+        ]
+    return []
+
+
 def resume_run(
     folder: str | Path,
     *,
     workers: int = 1,
-    agent: Agent | None = None,
+    agent: str | Agent | None = None,
     policy: Policy | None = None,
     progress: Callable[[TrialResult], None] | None = None,
     lease_seconds: float = 600.0,
     secrets: dict[str, Any] | None = None,
     suite: str | Path | None = None,
     trust: bool = False,
+    trust_agent: bool = False,
+    signing_key: SigningKey | None = None,
 ) -> ResumeResult:
     """Finish the run in ``folder``: keep finished trials, resume interrupted ones, run the rest.
 
     Args:
         folder: the run folder (``logs/<run>``).
         workers: processes running trials in parallel.
-        agent: the agent (default: the run's, rebuilt from its configuration).
+        agent: the agent, or how to build it (a built-in name, ``module:Class`` or
+            ``path/to/file.py:Class``); default: the run's, rebuilt from the spec it records,
+            which must be a built-in agent unless ``trust_agent`` is set (:func:`agent_spec`).
         policy: the policy (default: the run's, rebuilt from its evidence record).
         progress: called with each trial finished now.
         lease_seconds: how long an episode's lease lasts without renewal (its holder renews
@@ -196,12 +272,20 @@ def resume_run(
             suite); needed unless the run's suite is built in or ``trust`` is set
             (:func:`run_suite`).
         trust: load the suite at the path the run folder records, whatever it is.
+        trust_agent: build the agent from the spec the run folder records, whatever it names.
+        signing_key: the key the run was signed with: each episode that ends now is signed,
+            and the run's manifest again at the end. A run signed with another key is refused;
+            a signed run resumed without its key gets a note (its new heads go unsigned, and
+            an audit with the public key names them).
 
     Raises:
         RunNotFound: the folder is not a run folder.
         StoreError: its database is damaged or from a newer harness.
         SuiteError: the run's suite is not built in and neither ``suite`` nor ``trust`` is
             given, or the suite does not load.
+        ConfigurationError: the run's agent is not built in and neither ``agent`` nor
+            ``trust_agent`` is given, or it does not build; or ``signing_key`` is not the key
+            the run was signed with.
     """
     if workers < 1:
         raise ConfigurationError("resume_run: workers must be >= 1")
@@ -212,7 +296,9 @@ def resume_run(
         notes: list[str] = []
         if policy is None:
             policy, notes = run_policy(run)
-        agent_obj = agent or registry_agent(run, secrets)
+        notes += _signing_notes(store, run.run.id, signing_key)
+        spec = agent_spec(run, agent, trust=trust_agent)
+        agent_obj = run_agent(run, spec, secrets=secrets)
         run_id = run.run.id
         tasks = list(config.get("tasks") or [t.id for t in loaded.tasks])
         trials = int(config.get("trials") or 1)
@@ -256,7 +342,7 @@ def resume_run(
 
         record_run(RunStatus.RUNNING)
         url = store_url(run.folder)
-        agent_name = config.get("agent") if agent is None else agent_obj
+        pem = None if signing_key is None else signing_key.pem()
 
         def finished(job: Job, result: TrialResult | None) -> None:
             eid = episode_id(run_id, job[0], job[1])
@@ -272,19 +358,20 @@ def resume_run(
             workers=workers,
             worker_args=(
                 str(loaded.path),
-                agent_name,
+                spec,
                 agent_options(run, secrets),
                 url,
                 run_id,
                 policy,
                 None,
                 lease_seconds,
+                pem,
             ),
             on_result=finished,
             in_process=Worker(
-                str(loaded.path), agent_obj, {}, url, run_id, policy, None, lease_seconds
+                str(loaded.path), agent_obj, {}, url, run_id, policy, None, lease_seconds, pem
             )
-            if workers == 1 or not isinstance(agent_name, str)
+            if workers == 1 or not isinstance(spec, str)
             else None,
         )
         rows = store.trials(run_id)
@@ -292,6 +379,8 @@ def resume_run(
             r.outcome == EpisodeStatus.ESCALATED for r in rows
         )
         record_run(RunStatus.FINISHED if complete else RunStatus.INTERRUPTED)
+        if signing_key is not None:
+            sign_run(store, run_id, signing_key)
         out.run = RunResult(
             run_id, run.folder, loaded.name, trials, [TrialResult.from_row(r) for r in rows]
         )
