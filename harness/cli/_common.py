@@ -17,7 +17,8 @@ from rich.table import Table
 
 from ..errors import HarnessError
 from ..runs import RunResult
-from ..store import SigningKey
+from ..runs.layout import open_store
+from ..store import PublicKey, SigningKey, VerifyReport
 
 __all__ = [
     "console",
@@ -26,7 +27,11 @@ __all__ = [
     "failures_table",
     "openai_settings",
     "signing_key",
+    "suite_options",
     "summary_table",
+    "unverified_option",
+    "verified",
+    "verify_options",
 ]
 
 console = Console(soft_wrap=True, highlight=False)
@@ -45,6 +50,79 @@ def fail(exc: HarnessError) -> NoReturn:
 def dump(value: Any) -> None:
     """Print ``value`` as JSON (strict: a NaN is an error, not a bare ``NaN``)."""
     click.echo(json.dumps(value, indent=2, allow_nan=False, default=str))
+
+
+def suite_options(command: Any) -> Any:
+    """``--suite`` and ``--trust-suite``: which suite replay, resume and export may load."""
+    command = click.option(
+        "--trust-suite",
+        is_flag=True,
+        help="Load the suite at the path the run folder records (it imports the code it names).",
+    )(command)
+    return click.option(
+        "--suite",
+        "suite",
+        default=None,
+        help="The run's suite (a folder, a task file or a built-in name); needed unless the "
+        "run's suite is built in or --trust-suite is given.",
+    )(command)
+
+
+def unverified_option(command: Any) -> Any:
+    """``--allow-unverified``: go on with a run whose record fails verification, marked."""
+    return click.option(
+        "--allow-unverified",
+        is_flag=True,
+        help="Go on when the run's record fails verification, marking it UNVERIFIED "
+        "(without it, the command refuses).",
+    )(command)
+
+
+def verify_options(command: Any) -> Any:
+    """``--public-key`` and ``--allow-unverified``: what a command that reads a run back
+    checks first (:func:`verified`)."""
+    return click.option(
+        "--public-key",
+        "public_key",
+        default=None,
+        type=click.Path(dir_okay=False, exists=True),
+        help="Also check the run's signatures with this public key (harness keygen).",
+    )(unverified_option(command))
+
+
+def verified(
+    target: Any, *, public_key: str | None = None, allow: bool = False, quiet: bool = False
+) -> VerifyReport:
+    """Verify ``target``'s record before reading it back (``harness verify``'s check).
+
+    A record that fails is refused (exit 2), naming the first problem and how to see them all;
+    with ``allow`` the command goes on and a red UNVERIFIED line (on stderr) says why.
+    """
+    try:
+        key = None if public_key is None else PublicKey.load(public_key)
+        with open_store(target) as opened:
+            report = opened.store.verify(opened.run_id, public_key=key)
+    except HarnessError as exc:
+        fail(exc)
+    if report.ok:
+        return report
+    first = report.findings[0]
+    more = len(report.findings) - 1
+    said = f"{first}" + (f" (and {more} more)" if more else "")
+    if not allow:
+        fail(
+            HarnessError(
+                f"{target} fails verification: {said}. `harness verify {target}` lists every "
+                "problem; nothing was read from it. Give --allow-unverified to go on anyway, "
+                "marked UNVERIFIED"
+            )
+        )
+    if not quiet:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(
+            f"[bold red]UNVERIFIED:[/bold red] {escape(str(target))} fails verification: "
+            f"{escape(said)}"
+        )
+    return report
 
 
 def openai_settings(base_url: str | None = None, model: str | None = None) -> dict[str, Any]:

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import HarnessError
-from ..report.export import EXPORT_FORMATS, ExportFormat, export_run
+from ..report.export import EXPORT_FORMATS, ExportFormat, export_run, suite_left_out
 from ..report.model import compare_reports, load_report
 from ..report.terminal import render, render_comparison
 from ..runs.output import write_output
 from ..stats import InfraPolicy
-from ._common import dump, fail
+from ._common import dump, fail, suite_options, verified, verify_options
 
 __all__ = ["compare_command", "export_command", "report_command"]
 
@@ -46,6 +47,7 @@ CONFIDENCE_OPTION = click.option(
     help="Also write one self-contained HTML file (plots, tables, evidence).",
 )
 @click.option("--tasks", "per_task", is_flag=True, help="Also print the per-task table.")
+@verify_options
 def report_command(
     run: Path,
     infra: InfraPolicy,
@@ -53,14 +55,19 @@ def report_command(
     as_json: bool,
     html_file: Path | None,
     per_task: bool,
+    public_key: str | None,
+    allow_unverified: bool,
 ) -> None:
     """Report RUN (logs/<run>): pass^k and pass@k with intervals, p^n, failures, evidence."""
+    check = verified(run, public_key=public_key, allow=allow_unverified)
     try:
         report = load_report(run, infra=infra, confidence=confidence)
     except HarnessError as exc:
         fail(exc)
     if as_json:
-        dump(report.to_dict())
+        data = report.to_dict()
+        data["verification"] = check.to_dict()
+        dump(data)
     else:
         render(report, Console(), per_task=per_task)
     if html_file is not None:
@@ -79,10 +86,19 @@ def report_command(
 @INFRA_OPTION
 @CONFIDENCE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@verify_options
 def compare_command(
-    run_a: Path, run_b: Path, infra: InfraPolicy, confidence: float, as_json: bool
+    run_a: Path,
+    run_b: Path,
+    infra: InfraPolicy,
+    confidence: float,
+    as_json: bool,
+    public_key: str | None,
+    allow_unverified: bool,
 ) -> None:
     """Compare RUN_A with RUN_B: paired pass^k difference on the tasks both ran."""
+    for run in (run_a, run_b):
+        verified(run, public_key=public_key, allow=allow_unverified)
     try:
         a = load_report(run_a, infra=infra, confidence=confidence)
         b = load_report(run_b, infra=infra, confidence=confidence)
@@ -118,10 +134,31 @@ def compare_command(
     help="taubench: write infrastructure errors as reward 0 (fail) or leave them out. "
     "tau2 always marks them infrastructure_error, which tau2's metrics exclude.",
 )
-def export_command(run: Path, fmt: ExportFormat, out: Path | None, infra: InfraPolicy) -> None:
-    """Export RUN (logs/<run>) as files tau-bench's or tau2-bench's scorers read, or JSON lines."""
+@suite_options
+@verify_options
+def export_command(
+    run: Path,
+    fmt: ExportFormat,
+    out: Path | None,
+    infra: InfraPolicy,
+    suite: str | None,
+    trust_suite: bool,
+    public_key: str | None,
+    allow_unverified: bool,
+) -> None:
+    """Export RUN (logs/<run>) as files tau-bench's or tau2-bench's scorers read, or JSON lines.
+
+    The tasks' instructions come from the run's suite, which is loaded when it is built in,
+    named with --suite, or trusted with --trust-suite.
+    """
+    verified(run, public_key=public_key, allow=allow_unverified)
     try:
-        target = export_run(run, fmt, out, infra=infra)
+        target = export_run(run, fmt, out, infra=infra, suite=suite, trust=trust_suite)
+        note = None if fmt == "jsonl" else suite_left_out(run, suite=suite, trust=trust_suite)
     except HarnessError as exc:
         fail(exc)
+    if note:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(
+            f"[yellow]note:[/] {escape(note)}"
+        )
     click.echo(f"wrote {target}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,23 @@ from ._common import (
     openai_settings,
     secrets,
     signing_key,
+    suite_options,
     summary_table,
+    unverified_option,
+    verified,
+    verify_options,
 )
 
 __all__ = ["replay_command", "resume_command", "run_command"]
+
+signing_key_option = click.option(
+    "--signing-key",
+    "signing_key_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Sign each episode's head and the run's manifest with this key (harness keygen) "
+    "[default: the file HARNESS_SIGNING_KEY names, if set].",
+)
 
 
 @click.command("run")
@@ -62,14 +74,7 @@ __all__ = ["replay_command", "resume_command", "run_command"]
     type=click.Path(exists=True, dir_okay=False),
     help="Inject the faults of this plan (JSON or TOML) and report detection by class.",
 )
-@click.option(
-    "--signing-key",
-    "signing_key_file",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Sign each episode's head and the run's manifest with this key (harness keygen) "
-    "[default: the file HARNESS_SIGNING_KEY names, if set].",
-)
+@signing_key_option
 def run_command(
     suite: str,
     agent: str,
@@ -150,35 +155,27 @@ def run_command(
         sys.exit(130)
 
 
-def suite_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--suite`` and ``--trust-suite``: which suite replay and resume may load."""
-    command = click.option(
-        "--trust-suite",
-        is_flag=True,
-        help="Load the suite at the path the run folder records (it imports the code it names).",
-    )(command)
-    return click.option(
-        "--suite",
-        "suite",
-        default=None,
-        help="The run's suite (a folder, a task file or a built-in name); needed unless the "
-        "run's suite is built in or --trust-suite is given.",
-    )(command)
-
-
 @click.command("replay")
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--episode", required=True, help="The episode to replay.")
 @suite_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@verify_options
 def replay_command(
-    run: Path, episode: str, suite: str | None, trust_suite: bool, as_json: bool
+    run: Path,
+    episode: str,
+    suite: str | None,
+    trust_suite: bool,
+    as_json: bool,
+    public_key: str | None,
+    allow_unverified: bool,
 ) -> None:
     """Re-verify an episode's recorded final state and re-run its agent against its record.
 
     The suite path a run folder records is loaded only when it is a built-in suite or
     --trust-suite is given; otherwise name the suite with --suite.
     """
+    verified(run, public_key=public_key, allow=allow_unverified)
     try:
         report = replay_episode(run, episode, suite=suite, trust=trust_suite)
     except HarnessError as exc:
@@ -216,17 +213,33 @@ def replay_command(
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
 @suite_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@signing_key_option
+@unverified_option
 def resume_command(
-    run: Path, workers: int, suite: str | None, trust_suite: bool, as_json: bool
+    run: Path,
+    workers: int,
+    suite: str | None,
+    trust_suite: bool,
+    as_json: bool,
+    signing_key_file: str | None,
+    allow_unverified: bool,
 ) -> None:
     """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones.
 
     The suite path a run folder records is loaded only when it is a built-in suite or
     --trust-suite is given; otherwise name the suite with --suite.
     """
+    verified(run, allow=allow_unverified)
     try:
         # Secrets are not recorded with a run: give the API key back from the environment.
-        result = resume_run(run, workers=workers, secrets=secrets(), suite=suite, trust=trust_suite)
+        result = resume_run(
+            run,
+            signing_key=signing_key(signing_key_file),
+            workers=workers,
+            secrets=secrets(),
+            suite=suite,
+            trust=trust_suite,
+        )
     except HarnessError as exc:
         fail(exc)
     if as_json:

@@ -33,16 +33,18 @@ from .._version import __version__
 from ..errors import HarnessError
 from ..runs.layout import OpenRun, open_run
 from ..runs.output import finite, json_text, write_output
+from ..runs.resume import run_suite
 from ..stats import InfraPolicy
 from ..store import TransactionRow, TrialRow
 from ..store.statuses import APPLIED
-from ..suite import Task, load_suite
+from ..suite import Task, is_builtin_suite
 
 __all__ = [
     "EXPORT_FORMATS",
     "ExportFormat",
     "export_run",
     "jsonl_records",
+    "suite_left_out",
     "tau2_results",
     "taubench_records",
 ]
@@ -66,15 +68,30 @@ def _ordered_trials(data: OpenRun) -> list[TrialRow]:
     return sorted(data.trials, key=lambda r: (r.trial, position[r.task_id]))
 
 
-def _suite_tasks(data: OpenRun) -> dict[str, Task]:
-    """The run's tasks from its suite, if the suite still loads from where it ran."""
-    path = data.config.get("suite_path")
-    if not path:
-        return {}
+def _suite_tasks(data: OpenRun, suite: str | Path | None, trust: bool) -> dict[str, Task]:
+    """The run's tasks from its suite, loaded only from a place the caller vouches for
+    (:func:`~harness.runs.resume.run_suite`): a built-in suite, ``suite``, or the recorded path
+    when ``trust`` is set. Otherwise (or when it no longer loads) no task: the export then
+    carries no instructions."""
     try:
-        return {t.id: t for t in load_suite(path).tasks}
+        return {t.id: t for t in run_suite(data, suite=suite, trust=trust).tasks}
     except (HarnessError, OSError):
         return {}
+
+
+def suite_left_out(run: str | Path, *, suite: str | Path | None, trust: bool) -> str | None:
+    """Why an export of ``run`` carries no task instructions, or None when it does."""
+    if suite is not None or trust:
+        return None
+    with open_run(run, finished=True) as data:
+        path = data.config.get("suite_path")
+        if not path or is_builtin_suite(path):
+            return None
+    return (
+        f"the run's suite {path} is not built in, so it was not loaded and the export carries "
+        "no task instructions; name it with --suite PATH, or trust the recorded path with "
+        "--trust-suite"
+    )
 
 
 def _result_text(txn: TransactionRow) -> str:
@@ -147,7 +164,13 @@ def _integer_ids(ids: list[str]) -> dict[str, int]:
     return {t: i for i, t in enumerate(ids)}
 
 
-def taubench_records(data: OpenRun, *, infra: InfraPolicy = "fail") -> list[dict[str, Any]]:
+def taubench_records(
+    data: OpenRun,
+    *,
+    infra: InfraPolicy = "fail",
+    suite: str | Path | None = None,
+    trust: bool = False,
+) -> list[dict[str, Any]]:
     """The run as tau-bench's results file (a list of ``EnvRunResult`` records).
 
     Args:
@@ -157,7 +180,7 @@ def taubench_records(data: OpenRun, *, infra: InfraPolicy = "fail") -> list[dict
     if infra not in ("fail", "exclude"):
         raise ValueError(f"infra must be 'fail' or 'exclude', got {infra!r}")
     ids = _integer_ids(_task_order(data))
-    tasks = _suite_tasks(data)
+    tasks = _suite_tasks(data, suite, trust)
     out = []
     for row in _ordered_trials(data):
         if row.infra_error and infra == "exclude":
@@ -286,10 +309,12 @@ def _agent_info(evidence: dict[str, Any]) -> dict[str, Any]:
     return {"implementation": f"harness:{name}", "llm": agent.get("model"), "llm_args": agent}
 
 
-def tau2_results(data: OpenRun) -> dict[str, Any]:
+def tau2_results(
+    data: OpenRun, *, suite: str | Path | None = None, trust: bool = False
+) -> dict[str, Any]:
     """The run as tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``)."""
     order = _task_order(data)
-    tasks = _suite_tasks(data)
+    tasks = _suite_tasks(data, suite, trust)
     ev = data.evidence
     per_task: dict[str, int] = {}
     for row in data.trials:
@@ -406,6 +431,8 @@ def export_run(
     out: str | Path | None = None,
     *,
     infra: InfraPolicy = "fail",
+    suite: str | Path | None = None,
+    trust: bool = False,
 ) -> Path:
     """Write run ``run`` (``logs/<run>``) in format ``fmt``; returns the file written.
 
@@ -415,6 +442,10 @@ def export_run(
         out: the file to write (default: ``export-<fmt>.json`` or ``export.jsonl`` in the
             run folder).
         infra: for ``taubench``: how infrastructure errors are written (see the module).
+        suite: the run's suite (a path or a built-in name), for the tasks' instructions.
+        trust: load the suite at the path the run records, whatever it is. Without ``suite``
+            or ``trust`` only a built-in suite is loaded: a run folder does not choose the
+            code that runs (:func:`suite_left_out` says when instructions are left out).
 
     Raises:
         RunNotFound: ``run`` is not a run folder.
@@ -437,8 +468,10 @@ def export_run(
         if fmt == "jsonl":
             text: str | Iterable[str] = (json_text(record) + "\n" for record in jsonl_records(data))
         elif fmt == "taubench":
-            text = json_text(taubench_records(data, infra=infra), indent=1)
+            text = json_text(
+                taubench_records(data, infra=infra, suite=suite, trust=trust), indent=1
+            )
         else:
-            text = json_text(tau2_results(data), indent=1)
+            text = json_text(tau2_results(data, suite=suite, trust=trust), indent=1)
         write_output(target, text)
     return target

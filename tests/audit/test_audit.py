@@ -302,8 +302,10 @@ def test_replay_reports_the_first_step_that_differs(run_copy: Path):
         f"""UPDATE hx_transaction SET args = '{{"name":"z","step":1}}'
                        WHERE id = '{T0}:2'""",
     )
-    result = cli("replay", str(run_copy), "--episode", T0, "--trust-suite", "--json")
-    data = json.loads(result.output)
+    args = ["--trust-suite", "--json", "--allow-unverified"]  # the edit fails verification
+    result = cli("replay", str(run_copy), "--episode", T0, *args)
+    assert "UNVERIFIED" in result.stderr
+    data = json.loads(result.stdout)
     assert result.exit_code == 1 and not data["ok"]
     divergence = data["divergence"]
     assert divergence["step"] == 3
@@ -314,7 +316,10 @@ def test_replay_reports_the_first_step_that_differs(run_copy: Path):
 def test_replay_notices_a_verdict_that_no_longer_holds(run_copy: Path):
     """Re-verifying the recorded final state against an edited recorded verdict says so."""
     edit(run_copy, f"UPDATE hx_trial SET verdict = '{{\"passed\": false}}' WHERE id = '{T0}'")
-    result = cli("replay", str(run_copy), "--episode", T0, "--trust-suite")
+    refused = cli("replay", str(run_copy), "--episode", T0, "--trust-suite")
+    assert refused.exit_code == 2 and "fails verification" in refused.stderr
+    args = ["--trust-suite", "--allow-unverified"]
+    result = cli("replay", str(run_copy), "--episode", T0, *args)
     assert result.exit_code == 1 and "DIFFERENT from the recorded verdict" in result.output
 
 

@@ -83,7 +83,7 @@ def _load_taubench(path: Path) -> list[EnvRunResult]:
 
 def test_taubench_display_metrics_reproduces_the_report(toy_run: Path, tmp_path: Path):
     """tau-bench's own pass^k formula on the exported file gives the report's pass^k."""
-    out = export_run(toy_run, "taubench", tmp_path / "tb.json")
+    out = export_run(toy_run, "taubench", tmp_path / "tb.json", trust=True)
     results = _load_taubench(out)
     report = load_report(toy_run)
     assert len(results) == report.n_trials == 12
@@ -97,7 +97,7 @@ def test_taubench_display_metrics_reproduces_the_report(toy_run: Path, tmp_path:
 
 def test_taubench_records_carry_verdict_and_a_tool_call_trajectory(toy_run: Path, tmp_path: Path):
     """Each record's info holds the verdict and reward info; traj lists the attempted writes."""
-    results = _load_taubench(export_run(toy_run, "taubench", tmp_path / "tb.json"))
+    results = _load_taubench(export_run(toy_run, "taubench", tmp_path / "tb.json", trust=True))
     record = next(r for r in results if r.info["harness_task_id"] == "t3")
     assert record.reward in (0.0, 1.0) and record.info["passed"] == (record.reward == 1.0)
     assert set(record.info["reward_info"]) == {"reward", "info", "actions"}
@@ -113,14 +113,16 @@ def test_taubench_records_carry_verdict_and_a_tool_call_trajectory(toy_run: Path
 def test_taubench_infra_errors_are_failures_or_left_out(tmp_path: Path):
     """Under fail an infra error is a reward-0 record matching the report; under exclude, gone."""
     folder = make_run(tmp_path, "r", {"a": "PPIP", "b": "PFFP", "c": "IPPP"})
-    results = _load_taubench(export_run(folder, "taubench", tmp_path / "fail.json"))
+    results = _load_taubench(export_run(folder, "taubench", tmp_path / "fail.json", trust=True))
     assert len(results) == 12
     infra = [r for r in results if r.info["infra_error"]]
     assert len(infra) == 2 and all(r.reward == 0.0 and "error" in r.info for r in infra)
     report = load_report(folder)
     for k, value in taubench_display_metrics(results).items():
         assert value == pytest.approx(report.pass_hat(k).value, abs=1e-12)
-    kept = _load_taubench(export_run(folder, "taubench", tmp_path / "ex.json", infra="exclude"))
+    kept = _load_taubench(
+        export_run(folder, "taubench", tmp_path / "ex.json", infra="exclude", trust=True)
+    )
     assert len(kept) == 10 and not any(r.info["infra_error"] for r in kept)
 
 
@@ -305,7 +307,7 @@ def tau2_pass_hat_ks(results: Results) -> dict[int, float]:
 def test_tau2_results_validate_and_its_pass_k_reproduces_the_report(toy_run: Path, tmp_path: Path):
     """The tau2 export validates as Results and tau2's pass^k equals the report's."""
     results = Results.model_validate_json(
-        export_run(toy_run, "tau2", tmp_path / "t2.json").read_text()
+        export_run(toy_run, "tau2", tmp_path / "t2.json", trust=True).read_text()
     )
     report = load_report(toy_run, infra="exclude")
     assert len(results.simulations) == 12 and {t.id for t in results.tasks} == {
@@ -332,7 +334,7 @@ def test_tau2_marks_infra_errors_so_its_metrics_exclude_them(tmp_path: Path):
     """Infrastructure errors become termination_reason infrastructure_error (tau2 excludes)."""
     folder = make_run(tmp_path, "r", {"a": "PPIP", "b": "PFFP", "c": "IPPP"})
     results = Results.model_validate_json(
-        export_run(folder, "tau2", tmp_path / "t2.json").read_text()
+        export_run(folder, "tau2", tmp_path / "t2.json", trust=True).read_text()
     )
     reasons = [s.termination_reason.value for s in results.simulations]
     assert reasons.count("infrastructure_error") == 2 and reasons.count("agent_stop") == 10
@@ -350,12 +352,12 @@ def test_tau2_tasks_keep_their_structured_user_instructions(tmp_path: Path):
         pytest.skip("the shared tau2 data is not beside the repository")
     result = run_trials(tasks, agent="scripted", trials=1, logs=tmp_path / "logs", tasks=["0", "1"])
     results = Results.model_validate_json(
-        export_run(result.folder, "tau2", tmp_path / "t2.json").read_text()
+        export_run(result.folder, "tau2", tmp_path / "t2.json", trust=True).read_text()
     )
     assert [s.reward_info.reward for s in results.simulations if s.reward_info] == [1.0, 1.0]
     scenario = results.tasks[0].user_scenario.instructions
     assert isinstance(scenario, StructuredUserInstructions) and scenario.domain == "retail"
-    taub = _load_taubench(export_run(result.folder, "taubench", tmp_path / "tb.json"))
+    taub = _load_taubench(export_run(result.folder, "taubench", tmp_path / "tb.json", trust=True))
     assert sorted(r.task_id for r in taub) == [0, 1]  # tau2's integer ids are kept
 
 
@@ -394,7 +396,7 @@ def test_export_of_a_missing_run_fails_cleanly(tmp_path: Path):
     assert out.exit_code == 2 and "no run folder" in out.output
     assert not (tmp_path / "nope").exists()
     with pytest.raises(RunNotFound):
-        export_run(tmp_path / "nope", "tau2")
+        export_run(tmp_path / "nope", "tau2", trust=True)
 
 
 def _strict(text: str) -> Any:
@@ -406,7 +408,8 @@ def _strict(text: str) -> Any:
 
 def test_a_stored_nan_is_written_as_null(toy_run: Path, tmp_path: Path) -> None:
     """A NaN or infinity in a transaction's result, a trial's partial score or its agent
-    metadata: every export and the report JSON are strict JSON (null), no .tmp is left."""
+    metadata: every export and the report JSON are strict JSON (null), no .tmp is left.
+    (Written behind the harness's back, these edits fail verification: read anyway.)"""
     import shutil
     import sqlite3
 
@@ -424,7 +427,8 @@ def test_a_stored_nan_is_written_as_null(toy_run: Path, tmp_path: Path) -> None:
     for fmt in ("jsonl", "taubench", "tau2"):
         target = out / f"x.{fmt}"
         result = CliRunner().invoke(
-            main, ["export", str(run), "--format", fmt, "--out", str(target)]
+            main,
+            ["export", str(run), "--format", fmt, "--out", str(target), "--allow-unverified"],
         )
         assert result.exit_code == 0, (fmt, result.output, result.exception)
         text = target.read_text()
@@ -437,6 +441,49 @@ def test_a_stored_nan_is_written_as_null(toy_run: Path, tmp_path: Path) -> None:
         else:
             _strict(text)
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
-    result = CliRunner().invoke(main, ["report", str(run), "--json"])
+    result = CliRunner().invoke(main, ["report", str(run), "--json", "--allow-unverified"])
     assert result.exit_code == 0, (result.output, result.exception)
-    _strict(result.output)
+    assert "UNVERIFIED" in result.stderr
+    _strict(result.stdout)
+
+
+def test_export_loads_a_recorded_suite_only_when_told_to(toy_run: Path, tmp_path: Path) -> None:
+    """A run folder whose recorded suite path was edited to a suite with a module of its own is
+    exported without importing that module: the export carries no instructions and says how to
+    include them; --suite names the suite to load, and only --trust-suite loads the recorded
+    path."""
+    import shutil
+    import sqlite3
+
+    run = Path(shutil.copytree(toy_run, tmp_path / "toy"))
+    marker = tmp_path / "imported"
+    evil = tmp_path / "evil"
+    shutil.copytree(toy_run.parents[1] / "suite", evil)
+    (evil / "evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+        "from tests.toy_env import ToyEnvironment as Env\n"
+    )
+    manifest = json.loads((evil / "suite.json").read_text())
+    manifest["environment"] = "evil:Env"
+    (evil / "suite.json").write_text(json.dumps(manifest))
+    with sqlite3.connect(run / "harness.db") as conn:
+        conn.execute(f"UPDATE hx_run SET config = json_set(config, '$.suite_path', '{evil}')")
+    conn.close()
+
+    def export(*extra: str) -> tuple[Any, list[Any]]:
+        out = tmp_path / "out.json"
+        result = CliRunner().invoke(
+            main, ["export", str(run), "--format", "tau2", "--out", str(out), *extra]
+        )
+        assert result.exit_code == 0, result.output
+        return result, json.loads(out.read_text())["tasks"]
+
+    result, tasks = export()
+    assert not marker.exists()
+    assert "not built in" in result.stderr and "--trust-suite" in result.stderr
+    result, named = export("--suite", str(toy_run.parents[1] / "suite"))
+    assert not marker.exists() and "note" not in result.stderr
+    assert len(named) == 4 and len(named) >= len(tasks)
+    assert named != tasks  # the named suite's instructions are in the export
+    export("--trust-suite")
+    assert marker.exists()

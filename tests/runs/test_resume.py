@@ -566,7 +566,13 @@ PLAN = [
 
 
 def killed_run(
-    tmp_path: Path, *, tasks: int, trials: int, pause_in: str, delay: float = 0.0
+    tmp_path: Path,
+    *,
+    tasks: int,
+    trials: int,
+    pause_in: str,
+    delay: float = 0.0,
+    signing_key: hx.SigningKey | None = None,
 ) -> Path:
     """Run a suite in a child process, SIGKILL it while episode ``pause_in`` reads; the folder."""
     ledger = tmp_path / "ledger.txt"
@@ -579,7 +585,14 @@ def killed_run(
     if pid == 0:
         code = 0
         try:
-            run_trials(suite, agent="scripted", trials=trials, logs=tmp_path / "logs", run_id="r1")
+            run_trials(
+                suite,
+                agent="scripted",
+                trials=trials,
+                logs=tmp_path / "logs",
+                run_id="r1",
+                signing_key=signing_key,
+            )
         except BaseException:
             (tmp_path / "child-error.txt").write_text(traceback.format_exc())
             code = 3
