@@ -32,6 +32,25 @@ def test_quick_start_runs(tmp_path: Path):
     assert lines[2].startswith("cancel_order committed")
     assert lines[-1] == "True"
     assert (tmp_path / "logs" / "harness.db").exists()
+    # The quick start ends by auditing the store it wrote, from the shell.
+    shell = re.search(r"audit the store it wrote.*?```bash\n(.*?)```", README.read_text(), re.S)
+    assert shell is not None, "README lost the audit of the quick start's store"
+    said = {}
+    for line in shell.group(1).splitlines():
+        argv = line.split("#")[0].split()
+        assert argv[0] == "harness", line
+        run = subprocess.run(
+            [sys.executable, "-m", "harness.cli", *argv[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(README.parent)},
+            timeout=120,
+        )
+        assert run.returncode == 0, (line, run.stdout, run.stderr)
+        said[argv[1]] = run.stdout
+    assert "cancel_order" in said["audit"]
+    assert "verified: 1 episode(s)" in said["verify"]
 
 
 def test_every_guarantee_names_tests_that_exist():
