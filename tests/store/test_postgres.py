@@ -193,3 +193,47 @@ def test_edited_record_is_named(shop: Shop, pg_url: str):
     report = store.verify_chain()
     store.close()
     assert not report.ok and report.seq == 2 and "altered" in report.reason
+
+
+def test_the_cli_audits_and_verifies_a_postgres_store_by_url(shop: Shop, pg_url: str):
+    """`harness verify URL` and `harness audit URL` read a Postgres store as they read a file,
+    and an edited row is named; with a key, a deleted episode is found too."""
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    key = hx.SigningKey.generate()
+    cancel = cancel_action(shop)
+    with hx.Episode(state=shop.state, store=pg_url, episode_id="e1", signing_key=key):
+        cancel("o1")
+    with hx.Episode(state=shop.state, store=pg_url, episode_id="e2", signing_key=key):
+        cancel("o2")
+    runner = CliRunner()
+    ok = runner.invoke(main, ["verify", pg_url])
+    assert ok.exit_code == 0 and "verified: 2 episode(s)" in ok.output, ok.output
+    audit = runner.invoke(main, ["audit", pg_url, "--json"])
+    assert audit.exit_code == 0, audit.output
+    assert [e["episode_id"] for e in json.loads(audit.stdout)["episodes"]] == ["e1", "e2"]
+    ((original,),) = _sql(pg_url, "SELECT idem_key FROM hx_transaction WHERE id = 'e1:1'")
+    _sql(pg_url, "UPDATE hx_transaction SET idem_key = 'forged' WHERE id = 'e1:1'")
+    bad = runner.invoke(main, ["verify", pg_url, "--json"])
+    assert bad.exit_code == 1
+    (finding,) = json.loads(bad.stdout)["findings"]
+    assert (finding["table"], finding["record"]) == ("hx_transaction", "e1:1")
+    _sql(pg_url, "UPDATE hx_transaction SET idem_key = :k WHERE id = 'e1:1'", k=original)
+    for table, column in (
+        ("hx_log", "episode_id"),
+        ("hx_transaction", "episode_id"),
+        ("hx_checkpoint", "episode_id"),
+        ("hx_episode", "id"),
+    ):
+        _sql(pg_url, f"DELETE FROM {table} WHERE {column} = 'e2'")
+    store = hx.Store(pg_url, readonly=True)
+    try:
+        assert store.verify().ok
+        (gone,) = store.verify(public_key=key.public).findings
+        assert gone.episode_id == "e2" and "deleted" in gone.reason
+    finally:
+        store.close()
