@@ -69,6 +69,23 @@ def restore_before(state: hx.DictState, ctx: hx.Context) -> None:
             state[key] = value
 
 
+SIGNING_KEY = hx.SigningKey.generate()
+
+
+@pytest.fixture(scope="session")
+def signed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run (``r1``) of three tasks x two trials by the scripted agent, every episode
+    and the run signed with ``SIGNING_KEY``. Copy it before editing it."""
+    from .toy_env import write_suite
+
+    root = tmp_path_factory.mktemp("signed")
+    suite = write_suite(root / "suite", [2, 1, 3])
+    result = hx.run_trials(
+        suite, agent="scripted", trials=2, logs=root / "logs", run_id="r1", signing_key=SIGNING_KEY
+    )
+    return result.folder
+
+
 @pytest.fixture
 def shop() -> Shop:
     """A fresh shop."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
@@ -27,6 +28,7 @@ __all__ = [
     "failures_table",
     "openai_settings",
     "signing_key",
+    "signing_key_option",
     "suite_options",
     "summary_table",
     "unverified_option",
@@ -66,6 +68,19 @@ def suite_options(command: Any) -> Any:
         help="The run's suite (a folder, a task file or a built-in name); needed unless the "
         "run's suite is built in or --trust-suite is given.",
     )(command)
+
+
+def signing_key_option(what: str) -> Callable[[Any], Any]:
+    """``--signing-key PATH``: sign ``what`` with this key (default: ``HARNESS_SIGNING_KEY``)."""
+    option: Callable[[Any], Any] = click.option(
+        "--signing-key",
+        "signing_key_file",
+        default=None,
+        type=click.Path(exists=True, dir_okay=False),
+        help=f"Sign {what} with this key (harness keygen) "
+        "[default: the file HARNESS_SIGNING_KEY names, if set].",
+    )
+    return option
 
 
 def unverified_option(command: Any) -> Any:

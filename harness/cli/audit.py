@@ -21,7 +21,7 @@ from ..runs.output import write_output
 from ..store import EpisodeRow, PublicKey, Store
 from ..store.signing import sign_episode
 from ..store.verify import verify_run
-from ._common import console, dump, fail, signing_key
+from ._common import console, dump, fail, signing_key, signing_key_option
 
 __all__ = ["audit_command", "escalations_command", "verify_command"]
 
@@ -153,14 +153,7 @@ def audit_command(
 @click.option("--reason", default="", help="Why (with resolve).")
 @click.option("--all", "every", is_flag=True, help="List resolved ones too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option(
-    "--signing-key",
-    "signing_key_file",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="With resolve: sign the episode's new head (the decision is appended to its log) "
-    "[default: the file HARNESS_SIGNING_KEY names, if set].",
-)
+@signing_key_option("the episode's new head, with resolve (the decision is appended to its log)")
 def escalations_command(
     target: str,
     resolve: str | None,

@@ -22,6 +22,7 @@ from ._common import (
     openai_settings,
     secrets,
     signing_key,
+    signing_key_option,
     suite_options,
     summary_table,
     unverified_option,
@@ -31,14 +32,7 @@ from ._common import (
 
 __all__ = ["replay_command", "resume_command", "run_command"]
 
-signing_key_option = click.option(
-    "--signing-key",
-    "signing_key_file",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Sign each episode's head and the run's manifest with this key (harness keygen) "
-    "[default: the file HARNESS_SIGNING_KEY names, if set].",
-)
+_SIGNED = "each episode's head as it ends and the run's manifest"
 
 
 @click.command("run")
@@ -74,7 +68,7 @@ signing_key_option = click.option(
     type=click.Path(exists=True, dir_okay=False),
     help="Inject the faults of this plan (JSON or TOML) and report detection by class.",
 )
-@signing_key_option
+@signing_key_option(_SIGNED)
 def run_command(
     suite: str,
     agent: str,
@@ -213,7 +207,7 @@ def replay_command(
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
 @suite_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@signing_key_option
+@signing_key_option(_SIGNED)
 @unverified_option
 def resume_command(
     run: Path,

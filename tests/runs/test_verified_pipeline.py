@@ -19,30 +19,19 @@ from click.testing import CliRunner, Result
 import harness as hx
 from harness.cli import main
 
-from ..toy_env import write_suite
+from ..conftest import SIGNING_KEY
 from .test_resume import executions, killed_run
 
-KEY = hx.SigningKey.generate()
+KEY = SIGNING_KEY
 
 
 def _cli(*args: str | Path) -> Result:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished, signed run: three tasks, two trials each; one task fails its trials."""
-    root = tmp_path_factory.mktemp("verified")
-    suite = write_suite(root / "suite", [2, 1, 3])
-    result = hx.run_trials(
-        suite, agent="scripted", trials=2, logs=root / "logs", run_id="r1", signing_key=KEY
-    )
-    return result.folder
-
-
 @pytest.fixture
-def run(finished_run: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(finished_run, tmp_path / "r1"))
+def run(signed_run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(signed_run, tmp_path / "r1"))
 
 
 @pytest.fixture

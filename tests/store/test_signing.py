@@ -22,20 +22,10 @@ from harness.runs.layout import open_run
 from harness.store import GENESIS, record_hash
 from harness.store.verify import verify_run
 
+from ..conftest import SIGNING_KEY
 from ..toy_env import write_suite
 
-KEY = hx.SigningKey.generate()
-
-
-@pytest.fixture(scope="module")
-def signed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run of three tasks x two trials, every episode and the run signed."""
-    root = tmp_path_factory.mktemp("signed")
-    suite = write_suite(root / "suite", [2, 1, 3])
-    result = hx.run_trials(
-        suite, agent="scripted", trials=2, logs=root / "logs", run_id="r1", signing_key=KEY
-    )
-    return result.folder
+KEY = SIGNING_KEY
 
 
 @pytest.fixture
