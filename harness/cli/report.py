@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -10,13 +13,31 @@ from rich.markup import escape
 
 from ..errors import HarnessError
 from ..report.export import EXPORT_FORMATS, ExportFormat, export_run, suite_left_out
-from ..report.model import compare_reports, load_report
-from ..report.terminal import render, render_comparison
+from ..report.gate import (
+    BASES,
+    EXIT_BELOW_BAR,
+    EXIT_INFRA,
+    Bar,
+    Basis,
+    Judgement,
+    exit_status,
+    judge,
+)
+from ..report.model import Report, compare_reports, load_report
+from ..report.terminal import render, render_comparison, render_gate
 from ..runs.output import write_output
 from ..stats import InfraPolicy
 from ._common import dump, fail, suite_options, verified, verify_options
 
-__all__ = ["compare_command", "export_command", "report_command"]
+__all__ = [
+    "GATE_HELP",
+    "all_k_option",
+    "compare_command",
+    "export_command",
+    "fail_under_options",
+    "judge_bars",
+    "report_command",
+]
 
 INFRA_OPTION = click.option(
     "--infra",
@@ -34,7 +55,62 @@ CONFIDENCE_OPTION = click.option(
 )
 
 
-@click.command("report")
+GATE_HELP = (
+    f"Exit status: 0; {EXIT_BELOW_BAR} when a --fail-under metric is below its bar; "
+    f"{EXIT_INFRA} when infrastructure failures dominate (more than half of the trials run "
+    "ended in one, e.g. a model server refusing connections; a fault plan's planned "
+    "interruptions do not count); 2 for a usage or harness error."
+)
+
+
+def _bars(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[Bar]:
+    try:
+        return [Bar.parse(v) for v in values]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def fail_under_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--fail-under METRIC=VALUE`` (repeatable) and ``--fail-under-on lower|point``."""
+    command = click.option(
+        "--fail-under-on",
+        "fail_under_on",
+        type=click.Choice(BASES),
+        default="lower",
+        show_default=True,
+        help="Judge --fail-under on the interval's lower bound (confident the metric is at "
+        "least the bar) or on the point estimate.",
+    )(command)
+    return click.option(
+        "--fail-under",
+        "bars",
+        multiple=True,
+        callback=_bars,
+        metavar="METRIC=VALUE",
+        help='Exit 1 when METRIC is below VALUE, e.g. "pass^4=0.8" or "pass@1=0.9" '
+        "(repeatable; k at most the trials per task).",
+    )(command)
+
+
+def all_k_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--all-k``: the pass^k table shows every k, not 1..10 and the powers of two."""
+    return click.option(
+        "--all-k",
+        "all_k",
+        is_flag=True,
+        help="Show every k in the pass^k table [default: k = 1..10, the powers of two and n].",
+    )(command)
+
+
+def judge_bars(report: Report, bars: list[Bar], basis: Basis) -> list[Judgement]:
+    """The report held to ``bars``; a k beyond the run's trials is a usage error (exit 2)."""
+    try:
+        return judge(report, bars, basis)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--fail-under'") from None
+
+
+@click.command("report", epilog=GATE_HELP)
 @click.argument("run", type=click.Path(path_type=Path))
 @INFRA_OPTION
 @CONFIDENCE_OPTION
@@ -47,6 +123,8 @@ CONFIDENCE_OPTION = click.option(
     help="Also write one self-contained HTML file (plots, tables, evidence).",
 )
 @click.option("--tasks", "per_task", is_flag=True, help="Also print the per-task table.")
+@all_k_option
+@fail_under_options
 @verify_options
 def report_command(
     run: Path,
@@ -55,21 +133,33 @@ def report_command(
     as_json: bool,
     html_file: Path | None,
     per_task: bool,
+    all_k: bool,
+    bars: list[Bar],
+    fail_under_on: Basis,
     public_key: str | None,
     allow_unverified: bool,
 ) -> None:
-    """Report RUN (logs/<run>): pass^k and pass@k with intervals, p^n, failures, evidence."""
+    """Report RUN (logs/<run>): pass^k and pass@k with intervals, p^n, failures, evidence.
+
+    With --fail-under the command gates CI: it exits non-zero when a metric is below its bar
+    or infrastructure failures dominate.
+    """
     check = verified(run, public_key=public_key, allow=allow_unverified)
     try:
         report = load_report(run, infra=infra, confidence=confidence)
     except HarnessError as exc:
         fail(exc)
+    judgements = judge_bars(report, bars, fail_under_on)
     if as_json:
         data = report.to_dict()
         data["verification"] = check.to_dict()
+        if bars:
+            data["fail_under"] = [j.to_dict() for j in judgements]
         dump(data)
     else:
-        render(report, Console(), per_task=per_task)
+        console = Console()
+        render(report, console, per_task=per_task, all_k=all_k)
+        render_gate(judgements, fail_under_on, console)
     if html_file is not None:
         from ..report.html import render_html
 
@@ -78,6 +168,8 @@ def report_command(
         except HarnessError as exc:
             fail(exc)
         click.echo(f"wrote {html_file}", err=as_json)
+    if bars:
+        sys.exit(exit_status(report, judgements))
 
 
 @click.command("compare")

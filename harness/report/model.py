@@ -37,6 +37,7 @@ from ..store import TrialRow
 __all__ = [
     "COMPARISON_FORMAT",
     "INFRA_DESCRIPTIONS",
+    "PLANNED_CAUSE",
     "REPORT_FORMAT",
     "REPORT_VERSION",
     "TABLE_KS",
@@ -74,13 +75,16 @@ def table_ks(n: int, *, all_k: bool = False) -> list[int]:
     return sorted({*range(1, TABLE_KS + 1), *powers, n})
 
 
+PLANNED_CAUSE = "planned interruption (fault plan)"
+
+
 def infra_cause(row: TrialRow) -> str:
     """Why a trial ended in an infrastructure error, as its row records it (``agent_meta``)."""
     meta = loads_or(row.agent_meta, {})
     meta = meta if isinstance(meta, dict) else {}
     error = str(meta.get("error") or "").strip()
     if meta.get("interruption") == "planned":
-        return "planned interruption (fault plan)" + (f": {error}" if error else "")
+        return PLANNED_CAUSE + (f": {error}" if error else "")
     return error or "infrastructure error (no cause recorded)"
 
 
@@ -98,9 +102,14 @@ class InfraFailure:
     episode_id: str
     cause: str
 
+    @property
+    def planned(self) -> bool:
+        """An interruption a fault plan announced: asked for, not suffered."""
+        return self.cause.startswith(PLANNED_CAUSE)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return asdict(self)
+        return {**asdict(self), "planned": self.planned}
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,8 +206,10 @@ class Report:
     @property
     def infra_dominates(self) -> bool:
         """More than half of the trials run ended in an infrastructure error: the figures
-        measure the infrastructure, not the agent."""
-        return 2 * self.infra_errors > self.trials_run
+        measure the infrastructure, not the agent. A fault plan's planned interruptions were
+        asked for and do not count."""
+        suffered = sum(1 for f in self.infra_failures if not f.planned)
+        return 2 * suffered > self.trials_run
 
     def infra_causes(self) -> list[tuple[str, list[InfraFailure]]]:
         """Infrastructure failures grouped by cause, the most frequent first."""

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
-from rich.console import Console
+from click.testing import CliRunner
+from sqlmodel import select
 
-from harness.report import load_report, render, render_html
+import harness as hx
+from harness.cli import main
+from harness.report import load_report, render_html
 from harness.report.gate import EXIT_BELOW_BAR, EXIT_INFRA, Bar, exit_status, judge
-from harness.report.model import table_ks
+from harness.report.model import PLANNED_CAUSE, table_ks
+from harness.store import TrialRow
 
 from .test_report import make_run
 
@@ -19,6 +25,12 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four tasks of four trials: 13 of 16 pass, no infrastructure error."""
     logs = tmp_path_factory.mktemp("gate")
     return make_run(logs, "mixed", {"a": "PPPP", "b": "PPPP", "c": "PPPF", "d": "PFPF"})
+
+
+def report_cli(*args: str) -> tuple[int, str]:
+    """Run `harness report` with ``args``; its exit status and output."""
+    out = CliRunner().invoke(main, ["report", *args])
+    return out.exit_code, out.output
 
 
 # --- parsing bars ---
@@ -90,6 +102,56 @@ def test_pass_at_k_bars_use_pass_at_k(mixed: Path):
     assert j.estimate.value == report.pass_at(3).value != report.pass_hat(3).value
 
 
+def test_cli_report_passes_and_fails_its_bars(mixed: Path):
+    """`harness report --fail-under` exits 0 when every bar holds, 1 when one is below."""
+    report = load_report(mixed)
+    low = report.pass_hat(1).low
+    code, text = report_cli(str(mixed), "--fail-under", f"pass^1={low - 0.01:.3f}")
+    assert code == 0, text
+    assert "judged on the lower bound of the interval" in text
+    assert f"lower bound {low:.3f} >= {low - 0.01:.3f}: ok" in text
+    code, text = report_cli(
+        str(mixed), "--fail-under", "pass^1=0.1", "--fail-under", f"pass^1={low + 0.01:.3f}"
+    )
+    assert code == EXIT_BELOW_BAR, text
+    assert ": ok" in text and "BELOW THE BAR" in text
+
+
+def test_cli_report_judges_the_point_estimate_when_asked(mixed: Path):
+    """--fail-under-on point compares the estimate, and says so."""
+    report = load_report(mixed)
+    value = report.pass_hat(4).value
+    bar = f"pass^4={value - 0.01:.3f}"
+    assert report_cli(str(mixed), "--fail-under", bar)[0] == EXIT_BELOW_BAR
+    code, text = report_cli(str(mixed), "--fail-under", bar, "--fail-under-on", "point")
+    assert code == 0, text
+    assert "judged on the point estimate" in text and f"estimate {value:.3f} >=" in text
+
+
+def test_cli_report_json_carries_the_verdicts(mixed: Path):
+    """With --json the verdicts are in the JSON, with the basis and the figure compared."""
+    code, text = report_cli(str(mixed), "--json", "--fail-under", "pass^2=0.99")
+    assert code == EXIT_BELOW_BAR
+    (verdict,) = json.loads(text)["fail_under"]
+    assert verdict["bar"] == "pass^2=0.99" and verdict["basis"] == "lower"
+    assert verdict["passed"] is False and verdict["figure"] == verdict["estimate"]["low"]
+
+
+@pytest.mark.parametrize(
+    ("bar", "message"),
+    [
+        ("pass^5=0.5", "pass^5=0.5 needs at least 5 trials per task and the run has 4"),
+        ("pass@4", "is not METRIC=VALUE"),
+        ("f1=0.5", "unknown metric 'f1'"),
+    ],
+)
+def test_cli_report_bad_bars_are_usage_errors(mixed: Path, bar: str, message: str):
+    """A bad bar, or a k beyond the run's trials, is a usage error (exit 2) naming the fix."""
+    code, text = report_cli(str(mixed), "--fail-under", bar)
+    assert code == 2
+    assert "--fail-under" in text and message in " ".join(text.split())
+
+
 # --- the k table ---
 
 
@@ -100,6 +162,20 @@ def test_the_k_table_shows_one_to_ten_the_powers_of_two_and_n():
     assert table_ks(300) == [*range(1, 11), 16, 32, 64, 128, 256, 300]
     assert table_ks(64) == [*range(1, 11), 16, 32, 64]
     assert table_ks(300, all_k=True) == list(range(1, 301))
+
+
+def test_report_prints_the_subset_and_all_k_prints_every_row(tmp_path: Path):
+    """With 40 trials the terminal shows 14 rows and says so; --all-k shows 40; JSON has 40."""
+    folder = make_run(tmp_path, "long", {"a": "P" * 40, "b": "PF" * 20})
+    rows = re.compile(r"^\s*(\d+) │", re.MULTILINE)
+    code, text = report_cli(str(folder))
+    assert code == 0, text
+    assert [int(k) for k in rows.findall(text)] == [*range(1, 11), 16, 32, 40]
+    assert "--all-k shows all 40" in " ".join(text.split())
+    code, text = report_cli(str(folder), "--all-k")
+    assert [int(k) for k in rows.findall(text)] == list(range(1, 41))
+    data = json.loads(report_cli(str(folder), "--json")[1])
+    assert len(data["pass_hat_k"]) == 40
 
 
 # --- infrastructure failures ---
@@ -114,18 +190,19 @@ def test_infrastructure_causes_are_shown_in_the_terminal_json_and_html(tmp_path:
         ("b", 2, "ModelServerError: down"),
     ]
     assert not report.infra_dominates and report.trials_run == 8
-    console = Console(record=True, width=200)
-    render(report, console)
-    flat = " ".join(console.export_text().split())
+    code, text = report_cli(str(folder))
+    assert code == 0
+    flat = " ".join(text.split())
     assert "infrastructure failures: 2 of 8 trials" in flat
     assert "2 x ModelServerError: down" in flat and "a trial 1, b trial 2" in flat
-    data = report.to_dict()["infra_policy"]
+    data = json.loads(report_cli(str(folder), "--json")[1])["infra_policy"]
     assert data["dominates"] is False
     assert data["failures"][0] == {
         "task_id": "a",
         "trial": 1,
         "episode_id": "infra-a-1",
         "cause": "ModelServerError: down",
+        "planned": False,
     }
     page = render_html(report)
     assert 'id="infra-causes"' in page and "ModelServerError: down" in page
@@ -137,6 +214,28 @@ def test_dominating_infrastructure_failures_fail_the_gate(tmp_path: Path):
     report = load_report(folder)
     assert report.infra_dominates and report.infra_errors == 5
     assert exit_status(report, judge(report, [Bar("^", 1, 0.0)])) == EXIT_INFRA
+    code, text = report_cli(str(folder), "--fail-under", "pass^1=0")
+    assert code == EXIT_INFRA
+    assert "infrastructure failures: 5 of 8 trials (more than half" in " ".join(text.split())
+    # Without a bar, reading a report is not a gate: it exits 0.
+    assert report_cli(str(folder))[0] == 0
     # Exactly half does not dominate.
     half = load_report(make_run(tmp_path, "half", {"a": "IIPP"}))
     assert not half.infra_dominates
+
+
+def test_planned_interruptions_are_shown_but_do_not_dominate(tmp_path: Path):
+    """A fault plan's announced interruptions were asked for: shown, never a reason to exit 3."""
+    folder = make_run(tmp_path, "planned", {"a": "IIIP"})
+    store = hx.Store(folder / "harness.db")
+    with store.session() as s:
+        for row in s.exec(select(TrialRow)).all():
+            if row.infra_error:
+                row.agent_meta = json.dumps({"interruption": "planned"})
+                s.add(row)
+        s.commit()
+    store.close()
+    report = load_report(folder)
+    assert report.infra_errors == 3 and not report.infra_dominates
+    assert {f.cause for f in report.infra_failures} == {PLANNED_CAUSE}
+    assert all(f.to_dict()["planned"] for f in report.infra_failures)
