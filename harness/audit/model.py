@@ -6,6 +6,7 @@ from typing import Any
 
 from .._json import loads_or
 from ..errors import StoreError
+from ..report.model import infra_cause
 from ..runs.layout import OpenStore
 from ..store import EpisodeRow, EscalationRow, EscalationStatus, Store, TrialRow, TxnStatus
 from .diffs import field_changes
@@ -178,6 +179,7 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
         "created_at": episode.created_at,
         "updated_at": episode.updated_at,
         "passed": None if trial is None else trial.passed,
+        "infra_cause": infra_cause(trial) if trial is not None and trial.infra_error else None,
         "verdict": verdict,
         "message": None if trial is None else trial.message,
         "recorded": counts,

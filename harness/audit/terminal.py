@@ -118,6 +118,11 @@ def render_text(timelines: list[dict[str, Any]]) -> str:
             f"trial {t.get('trial')}: {t['status']}{mark}, {t['steps']} step(s), digest "
             f"{t['digest'][:16]}"
         )
+        if t.get("infra_cause"):
+            out.append(
+                "  [bold red]infrastructure failure[/] (not the agent's): "
+                f"{escape(str(t['infra_cause']))}"
+            )
         for event in t["events"]:
             out.extend(_event_lines(event))
         for esc in t.get("escalations") or []:

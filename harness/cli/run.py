@@ -12,30 +12,33 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import HarnessError, SuiteError
 from ..faults import FaultPlan
+from ..report.gate import Bar, Basis, exit_status
+from ..report.model import Report, load_report
+from ..report.terminal import render_gate, render_summary
 from ..runs import TrialResult, replay_episode, resume_run, run_trials
+from ..runs.pool import Tally
 from ..suite import load_suite, resolve_suite
 from ._common import (
     console,
     dump,
     fail,
-    failures_table,
     openai_settings,
     secrets,
     signing_key,
     signing_key_option,
     suite_options,
-    summary_table,
     unverified_option,
     verified,
     verify_options,
 )
+from .report import GATE_HELP, all_k_option, fail_under_options, judge_bars
 
 __all__ = ["replay_command", "resume_command", "run_command"]
 
 _SIGNED = "each episode's head as it ends and the run's manifest"
 
 
-@click.command("run")
+@click.command("run", epilog=GATE_HELP)
 @click.argument("suite")
 @click.option(
     "--agent", default="simulated", show_default=True, help="scripted, simulated or openai."
@@ -69,6 +72,8 @@ _SIGNED = "each episode's head as it ends and the run's manifest"
     help="Inject the faults of this plan (JSON or TOML) and report detection by class.",
 )
 @signing_key_option(_SIGNED)
+@all_k_option
+@fail_under_options
 def run_command(
     suite: str,
     agent: str,
@@ -83,8 +88,21 @@ def run_command(
     model: str | None,
     faults_file: str | None,
     signing_key_file: str | None,
+    all_k: bool,
+    bars: list[Bar],
+    fail_under_on: Basis,
 ) -> None:
-    """Run SUITE (a folder, a tau2 tasks.json, or a built-in name) as repeated trials."""
+    """Run SUITE (a folder, a tau2 tasks.json, or a built-in name) as repeated trials.
+
+    The run ends with pass^k, failures by class and every infrastructure failure with its
+    cause. It exits non-zero when infrastructure failures dominate (more than half of the
+    trials) or, with --fail-under, when a metric is below its bar: a run CI can gate on.
+    """
+    for bar in bars:
+        try:
+            bar.check_k(trials)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--fail-under'") from None
     try:
         path = resolve_suite(suite)
     except SuiteError as exc:
@@ -104,18 +122,17 @@ def run_command(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("passed {task.fields[passed]}"),
+            TextColumn("done, {task.fields[tally]}"),
             TimeElapsedColumn(),
             console=console,
             transient=False,
         ) as progress:
-            bar = progress.add_task(f"{loaded.name} x {trials}", total=total, passed=0)
-            passed = 0
+            tally = Tally()
+            task_bar = progress.add_task(f"{loaded.name} x {trials}", total=total, tally=tally)
 
             def tick(r: TrialResult) -> None:
-                nonlocal passed
-                passed += r.passed
-                progress.update(bar, advance=1, passed=passed)
+                tally.add(r)
+                progress.update(task_bar, advance=1, tally=tally)
 
             result = run_trials(
                 loaded,
@@ -132,21 +149,36 @@ def run_command(
             )
     except HarnessError as exc:
         fail(exc)
+    status = 0
     if result.results:
-        console.print(summary_table(result))
-        console.print(failures_table(result))
+        report = _summary(result.folder, all_k)
         if plan is not None:
             from ..report.reliability import load_reliability, render_reliability
 
             render_reliability(load_reliability(result.folder, result.run_id), console)
+        if not result.interrupted:
+            judgements = judge_bars(report, bars, fail_under_on)
+            render_gate(judgements, fail_under_on, console)
+            status = exit_status(report, judgements)
     if result.interrupted:
         console.print(
             f"[yellow]interrupted[/yellow] after {len(result.results)} trials; "
             "the store is consistent"
         )
+        status = 130
     click.echo(f"run folder: {result.folder}")
-    if result.interrupted:
-        sys.exit(130)
+    if status:
+        sys.exit(status)
+
+
+def _summary(folder: Path, all_k: bool) -> Report:
+    """Print a run's pass^k, failures and infrastructure failures; its report."""
+    try:
+        report = load_report(folder)
+    except HarnessError as exc:
+        fail(exc)
+    render_summary(report, console, all_k=all_k)
+    return report
 
 
 @click.command("replay")
@@ -249,4 +281,4 @@ def resume_command(
     if result.pending:
         console.print(f"resolve them with `harness escalations {run}`, then resume again")
     if result.run.results:
-        console.print(summary_table(result.run))
+        _summary(result.run.folder, all_k=False)

@@ -12,11 +12,38 @@ import multiprocessing
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .worker import Job, TrialResult, Worker, run_job, start_worker
 
-__all__ = ["StopOnSigint", "run_jobs"]
+__all__ = ["StopOnSigint", "Tally", "run_jobs"]
+
+
+@dataclass
+class Tally:
+    """Finished trials by what became of them, as a run's progress shows them.
+
+    A trial that ended in an infrastructure error counts there, never as passed or failed.
+    """
+
+    done: int = 0
+    passed: int = 0
+    failed: int = 0
+    infra: int = 0
+
+    def add(self, result: TrialResult) -> None:
+        """Count one finished trial."""
+        self.done += 1
+        if result.infra_error:
+            self.infra += 1
+        elif result.passed:
+            self.passed += 1
+        else:
+            self.failed += 1
+
+    def __str__(self) -> str:
+        return f"passed {self.passed}, failed {self.failed}, infrastructure {self.infra}"
 
 
 class StopOnSigint:
