@@ -14,10 +14,8 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..errors import HarnessError
-from ..runs import RunResult
 from ..runs.layout import open_store
 from ..store import PublicKey, SigningKey, VerifyReport
 
@@ -25,12 +23,10 @@ __all__ = [
     "console",
     "dump",
     "fail",
-    "failures_table",
     "openai_settings",
     "signing_key",
     "signing_key_option",
     "suite_options",
-    "summary_table",
     "unverified_option",
     "verified",
     "verify_options",
@@ -163,33 +159,3 @@ def secrets() -> dict[str, Any] | None:
     """Agent options a run does not record (an API key), from the environment."""
     key = os.environ.get("HARNESS_OPENAI_API_KEY")
     return {"api_key": key} if key else None
-
-
-def summary_table(result: RunResult) -> Table:
-    """pass^k and pass@k for k = 1..n with intervals."""
-    table = Table(title=f"{result.suite}: pass^k over {len(result.counts()[0])} tasks")
-    for col in ("k", "pass^k", "95% interval", "pass@k", "method"):
-        table.add_column(col, justify="right" if col != "method" else "left")
-    n = min(result.counts()[2], default=0)
-    for k in range(1, n + 1):
-        est = result.pass_hat(k)
-        table.add_row(
-            str(k),
-            f"{est.value:.3f}",
-            f"[{est.low:.3f}, {est.high:.3f}]",
-            f"{result.pass_at(k):.3f}",
-            est.method,
-        )
-    return table
-
-
-def failures_table(result: RunResult) -> Table:
-    """Failed tool calls by class and episodes by outcome."""
-    table = Table(title="failures by class and outcomes")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for name, count in sorted(result.failures_by_class().items()):
-        table.add_row(f"failed call: {name}", str(count))
-    for name, count in sorted(result.outcomes().items()):
-        table.add_row(f"episode {name}", str(count))
-    return table
