@@ -65,3 +65,25 @@ def test_every_guarantee_names_tests_that_exist():
     assert sorted(named - defined) == []
     rows = re.findall(r"^- ([^:]+): `test_", section.group(1), re.M)
     assert len(rows) == 10  # a list of tests per row (the two store rows share one)
+
+
+def test_passk_marker_example_runs_and_prints_what_the_readme_shows(tmp_path: Path):
+    """The pytest-marker example passes under pytest and prints the README's pass^k lines."""
+    text = README.read_text()
+    section = re.search(r"### The pytest marker\n(.*?)\n## ", text, re.S)
+    assert section is not None, "README lost its pytest-marker section"
+    code = re.search(r"```python\n(.*?)```", section.group(1), re.S)
+    shown = re.search(r"```text\n(.*?)```", section.group(1), re.S)
+    assert code is not None and shown is not None
+    (tmp_path / "test_agent.py").write_text(code.group(1))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_agent.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 passed" in out.stdout
+    for line in shown.group(1).splitlines():
+        assert line in out.stdout.splitlines(), line
