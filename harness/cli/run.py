@@ -10,6 +10,7 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..agents import AgentSpec, is_agent_spec, registry
 from ..errors import HarnessError, SuiteError
 from ..faults import FaultPlan
 from ..report.gate import Bar, Basis, exit_status
@@ -38,10 +39,47 @@ __all__ = ["replay_command", "resume_command", "run_command"]
 _SIGNED = "each episode's head as it ends and the run's manifest"
 
 
+def check_agent(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--agent``, checked before anything runs: a registered name, or a spec whose class
+    imports and has an agent's methods (:meth:`AgentSpec.load`)."""
+    if value is None or value in registry.names():
+        return value
+    try:
+        if not is_agent_spec(value):
+            registry.create(value)  # (raises: not registered)
+        AgentSpec.parse(value).load()
+    except HarnessError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+def rerun_agent_options(command: Any) -> Any:
+    """``--agent`` and ``--trust-agent``: which agent replay and resume may build."""
+    command = click.option(
+        "--trust-agent",
+        is_flag=True,
+        help="Build the agent from the module:Class or file.py:Class the run folder records "
+        "(it imports the code it names).",
+    )(command)
+    return click.option(
+        "--agent",
+        "agent",
+        default=None,
+        callback=check_agent,
+        help="The run's agent (a built-in name, module:Class or path/to/file.py:Class); needed "
+        "unless the run's agent is built in or --trust-agent is given.",
+    )(command)
+
+
 @click.command("run", epilog=GATE_HELP)
 @click.argument("suite")
 @click.option(
-    "--agent", default="simulated", show_default=True, help="scripted, simulated or openai."
+    "--agent",
+    default="simulated",
+    show_default=True,
+    callback=check_agent,
+    help="scripted, simulated, openai, or your own agent class: module:Class (from the current "
+    "directory or an installed package) or path/to/file.py:Class.",
 )
 @click.option("--trials", default=4, show_default=True, type=click.IntRange(1))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
@@ -185,6 +223,7 @@ def _summary(folder: Path, all_k: bool) -> Report:
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--episode", required=True, help="The episode to replay.")
 @suite_options
+@rerun_agent_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @verify_options
 def replay_command(
@@ -192,6 +231,8 @@ def replay_command(
     episode: str,
     suite: str | None,
     trust_suite: bool,
+    agent: str | None,
+    trust_agent: bool,
     as_json: bool,
     public_key: str | None,
     allow_unverified: bool,
@@ -199,11 +240,15 @@ def replay_command(
     """Re-verify an episode's recorded final state and re-run its agent against its record.
 
     The suite path a run folder records is loaded only when it is a built-in suite or
-    --trust-suite is given; otherwise name the suite with --suite.
+    --trust-suite is given; otherwise name the suite with --suite. Likewise the agent: a
+    recorded module:Class or file.py:Class is built only with --trust-agent; otherwise name it
+    with --agent.
     """
     verified(run, public_key=public_key, allow=allow_unverified)
     try:
-        report = replay_episode(run, episode, suite=suite, trust=trust_suite)
+        report = replay_episode(
+            run, episode, suite=suite, trust=trust_suite, agent=agent, trust_agent=trust_agent
+        )
     except HarnessError as exc:
         fail(exc)
     if as_json:
@@ -238,6 +283,7 @@ def replay_command(
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
 @suite_options
+@rerun_agent_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @signing_key_option(_SIGNED)
 @unverified_option
@@ -246,6 +292,8 @@ def resume_command(
     workers: int,
     suite: str | None,
     trust_suite: bool,
+    agent: str | None,
+    trust_agent: bool,
     as_json: bool,
     signing_key_file: str | None,
     allow_unverified: bool,
@@ -253,7 +301,9 @@ def resume_command(
     """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones.
 
     The suite path a run folder records is loaded only when it is a built-in suite or
-    --trust-suite is given; otherwise name the suite with --suite.
+    --trust-suite is given; otherwise name the suite with --suite. Likewise the agent: a
+    recorded module:Class or file.py:Class is built only with --trust-agent; otherwise name it
+    with --agent.
     """
     verified(run, allow=allow_unverified)
     try:
@@ -265,6 +315,8 @@ def resume_command(
             secrets=secrets(),
             suite=suite,
             trust=trust_suite,
+            agent=agent,
+            trust_agent=trust_agent,
         )
     except HarnessError as exc:
         fail(exc)
