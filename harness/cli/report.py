@@ -120,7 +120,8 @@ def judge_bars(report: Report, bars: list[Bar], basis: Basis) -> list[Judgement]
     "html_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Also write one self-contained HTML file (plots, tables, evidence).",
+    help="Also write one self-contained HTML file (plots, tables, evidence), in which every "
+    "cell of the per-task grid opens its trial's timeline.",
 )
 @click.option("--tasks", "per_task", is_flag=True, help="Also print the per-task table.")
 @all_k_option
@@ -161,10 +162,10 @@ def report_command(
         render(report, console, per_task=per_task, all_k=all_k)
         render_gate(judgements, fail_under_on, console)
     if html_file is not None:
-        from ..report.html import render_html
+        from ..audit.html import render_report
 
         try:
-            write_output(html_file, render_html(report))
+            write_output(html_file, render_report(report))
         except HarnessError as exc:
             fail(exc)
         click.echo(f"wrote {html_file}", err=as_json)

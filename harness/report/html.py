@@ -7,6 +7,11 @@ offline, in a browser or in a CI artifact viewer, years later. Plots are drawn h
 - ``#plot-null``: observed task success by required step count against ``p^n`` and its band;
 - ``#plot-heatmap``: per-task success, tasks by trials (pass, fail, infrastructure error).
 
+Given every trial's page (:class:`TrialPages`, which ``harness.audit.render_report`` builds from
+the run's record), each heat-map cell links to its trial's timeline, a list of the trials shows
+the failed ones first with a filter by failure class, and each trial's page shows alone when its
+link is followed (the CSS ``:target``; the browser's Back button returns), still with no script.
+
 The pages are the jinja2 templates in ``templates/``; the geometry of the plots is computed here
 and handed to them as numbers.
 """
@@ -17,16 +22,77 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from markupsafe import Markup
 
 from .model import INFRA_DESCRIPTIONS, Report
 from .templating import environment
 
-__all__ = ["render_html"]
+__all__ = ["INFRASTRUCTURE", "NO_FAILED_CALL", "TrialPage", "TrialPages", "render_html"]
 
 _COLORS = {"pass": "#2e7d32", "fail": "#d32f2f", "infra": "#9e9e9e", "missing": "#ffffff"}
+
+# The filter's names for a trial with no failure class: ended by the infrastructure, or with
+# every call committed (whatever the verifier then said).
+INFRASTRUCTURE = "infrastructure"
+NO_FAILED_CALL = "no failed call"
+
+# Failed trials first, then infrastructure errors, then passes.
+_STATE_ORDER = {"fail": 0, "infra": 1, "pass": 2}
+
+
+@dataclass(frozen=True)
+class TrialPage:
+    """One trial as the report shows it: a row of the trial list and a page of its own.
+
+    Attributes:
+        task_id, trial, episode_id: which trial.
+        state: ``pass``, ``fail`` or ``infra``, as its heat-map cell.
+        failure_classes: the failure classes of its calls that did not commit, sorted.
+        why: why it failed, in a line (the infrastructure cause, the verifier's failed checks).
+        body: its timeline as HTML (``harness.audit`` renders it; this module trusts it).
+    """
+
+    task_id: str
+    trial: int
+    episode_id: str
+    state: str
+    failure_classes: tuple[str, ...]
+    why: str
+    body: Markup
+
+    @property
+    def anchor(self) -> str:
+        """The id of its page in the report."""
+        return f"episode-{self.episode_id}"
+
+    @property
+    def href(self) -> str:
+        """A link to its page, for any episode id."""
+        return "#" + quote(self.anchor, safe="")
+
+    @property
+    def filters(self) -> tuple[str, ...]:
+        """The names the failure-class filter knows it by."""
+        if self.failure_classes:
+            return self.failure_classes
+        return (INFRASTRUCTURE,) if self.state == "infra" else (NO_FAILED_CALL,)
+
+
+@dataclass(frozen=True)
+class TrialPages:
+    """Every trial's page, for a report whose grid links to them.
+
+    Attributes:
+        trials: the pages, in any order (the report lists failures first).
+        style: the CSS their bodies need.
+    """
+
+    trials: tuple[TrialPage, ...]
+    style: Markup
 
 
 def _f(x: float | None, digits: int = 3) -> str:
@@ -158,8 +224,10 @@ def plot_null_model(report: Report) -> str:
     )
 
 
-def plot_heatmap(report: Report) -> str:
-    """Tasks by trials: each cell one trial's verdict."""
+def plot_heatmap(report: Report, links: Mapping[tuple[str, int], str] | None = None) -> str:
+    """Tasks by trials: each cell one trial's verdict, a link to its page when ``links`` has
+    one for ``(task_id, trial)``."""
+    links = links or {}
     cell, label_w, head = 14, 150, 28
     width_cells = max(len(t.cells) for t in report.tasks)
     return _render(
@@ -176,7 +244,7 @@ def plot_heatmap(report: Report) -> str:
                 task,
                 head + i * (cell + 1),
                 [
-                    (label_w + j * (cell + 1), state, _COLORS[state])
+                    (label_w + j * (cell + 1), state, _COLORS[state], links.get((task.task_id, j)))
                     for j, state in enumerate(task.cells)
                 ],
             )
@@ -238,9 +306,32 @@ def evidence_table(evidence: Mapping[str, Any], report: Report) -> str:
     return _render("evidence.html.j2", rows=rows, report=report)
 
 
-def render_html(report: Report) -> str:
-    """The whole report as one self-contained HTML document."""
+def _walkthrough(report: Report, pages: TrialPages | None) -> dict[str, Any]:
+    """The trial list, its filter and the links from the grid (all empty without pages)."""
+    if pages is None:
+        return {"trials": [], "filters": [], "trial_style": Markup(""), "links": {}}
+    tasks = {t.task_id: i for i, t in enumerate(report.tasks)}
+    trials = sorted(
+        pages.trials,
+        key=lambda p: (_STATE_ORDER.get(p.state, 3), tasks.get(p.task_id, len(tasks)), p.trial),
+    )
+    counts = Counter(name for p in trials for name in p.filters)
+    names = sorted(counts, key=lambda n: (n in (INFRASTRUCTURE, NO_FAILED_CALL), n))
+    # The filter's CSS names a class by its position, never by its recorded text.
+    index = {name: i for i, name in enumerate(names)}
+    return {
+        "trials": [(p, " ".join(f"fc-{index[n]}" for n in p.filters)) for p in trials],
+        "filters": [(index[n], n, counts[n]) for n in names],
+        "trial_style": pages.style,
+        "links": {(p.task_id, p.trial): p.href for p in trials},
+    }
+
+
+def render_html(report: Report, pages: TrialPages | None = None) -> str:
+    """The whole report as one self-contained HTML document; with ``pages``, each trial's
+    timeline one click from its cell of the grid."""
     ks = [int(k) for k in report.curve.ks.tolist()]
+    walk = _walkthrough(report, pages)
     return _render(
         "report.html.j2",
         report=report,
@@ -251,7 +342,8 @@ def render_html(report: Report) -> str:
         colors=_COLORS,
         plot_pass_k=Markup(plot_pass_k(report)),
         plot_null_model=Markup(plot_null_model(report)),
-        plot_heatmap=Markup(plot_heatmap(report)),
+        plot_heatmap=Markup(plot_heatmap(report, walk.pop("links"))),
         evidence=Markup(evidence_table(report.evidence, report)),
         evidence_json=json.dumps(report.evidence, indent=2, sort_keys=True, default=str),
+        **walk,
     )

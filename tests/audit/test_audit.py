@@ -433,48 +433,58 @@ def test_audit_html_writes_one_self_contained_episode(recorded_run: Path, tmp_pa
     assert several.exit_code == 2 and "--episode" in several.output
 
 
+def hostile_timeline(hostile: str) -> dict[str, Any]:
+    """A timeline (as ``audit.timeline`` gives it) with ``hostile`` in every recorded string."""
+    return {
+        "episode_id": hostile,
+        "run_id": "r",
+        "task_id": hostile,
+        "trial": 0,
+        "status": "finished",
+        "steps": 1,
+        "digest": "d",
+        "message": hostile,
+        "infra_cause": hostile,
+        "verdict": {
+            "passed": False,
+            "checks": [{"name": hostile, "passed": False, "compared": {hostile: hostile}}],
+        },
+        "escalations": [
+            {
+                "id": "e1",
+                "action": hostile,
+                "failure_class": "fail_stop",
+                "status": "approved",
+                "resolved_by": hostile,
+                "resolution_reason": hostile,
+            }
+        ],
+        "events": [
+            {
+                "seq": 1,
+                "ts": 0.0,
+                "kind": "transaction",
+                "txn_id": hostile,
+                "action": hostile,
+                "arguments": {"name": hostile},
+                "status": "committed",
+                "failure_class": hostile,
+                "reason": hostile,
+                "result": hostile,
+                "diff": {hostile: {"before": None, "after": hostile, "fields": [hostile]}},
+            },
+            {"seq": 2, "ts": 0.0, "kind": "recorded", "what": hostile, "request": hostile},
+            {"seq": 3, "ts": 0.0, "kind": hostile, "note": hostile},
+        ],
+    }
+
+
 def test_audit_html_escapes_every_recorded_string():
-    """Ids, actions, arguments, reasons, diffs and escalations come out escaped, in text and in
-    attributes, so a hostile tool argument cannot inject markup into the page."""
+    """Ids, actions, arguments, reasons, diffs, the verdict's checks, the infrastructure cause
+    and escalations come out escaped, in text and in attributes, so a hostile tool argument
+    cannot inject markup into the page."""
     hostile = "<script>alert(1)</script>\"'"
-    page = render_html(
-        {
-            "episode_id": hostile,
-            "run_id": "r",
-            "task_id": hostile,
-            "trial": 0,
-            "status": "finished",
-            "steps": 1,
-            "digest": "d",
-            "verdict": {"passed": False, "checks": [{"name": hostile, "passed": False}]},
-            "escalations": [
-                {
-                    "id": "e1",
-                    "action": hostile,
-                    "failure_class": "fail_stop",
-                    "status": "approved",
-                    "resolved_by": hostile,
-                    "resolution_reason": hostile,
-                }
-            ],
-            "events": [
-                {
-                    "seq": 1,
-                    "ts": 0.0,
-                    "kind": "transaction",
-                    "txn_id": hostile,
-                    "action": hostile,
-                    "arguments": {"name": hostile},
-                    "status": "committed",
-                    "reason": hostile,
-                    "result": hostile,
-                    "diff": {hostile: {"before": None, "after": hostile}},
-                },
-                {"seq": 2, "ts": 0.0, "kind": "recorded", "what": hostile, "request": hostile},
-                {"seq": 3, "ts": 0.0, "kind": hostile, "note": hostile},
-            ],
-        }
-    )
+    page = render_html(hostile_timeline(hostile))
     assert "<script>alert" not in page and "\"'" not in page
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 15
     assert unescape(page).count(hostile) >= 10
