@@ -105,4 +105,4 @@ def render_report(report: Report) -> str:
             if row.episode_id in episodes
         )
     style = Markup(_env.get_template("episode.css.j2").render())
-    return render_report_html(report, TrialPages(trials, style))
+    return render_report_html(report, pages=TrialPages(trials, style))

@@ -327,7 +327,7 @@ def _walkthrough(report: Report, pages: TrialPages | None) -> dict[str, Any]:
     }
 
 
-def render_html(report: Report, pages: TrialPages | None = None) -> str:
+def render_html(report: Report, *, pages: TrialPages | None = None) -> str:
     """The whole report as one self-contained HTML document; with ``pages``, each trial's
     timeline one click from its cell of the grid."""
     ks = [int(k) for k in report.curve.ks.tolist()]

@@ -174,7 +174,7 @@ def test_report_with_trial_pages_escapes_every_recorded_string(tmp_path: Path):
         )
         t = {**hostile_timeline(hostile), "episode_id": row.episode_id, "trial": trial}
         pages.append(trial_page(t, row))
-    page = render_html(report, TrialPages(tuple(pages), Markup("")))
+    page = render_html(report, pages=TrialPages(tuple(pages), Markup("")))
     assert "<script" not in page and "<img" not in page and "\"'" not in page
     assert unescape(page).count(hostile) >= 30
     hrefs = re.findall(r'href="#(episode-[^"]+)"', page)
