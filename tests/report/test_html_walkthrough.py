@@ -126,7 +126,8 @@ def test_trial_rows_name_their_failure_classes_and_infrastructure_cause(
     flaky_run: Path, tmp_path: Path
 ):
     """Each row carries the filter classes of its trial's failure classes (infrastructure and
-    no failed call for the others), and an infrastructure failure's row its cause."""
+    no failed call for the others); an infrastructure failure's row and timeline name its
+    cause."""
     page = write_page(flaky_run, tmp_path / "report.html")
     names = dict(re.findall(r'id="fc-(\d+)" value="([^"]+)"', page))
     rows = re.findall(r'<tr class="(?:pass|fail|infra) ([^"]*)">(.*?)</tr>', page)
@@ -140,6 +141,9 @@ def test_trial_rows_name_their_failure_classes_and_infrastructure_cause(
         }
         assert {names[c.removeprefix("fc-")] for c in classes.split()} == expected
         assert (CAUSE in cells) == (trial["state"] == "infra")
+        section = page.split(f'id="episode-{episode}">', 1)[1].split("</section>\n</section>")[0]
+        shown = f"infrastructure failure (not the agent's): <code>{CAUSE}</code>"
+        assert (shown in section) == (trial["state"] == "infra")
         seen.add(episode)
     assert seen == set(trials)
 
