@@ -5,9 +5,10 @@
   its checkpoint, escalations and who resolved them, the verifier's verdict.
 - :func:`render_verify` shows what ``Store.verify`` found (:mod:`harness.store.verify`).
 - :func:`render_text` and :func:`render_html` show timelines; ``harness audit`` is the command.
+- :func:`render_report` is a run's HTML report whose per-task grid opens each trial's timeline.
 """
 
-from .html import render_html
+from .html import render_html, render_report
 from .model import (
     episode_summaries,
     pending_escalations,
@@ -19,6 +20,7 @@ __all__ = [
     "episode_summaries",
     "pending_escalations",
     "render_html",
+    "render_report",
     "render_text",
     "render_verify",
     "timeline",
