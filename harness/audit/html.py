@@ -90,7 +90,7 @@ def trial_page(t: dict[str, Any], row: TrialRow) -> TrialPage:
     )
 
 
-def render_report(report: Report) -> str:
+def render_report(report: Report, *, all_k: bool = False) -> str:
     """``report`` as one self-contained HTML document in which every cell of the per-task grid
     opens its trial's timeline, read from the run's record (``report.folder``).
 
@@ -105,4 +105,4 @@ def render_report(report: Report) -> str:
             if row.episode_id in episodes
         )
     style = Markup(_env.get_template("episode.css.j2").render())
-    return render_report_html(report, pages=TrialPages(trials, style))
+    return render_report_html(report, pages=TrialPages(trials, style), all_k=all_k)

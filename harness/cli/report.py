@@ -165,7 +165,7 @@ def report_command(
         from ..audit.html import render_report
 
         try:
-            write_output(html_file, render_report(report))
+            write_output(html_file, render_report(report, all_k=all_k))
         except HarnessError as exc:
             fail(exc)
         click.echo(f"wrote {html_file}", err=as_json)
@@ -179,6 +179,7 @@ def report_command(
 @INFRA_OPTION
 @CONFIDENCE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@all_k_option
 @verify_options
 def compare_command(
     run_a: Path,
@@ -186,6 +187,7 @@ def compare_command(
     infra: InfraPolicy,
     confidence: float,
     as_json: bool,
+    all_k: bool,
     public_key: str | None,
     allow_unverified: bool,
 ) -> None:
@@ -201,7 +203,7 @@ def compare_command(
     if as_json:
         dump(cmp.to_dict())
     else:
-        render_comparison(cmp, Console())
+        render_comparison(cmp, Console(), all_k=all_k)
 
 
 @click.command("export")

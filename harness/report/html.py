@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
-from .model import INFRA_DESCRIPTIONS, Report
+from .model import INFRA_DESCRIPTIONS, Report, table_ks
 from .templating import environment
 
 __all__ = ["INFRASTRUCTURE", "NO_FAILED_CALL", "TrialPage", "TrialPages", "render_html"]
@@ -327,10 +327,12 @@ def _walkthrough(report: Report, pages: TrialPages | None) -> dict[str, Any]:
     }
 
 
-def render_html(report: Report, *, pages: TrialPages | None = None) -> str:
+def render_html(report: Report, *, pages: TrialPages | None = None, all_k: bool = False) -> str:
     """The whole report as one self-contained HTML document; with ``pages``, each trial's
-    timeline one click from its cell of the grid."""
-    ks = [int(k) for k in report.curve.ks.tolist()]
+    timeline one click from its cell of the grid. The pass^k table holds k = 1..10, the powers
+    of two and n (every k with ``all_k``); the plot always draws every k."""
+    shown = set(table_ks(report.n, all_k=all_k))
+    ks = [int(k) for k in report.curve.ks.tolist() if int(k) in shown]
     walk = _walkthrough(report, pages)
     return _render(
         "report.html.j2",

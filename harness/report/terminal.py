@@ -204,8 +204,9 @@ def render(
         console.print(tt)
 
 
-def render_comparison(cmp: Comparison, console: Console) -> None:
-    """Print a comparison as a rich table."""
+def render_comparison(cmp: Comparison, console: Console, *, all_k: bool = False) -> None:
+    """Print a comparison as a rich table (k = 1..10, the powers of two and the largest k;
+    every k with ``all_k``)."""
     conf = _pct(cmp.a.confidence)
     console.print(
         f"A = run {cmp.a.run_id} ({cmp.a.suite}), B = run {cmp.b.run_id} ({cmp.b.suite})\n"
@@ -221,12 +222,17 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
             f"[yellow]changed between the runs[/yellow] (version or content): "
             f"{', '.join(cmp.changed)}"
         )
-    table = Table(
-        title="pass^k: A, B and the paired difference A - B", show_edge=False, pad_edge=False
-    )
+    n = max((d.k or 0 for _, _, d in cmp.rows), default=0)
+    shown = set(table_ks(n, all_k=all_k))
+    title = "pass^k: A, B and the paired difference A - B"
+    if len(shown) < n:
+        title += f" (k = 1..10, powers of two and {n}; --all-k shows all {n})"
+    table = Table(title=title, show_edge=False, pad_edge=False)
     for col in ("k", "A", f"{conf} interval", "B", f"{conf} interval ", "A - B", "interval"):
         table.add_column(col, justify="right", no_wrap=True)
     for ea, eb, d in cmp.rows:
+        if d.k not in shown:
+            continue
         table.add_row(
             str(d.k),
             f"{ea.value:.3f}",

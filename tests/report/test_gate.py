@@ -178,6 +178,28 @@ def test_report_prints_the_subset_and_all_k_prints_every_row(tmp_path: Path):
     assert len(data["pass_hat_k"]) == 40
 
 
+def test_the_html_table_and_compare_show_the_subset_too(tmp_path: Path):
+    """The HTML report's pass^k table and `harness compare` show k = 1..10, the powers of two
+    and n as the terminal does, and every k with --all-k."""
+    folder = make_run(tmp_path, "long", {"a": "P" * 40, "b": "PF" * 20})
+    html_rows = re.compile(r'<tr><td class="num">(\d+)</td><td class="num">')
+
+    def table(html: str) -> list[int]:
+        part = html.split('<table id="passk-table">', 1)[1].split("</table>", 1)[0]
+        return [int(k) for k in html_rows.findall(part)]
+
+    for extra, expected in (((), [*range(1, 11), 16, 32, 40]), (("--all-k",), list(range(1, 41)))):
+        out = tmp_path / f"r{len(extra)}.html"
+        code, text = report_cli(str(folder), "--html", str(out), *extra)
+        assert code == 0, text
+        assert table(out.read_text()) == expected
+        result = CliRunner().invoke(main, ["compare", str(folder), str(folder), *extra])
+        assert result.exit_code == 0, result.output
+        compared = re.findall(r"^\s*(\d+) │ \d\.\d{3}", result.output, re.MULTILINE)
+        assert [int(k) for k in compared] == expected
+        assert ("--all-k shows all 40" in " ".join(result.output.split())) == (not extra)
+
+
 # --- infrastructure failures ---
 
 
