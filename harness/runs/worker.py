@@ -89,7 +89,8 @@ class Worker:
 
     Args:
         suite_path: the suite (loaded here: workers may be other processes).
-        agent: an agent, or a registered agent's name built with ``agent_options``.
+        agent: an agent, or how to build one with ``agent_options``: a built-in agent's name,
+            ``module:Class`` or ``path/to/file.py:Class``.
         store_url: the run's store.
         run_id: the run.
         policy: the policy of every episode.

@@ -63,7 +63,7 @@ class ConfigsEnvironment(FolderEnvironment):
     """
 
     TOOL_NAMES: ClassVar[frozenset[str]] = frozenset(READ_TOOLS + WRITE_TOOLS)
-    """Every tool name (the suite loader rejects task files that name others)."""
+    """Every tool name the environment offers (the keys of ``tools``)."""
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
         self.root = self._open_folder(folder, "harness-configs-")

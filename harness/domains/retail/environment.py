@@ -61,7 +61,7 @@ class RetailEnvironment(FolderEnvironment):
     """
 
     TOOL_NAMES = frozenset(TOOL_TYPES)
-    """Every tool name, so a suite loader can reject task files naming others."""
+    """Every tool name the environment offers (the keys of ``tools``)."""
 
     def __init__(
         self,
