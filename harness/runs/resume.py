@@ -368,9 +368,7 @@ def resume_run(
                 pem,
             ),
             on_result=finished,
-            in_process=Worker(
-                str(loaded.path), agent_obj, {}, url, run_id, policy, None, lease_seconds, pem
-            )
+            in_process=Worker(loaded, agent_obj, {}, url, run_id, policy, None, lease_seconds, pem)
             if workers == 1 or not isinstance(spec, str)
             else None,
         )

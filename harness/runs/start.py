@@ -284,11 +284,11 @@ def run_trials(
             worker_args=worker_args,
             on_result=finished,
             stop=stop,
-            in_process=None
-            if isinstance(agent, str)
-            else Worker(
-                str(loaded.path), agent_obj, {}, url, run_id, policy, injection, 600.0, pem
-            ),
+            # One worker, or an agent object: trials run here, on the suite already loaded
+            # (its reference outcomes computed once).
+            in_process=Worker(loaded, agent_obj, {}, url, run_id, policy, injection, 600.0, pem)
+            if workers == 1 or not isinstance(agent, str)
+            else None,
         )
     except KeyboardInterrupt:
         interrupted = True

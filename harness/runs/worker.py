@@ -24,7 +24,7 @@ from ..faults import RunFaults, WorkerCrash
 from ..policy import Policy
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
 from ..store.signing import sign_episode
-from ..suite import Task, load_suite
+from ..suite import Suite, Task, load_suite
 from .judge import Reference, judge, reference_outcome
 from .layout import episode_id
 from .rebuild import apply_changes, recorded_changes
@@ -88,7 +88,8 @@ class Worker:
     """Everything one process needs to run trials of one run.
 
     Args:
-        suite_path: the suite (loaded here: workers may be other processes).
+        suite: the suite, or its path (loaded here: workers may be other processes; a suite
+            already loaded in this process keeps the reference outcomes it computed).
         agent: an agent, or how to build one with ``agent_options``: a built-in agent's name,
             ``module:Class`` or ``path/to/file.py:Class``.
         store_url: the run's store.
@@ -101,7 +102,7 @@ class Worker:
 
     def __init__(
         self,
-        suite_path: str,
+        suite: str | Suite,
         agent: str | Agent,
         agent_options: dict[str, Any],
         store_url: str,
@@ -111,7 +112,11 @@ class Worker:
         lease_seconds: float = 600.0,
         signing_key: bytes | None = None,
     ) -> None:
-        self.suite = load_suite(suite_path, check_references=False)  # checked by the run
+        self.suite = (
+            suite
+            if isinstance(suite, Suite)
+            else load_suite(suite, check_references=False)  # (checked by the run)
+        )
         # (PEM: a key object cannot be sent to a worker process.)
         self.signing_key = None if signing_key is None else SigningKey.from_pem(signing_key)
         self.agent = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
