@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +95,14 @@ def test_final_state_is_committed_actions_applied_once(tmp_path_factory: Any, pl
     committed = [t for t in store.transactions(ep.id) if t.status in ("committed", "recovered")]
     expected: dict[str, int] = {}
     for t in committed:
-        args = json.loads(t.args)
+        args = t.args
         key = f"acct/{args['account']}"
         expected[key] = expected.get(key, 0) + args["amount"]
     assert {k: v for k, v in state.to_dict().items() if v} == {
         k: v for k, v in expected.items() if v
     }
     # Each operation's effect applied at most once net of its undos, and only if committed.
-    ops = {json.loads(t.args)["op"] for t in committed}
+    ops = {t.args["op"] for t in committed}
     for op in {f"op{i}" for i in range(8)}:
         net = ledger.count(op) - ledger.count(f"undo:{op}")
         assert net == (1 if op in ops else 0), (op, ledger)

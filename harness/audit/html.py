@@ -101,7 +101,7 @@ def render_report(report: Report, *, all_k: bool = False) -> str:
         episodes = {e.id: e for e in opened.store.episodes(opened.run_id)}
         trials = tuple(
             trial_page(timeline(opened.store, episodes[row.episode_id], row), row)
-            for row in opened.store.trials(opened.run_id)
+            for row in opened.store.trial_rows(opened.run_id)
             if row.episode_id in episodes
         )
     style = Markup(_env.get_template("episode.css.j2").render())

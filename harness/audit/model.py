@@ -45,14 +45,14 @@ def episode_summaries(
         rows = [
             r
             for r in rows
-            if any(t.failure_class == failure_class for t in opened.store.transactions(r.id))
+            if any(t.failure_class == failure_class for t in opened.store.transaction_rows(r.id))
         ]
     return rows
 
 
 def pending_escalations(opened: OpenStore, *, every: bool = False) -> list[EscalationRow]:
     """The run's (or store's) escalations waiting for a person (all of them with ``every``)."""
-    rows = opened.store.escalations(None if every else EscalationStatus.PENDING)
+    rows = opened.store.escalation_rows(None if every else EscalationStatus.PENDING)
     if opened.run_id is None:
         return rows
     ids = {e.id for e in opened.store.episodes(opened.run_id)}
@@ -81,9 +81,9 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
     other records (resume, dedup, recorded reads and model calls, escalations, resolutions,
     rollback, divergence) appear where they were written.
     """
-    rows = {r.id: r for r in store.transactions(episode.id)}
+    rows = {r.id: r for r in store.transaction_rows(episode.id)}
     checkpoints = {c.txn_id: c for c in store.checkpoints(episode.id)}
-    escalations = {e.id: e for e in store.escalations(episode_id=episode.id)}
+    escalations = {e.id: e for e in store.escalation_rows(episode_id=episode.id)}
     events: list[dict[str, Any]] = []
     placed: set[str] = set()
     counts: dict[str, int] = {}

@@ -120,7 +120,7 @@ def audit_command(
             if verify:
                 whole = episode is None and task is None and failure_class is None
                 _verify(opened, None if whole else episodes, public_key, as_json)
-            trials = {t.episode_id: t for t in opened.store.trials(opened.run_id)}
+            trials = {t.episode_id: t for t in opened.store.trial_rows(opened.run_id)}
             if html_file is not None:
                 if len(episodes) != 1:
                     raise click.UsageError(

@@ -273,7 +273,7 @@ class Episode:
                 )
             self._settler.settle_in_doubt()
             self._cursor.steps = recorded_steps(
-                self.store.transactions(self.id), self.store.log(self.id)
+                self.store.transaction_rows(self.id), self.store.log(self.id)
             )
         else:
             if existing is not None:

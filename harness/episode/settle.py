@@ -90,7 +90,7 @@ class Settler:
         checkpoints = self.store.checkpoints(self.m.id)
         if checkpoints:
             self.m.steps, self.m.digest = checkpoints[-1].step, checkpoints[-1].digest
-        rows = self.store.transactions(self.m.id)
+        rows = self.store.transaction_rows(self.m.id)
         log = self.store.log(self.m.id)
         finished = {r.id for r in rows}
         intents = [
@@ -130,7 +130,7 @@ class Settler:
             if rec.kind == "resolution"
         }
         latest: dict[str, EscalationRow] = {}
-        for esc in self.store.escalations(episode_id=self.m.id):
+        for esc in self.store.escalation_rows(episode_id=self.m.id):
             latest[esc.idem_key] = as_recorded(esc, decided.get(esc.id))
         starts = [(r.idem_key, r.started_at) for r in rows] + [(i.key, i.ts) for i in intents]
         for key, esc in latest.items():
@@ -175,7 +175,7 @@ class Settler:
                 with self.rec.writer.batch():
                     self.rec.update_episode()
                 self.m.in_doubt[key] = intent
-                for row in self.store.escalations(episode_id=self.m.id):
+                for row in self.store.escalation_rows(episode_id=self.m.id):
                     if row.id == exc.escalation_id:
                         self.m.resolutions[key] = row
 

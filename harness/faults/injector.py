@@ -492,9 +492,9 @@ class Injector:
         """Judge every event against the store, account for effects, write both, uninstall."""
         self.uninstall()
         self._sample()
-        txns = store.transactions(self.episode_id)
+        txns = store.transaction_rows(self.episode_id)
         logs = store.log(self.episode_id)
-        escalations = store.escalations(episode_id=self.episode_id)
+        escalations = store.escalation_rows(episode_id=self.episode_id)
         for event in self.events:
             judge(event, txns, logs, self.clock_at)
         result = account(

@@ -213,7 +213,9 @@ def taubench_records(
                 "task_id": ids[row.task_id],
                 "reward": reward,
                 "info": info,
-                "traj": _openai_traj(task, data.store.transactions(row.episode_id), row.message),
+                "traj": _openai_traj(
+                    task, data.store.transaction_rows(row.episode_id), row.message
+                ),
                 "trial": row.trial,
             }
         )
@@ -355,7 +357,7 @@ def tau2_results(
                 "user_cost": None,
                 "reward_info": reward_info,
                 "messages": _tau2_messages(
-                    data.store.transactions(row.episode_id), row.message, start, row.created_at
+                    data.store.transaction_rows(row.episode_id), row.message, start, row.created_at
                 ),
                 "trial": row.trial,
                 "seed": row.seed,
@@ -420,7 +422,7 @@ def jsonl_records(data: OpenRun) -> Iterable[dict[str, Any]]:
                 "ended_at": t.ended_at,
                 "duration": t.duration,
             }
-            for t in data.store.transactions(row.episode_id)
+            for t in data.store.transaction_rows(row.episode_id)
         ]
         yield record
 

@@ -235,7 +235,7 @@ def _transactions(store: Store, episode_ids: Sequence[str]) -> list[TransactionR
 
 def reliability_report(store: Store, run_id: str | None = None) -> ReliabilityReport:
     """Read one run (or every run) of ``store`` into a :class:`ReliabilityReport`."""
-    trials = store.trials(run_id)
+    trials = store.trial_rows(run_id)
     with store.session() as s:
         eq = select(FaultEventRow)
         tq = select(FaultTrialRow)

@@ -231,7 +231,7 @@ def open_run(
                 f"{db} holds {len(runs)} runs ({', '.join(sorted(runs))}) and none is named after "
                 f"the folder {folder.name!r}: give each run its own folder",
             )
-        trials = store.trials(run.id)
+        trials = store.trial_rows(run.id)
         if finished and not trials:
             raise RunNotFound(
                 folder,

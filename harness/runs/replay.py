@@ -219,8 +219,8 @@ def replay_episode(
         # Built before anything runs: a refused agent leaves nothing half done.
         built = run_agent(run, agent, trust=trust_agent)
         task = loaded.task(episode.task_id or "")
-        trial = next((t for t in store.trials(run.run.id) if t.episode_id == episode_id), None)
-        rows = store.transactions(episode_id)
+        trial = next((t for t in store.trial_rows(run.run.id) if t.episode_id == episode_id), None)
+        rows = store.transaction_rows(episode_id)
         steps = recorded_steps(rows, store.log(episode_id))
         notes: list[str] = []
         # 1. The verifier against the recorded final state.
@@ -242,7 +242,7 @@ def replay_episode(
         finally:
             env.close()
         # 2. The agent against the record.
-        replay = ReplayEpisode(episode_id, steps, store.escalations(episode_id=episode_id))
+        replay = ReplayEpisode(episode_id, steps, store.escalation_rows(episode_id=episode_id))
         env = loaded.new_environment()
         message: str | None = None
         ended = "answered"

@@ -372,7 +372,7 @@ def resume_run(
             if workers == 1 or not isinstance(spec, str)
             else None,
         )
-        rows = store.trials(run_id)
+        rows = store.trial_rows(run_id)
         complete = len(rows) == trials * len(tasks) and not any(
             r.outcome == EpisodeStatus.ESCALATED for r in rows
         )

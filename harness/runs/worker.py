@@ -79,7 +79,7 @@ def trial_state(store: Store, episode: str) -> str:
         return "new"
     if finished is not None and finished.outcome != EpisodeStatus.ESCALATED:
         return "done"
-    if store.escalations(EscalationStatus.PENDING, episode_id=episode):
+    if store.escalation_rows(EscalationStatus.PENDING, episode_id=episode):
         return "pending"
     return "resume"
 
@@ -179,7 +179,7 @@ class Worker:
             if resume:
                 # The trial's environment died with the process that ran it: rebuild the state
                 # its record says the episode left, so the verdict sees every effect.
-                apply_changes(env.state, recorded_changes(self.store.transactions(eid)))
+                apply_changes(env.state, recorded_changes(self.store.transaction_rows(eid)))
             if injector is not None:
                 injector.install()
 
@@ -231,7 +231,7 @@ class Worker:
                 reference,
                 state=env.state,
                 mark=mark,
-                rows=self.store.transactions(eid),
+                rows=self.store.transaction_rows(eid),
                 message=message,
             )
             passed = verdict.passed and outcome == EpisodeStatus.COMMITTED

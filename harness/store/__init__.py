@@ -10,6 +10,7 @@ The statuses its rows hold are string enums (:mod:`.statuses`): ``TxnStatus``,
 """
 
 from .jsonlines import JsonLines as JsonLines
+from .records import Escalation, Transaction, Trial
 from .signing import PublicKey, SigningKey
 from .statuses import EpisodeStatus, EscalationStatus, RunStatus, TxnStatus
 from .store import Store
@@ -41,6 +42,7 @@ __all__ = [
     "EpisodeRow",
     "EpisodeStatus",
     "EpisodeWriter",
+    "Escalation",
     "EscalationRow",
     "EscalationStatus",
     "FaultEventRow",
@@ -54,7 +56,9 @@ __all__ = [
     "SignatureRow",
     "SigningKey",
     "Store",
+    "Transaction",
     "TransactionRow",
+    "Trial",
     "TrialRow",
     "TxnStatus",
     "VerifyReport",

@@ -261,7 +261,7 @@ def sign_run(store: Store, run_id: str, key: SigningKey) -> None:
     run = next((r for r in store.runs() if r.id == run_id), None)
     if run is None:
         raise StoreError(f"no run {run_id!r} in {store.url} to sign")
-    message = run_message(run, store.episodes(run_id), store.trials(run_id))
+    message = run_message(run, store.episodes(run_id), store.trial_rows(run_id))
     store.add(signature_row(key, "run", run_id, message))
 
 

@@ -23,6 +23,7 @@ from .chain import _Chain
 from .jsonlines import EpisodeLog, JsonLines, _stamp
 from .leases import _Leases
 from .projection import derive
+from .records import Escalation, Transaction, Trial
 from .signing import PublicKey
 from .statuses import RESOLVED_AS, EscalationStatus
 from .tables import (
@@ -289,8 +290,13 @@ class Store(_Chain, _Leases):
         with self.session() as s:
             return list(s.exec(select(RunRow).order_by(RunRow.created_at)))  # type: ignore[arg-type]
 
-    def trials(self, run_id: str | None = None) -> list[TrialRow]:
-        """Trials, in the order they finished; only those of ``run_id`` when given."""
+    def trials(self, run_id: str | None = None) -> list[Trial]:
+        """Trials, in the order they finished; only those of ``run_id`` when given; with their
+        verdict, failures, steps and agent metadata as values (:class:`~.records.Trial`)."""
+        return [Trial.of(r) for r in self.trial_rows(run_id)]
+
+    def trial_rows(self, run_id: str | None = None) -> list[TrialRow]:
+        """Trials as stored (their JSON as text), filtered as :meth:`trials` is."""
         with self.session() as s:
             q = select(TrialRow)
             if run_id is not None:
@@ -316,8 +322,17 @@ class Store(_Chain, _Leases):
         with self.session() as s:
             return s.get(EpisodeRow, episode_id)
 
-    def transactions(self, episode_id: str) -> list[TransactionRow]:
-        """An episode's finished transactions in the order they started.
+    def transactions(self, episode_id: str) -> list[Transaction]:
+        """An episode's finished transactions in the order they started, with their arguments,
+        result, state diff and errors as values (:class:`~.records.Transaction`).
+
+        A transaction in flight (or in doubt after a crash) is its ``intent`` record in the
+        log until its outcome is written.
+        """
+        return [Transaction.of(r) for r in self.transaction_rows(episode_id)]
+
+    def transaction_rows(self, episode_id: str) -> list[TransactionRow]:
+        """An episode's finished transactions as stored (their JSON as text).
 
         A transaction in flight (or in doubt after a crash) is its ``intent`` record in the
         log until its outcome is written. Commits of a running (or crashed) episode whose rows
@@ -371,8 +386,15 @@ class Store(_Chain, _Leases):
 
     def escalations(
         self, status: str | None = None, *, episode_id: str | None = None
+    ) -> list[Escalation]:
+        """Escalations, oldest first, filtered by ``status`` and ``episode_id`` when given, with
+        their arguments, evidence and edit as values (:class:`~.records.Escalation`)."""
+        return [Escalation.of(r) for r in self.escalation_rows(status, episode_id=episode_id)]
+
+    def escalation_rows(
+        self, status: str | None = None, *, episode_id: str | None = None
     ) -> list[EscalationRow]:
-        """Escalations, oldest first, filtered by ``status`` and ``episode_id`` when given."""
+        """Escalations as stored (their JSON as text), filtered as :meth:`escalations` is."""
         with self.session() as s:
             q = select(EscalationRow)
             if status is not None:
@@ -389,8 +411,9 @@ class Store(_Chain, _Leases):
         by: str,
         reason: str = "",
         edit: Mapping[str, Any] | None = None,
-    ) -> EscalationRow:
-        """Record a person's decision on a pending escalation.
+    ) -> Escalation:
+        """Record a person's decision on a pending escalation; returns the escalation as it is
+        now.
 
         Args:
             escalation_id: the id from ``Escalated.escalation_id`` or ``escalations()``.
@@ -448,7 +471,7 @@ class Store(_Chain, _Leases):
                 writer.update_head()
         finally:
             writer.close()
-        return self._escalation(escalation_id)
+        return Escalation.of(self._escalation(escalation_id))
 
     def _escalation(self, escalation_id: str, writer: EpisodeWriter | None = None) -> EscalationRow:
         if writer is not None:

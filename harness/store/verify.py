@@ -174,9 +174,9 @@ def _read(store: Store, episode: EpisodeRow) -> _Records:
     """One episode's records, read through the store's queries."""
     return _Records(
         store.log(episode.id),
-        store.transactions(episode.id),
+        store.transaction_rows(episode.id),
         store.checkpoints(episode.id),
-        store.escalations(episode_id=episode.id),
+        store.escalation_rows(episode_id=episode.id),
     )
 
 
@@ -365,7 +365,9 @@ def _cross_check(
     _check_escalations(records.escalations, escalated, resolved)
     _check_episode_row(episode, log)
     if trials is None:
-        trials = {t.episode_id: t for t in store.trials(episode.run_id)} if episode.run_id else {}
+        trials = (
+            {t.episode_id: t for t in store.trial_rows(episode.run_id)} if episode.run_id else {}
+        )
     _check_trial(episode, log, trials.get(episode.id))
 
 
@@ -580,7 +582,7 @@ def verify_run(
             checked, and a signed run or episode that is gone is named).
     """
     report = VerifyReport(episodes=len(episodes))
-    trials = {t.episode_id: t for t in store.trials()}
+    trials = {t.episode_id: t for t in store.trial_rows()}
     read = _read_all(store, episodes) if len(episodes) > _ONE_BY_ONE else {}
     for episode in episodes:
         finding, counts = verify_episode(store, episode, trials, read.get(episode.id))
@@ -595,7 +597,7 @@ def verify_run(
     if public_key is not None:
         report.signed_by = public_key.key_id
         runs = [
-            (run, store.episodes(run.id), store.trials(run.id))
+            (run, store.episodes(run.id), store.trial_rows(run.id))
             for run in store.runs()
             if whole_store or run.id == run_id
         ]

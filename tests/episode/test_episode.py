@@ -98,7 +98,7 @@ def test_edited_escalation_runs_with_new_arguments(shop: Shop, store_url: str, c
     with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True):
         agent(None)  # type: ignore[arg-type]
     assert shop.state["orders/o2"]["status"] == "cancelled"
-    args = [json.loads(t.args) for t in store.transactions("e1") if t.status == "committed"]
+    args = [t.args for t in store.transactions("e1") if t.status == "committed"]
     assert args[-1] == {"order_id": "o2", "reason": "edited"}
     store.close()
 
@@ -362,7 +362,7 @@ def test_resume_runs_what_the_resolution_record_says_not_an_edited_row(
     assert any("with which arguments" in str(f) for f in report.findings), report.findings
     with hx.Episode(state=shop.state, store=store_url, clock=clock, episode_id="e1", resume=True):
         agent(None)  # type: ignore[arg-type]
-    args = [json.loads(t.args) for t in store.transactions("e1") if t.status == "committed"]
+    args = [t.args for t in store.transactions("e1") if t.status == "committed"]
     assert args[-1] == {"order_id": "o2", "reason": "edited"}
     store.close()
 

@@ -93,7 +93,7 @@ def test_scope_violation_without_compensation_escalates_not_rolled_back(
     assert ep.outcome == "escalated"
     (esc,) = escalations(store, ep)
     assert "acct/b" in esc.reason and "still in the state" in esc.reason
-    assert "acct/b" in (esc.evidence or "")
+    assert "acct/b" in esc.evidence["diff"]
     assert ledger.balance("b") == 1  # the change stays, and the outcome says so
 
 
@@ -184,10 +184,13 @@ async def test_concurrent_async_calls_are_each_attributed_their_own_change(store
     async with episode(ledger, store) as ep:
         assert await asyncio.gather(deposit("a", 5), deposit("b", 7)) == [5, 7]
     assert ep.outcome == "committed"
-    diffs = {t.action + t.args: t.diff for t in store.transactions(ep.id)}
+    diffs = {t.args["name"]: t.diff for t in store.transactions(ep.id)}
     assert all(t.status == "committed" for t in store.transactions(ep.id))
     assert ledger.balance("a") == 5 and ledger.balance("b") == 7
-    assert len(diffs) == 2 and all(d and d.count("acct/") == 1 for d in diffs.values())
+    assert diffs == {
+        "a": {"acct/a": [{"balance": 0}, {"balance": 5}]},
+        "b": {"acct/b": [{"balance": 0}, {"balance": 7}]},
+    }
     assert store.verify_chain().ok
 
 
@@ -660,7 +663,7 @@ def test_a_call_held_for_approval_runs_once_after_approve(
     assert ep.outcome == "escalated" and ledger.balance("a") == 5 and ledger.applied == 1
     (esc,) = escalations(store, ep)
     assert esc.failure_class == "approval" and esc.status == "pending"
-    assert "args_digest" in (esc.evidence or "") and '"amount":5000' in esc.args
+    assert "args_digest" in esc.evidence and esc.args["amount"] == 5000
     assert [t.status for t in store.transactions(ep.id)] == ["committed", "held"]
 
     store.resolve(info.value.escalation_id, "approve", by="ops", reason="checked")

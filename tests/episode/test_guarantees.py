@@ -1141,7 +1141,7 @@ class Records:
     @classmethod
     def read(cls, store: hx.Store, episode_id: str) -> Records:
         rows = store.transactions(episode_id)
-        op_of = {row.id: json.loads(row.args or "{}").get("op") for row in rows}
+        op_of = {row.id: (row.args or {}).get("op") for row in rows}
         records = cls(op_of, set(), set(), {}, [], store.escalations(episode_id=episode_id))
         for rec in store.log(episode_id):
             if rec.kind == "intent" and rec.txn_id not in op_of:
@@ -1210,7 +1210,7 @@ def judge(report: EpisodeReport, world: World) -> dict[str, list[str]]:
         )
         told: dict[str, Any] = {}
         for esc in records.escalations:
-            evidence = json.loads(esc.evidence or "{}")
+            evidence = esc.evidence or {}
             for key, (_, after) in (evidence.get("diff") or {}).items():
                 told[key] = after
         for key, what in state_differences(explained, final).items():

@@ -70,7 +70,7 @@ def trials_of(folder: Path) -> dict[str, dict[str, Any]]:
         store = opened.store
         episodes = {e.id: e for e in store.episodes("walk")}
         out = {}
-        for row in store.trials("walk"):
+        for row in store.trial_rows("walk"):
             t = timeline(store, episodes[row.episode_id], row)
             state = "infra" if row.infra_error else ("pass" if row.passed else "fail")
             classes = {e["failure_class"] for e in t["events"] if e.get("failure_class")}

@@ -40,7 +40,7 @@ def test_trials_are_isolated_and_recorded(tmp_path: Path):
     for row in rows:
         # each trial starts from zero: its own bumps only
         assert [t.status for t in store.transactions(row.episode_id)] == ["committed", "committed"]
-        verdict = json.loads(row.verdict)
+        verdict = row.verdict
         assert verdict["checks"][0]["name"] == "state_equality"
     assert store.verify_chain().ok
     evidence = json.loads((result.folder / "evidence.json").read_text())

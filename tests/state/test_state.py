@@ -269,7 +269,7 @@ def test_file_state_action_creating_a_link_commits(tmp_path: Path):
         make_link()
     assert ep.outcome == "committed"
     (txn,) = hx.Store(tmp_path / "h.db").transactions(ep.id)
-    assert txn.status == "committed" and f"symlink:{tmp_path}" in (txn.diff or "")
+    assert txn.status == "committed" and f"symlink:{tmp_path}" in txn.diff["link"][1]
 
 
 def test_file_state_never_reads_outside_the_folder(tmp_path: Path):
