@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -326,6 +326,41 @@ def _checked(
     return signed, None
 
 
+def _held(
+    key: PublicKey, row: SignatureRow | None, scope: str, subject: str, now: Mapping[str, Any]
+) -> SignatureProblem | None:
+    """Why the signed fact about ``subject`` does not hold for what the store shows ``now``."""
+    signed, problem = _checked(key, row, scope, subject)
+    if problem is None and signed is not None and canonical(signed) != canonical(now):
+        what = (
+            "the episode differs from what was signed"
+            if scope == "episode"
+            else ("the run differs from its manifest")
+        )
+        problem = SignatureProblem(scope, subject, f"{what} ({_differences(signed, now)})")
+    return problem
+
+
+def _gone(
+    key: PublicKey,
+    by_id: Mapping[str, SignatureRow],
+    scope: str,
+    present: set[str],
+    counted: Callable[[dict[str, Any]], bool],
+) -> list[SignatureProblem]:
+    """A validly signed ``scope`` (episode or run) the store no longer has: deleted."""
+    gone = []
+    for row in by_id.values():
+        if row.scope != scope or row.subject in present:
+            continue
+        signed, _ = _checked(key, row, scope, row.subject)
+        if signed is not None and counted(signed):
+            gone.append(
+                SignatureProblem(scope, row.subject, f"signed, but the {scope} is gone: deleted")
+            )
+    return gone
+
+
 def verify_signatures(
     key: PublicKey,
     signatures: Iterable[SignatureRow],
@@ -352,48 +387,34 @@ def verify_signatures(
         The problems found, at most one per episode or run, in order.
     """
     by_id = {s.id: s for s in signatures}
-    problems: list[SignatureProblem] = []
     episodes = list(episodes)
-    present = {e.id for e in episodes}
-    for episode in episodes:
-        signed, problem = _checked(key, by_id.get(f"episode:{episode.id}"), "episode", episode.id)
-        if problem is None and signed is not None:
-            now = episode_message(episode)
-            if canonical(signed) != canonical(now):
-                problem = SignatureProblem(
-                    "episode",
-                    episode.id,
-                    f"the episode differs from what was signed ({_differences(signed, now)})",
-                )
-        if problem is not None:
-            problems.append(problem)
-    for row in by_id.values():
-        if row.scope != "episode" or row.subject in present or (run_id is None and not every_run):
-            continue
-        signed, problem = _checked(key, row, "episode", row.subject)
-        if signed is not None and (every_run or signed.get("run_id") == run_id):
-            problems.append(
-                SignatureProblem("episode", row.subject, "signed, but the episode is gone: deleted")
+    runs = list(runs)
+    problems = [
+        p
+        for e in episodes
+        if (p := _held(key, by_id.get(f"episode:{e.id}"), "episode", e.id, episode_message(e)))
+    ]
+    if run_id is not None or every_run:
+        problems += _gone(
+            key,
+            by_id,
+            "episode",
+            {e.id for e in episodes},
+            lambda signed: every_run or signed.get("run_id") == run_id,
+        )
+    problems += [
+        p
+        for run, run_episodes, trials in runs
+        if (
+            p := _held(
+                key,
+                by_id.get(f"run:{run.id}"),
+                "run",
+                run.id,
+                run_message(run, run_episodes, trials),
             )
-    for run, run_episodes, trials in runs:
-        signed, problem = _checked(key, by_id.get(f"run:{run.id}"), "run", run.id)
-        if problem is None and signed is not None:
-            now = run_message(run, run_episodes, trials)
-            if canonical(signed) != canonical(now):
-                problem = SignatureProblem(
-                    "run",
-                    run.id,
-                    f"the run differs from its manifest ({_differences(signed, now)})",
-                )
-        if problem is not None:
-            problems.append(problem)
+        )
+    ]
     if every_run:
-        present = {run.id for run, _, _ in runs}
-        for row in by_id.values():
-            if row.scope == "run" and row.subject not in present:
-                signed, problem = _checked(key, row, "run", row.subject)
-                if signed is not None:
-                    problems.append(
-                        SignatureProblem("run", row.subject, "signed, but the run is gone: deleted")
-                    )
+        problems += _gone(key, by_id, "run", {run.id for run, _, _ in runs}, lambda _: True)
     return problems

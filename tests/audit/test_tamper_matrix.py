@@ -31,6 +31,7 @@ from harness.testing import FakeClock
 
 from ..conftest import Shop
 from ..episode.test_episode import escalating_run
+from ..store.test_signing import rechain
 from ..toy_env import write_suite
 
 KEY = hx.SigningKey.generate()
@@ -97,22 +98,7 @@ def rechained(*edits: Callable[[Path], None]) -> Callable[[Path], None]:
     def edit(db: Path) -> None:
         for each in edits:
             each(db)
-        with sqlite3.connect(db) as conn:
-            for (episode_id,) in conn.execute("SELECT id FROM hx_episode").fetchall():
-                rows = conn.execute(
-                    "SELECT id, seq, kind, txn_id, payload, ts FROM hx_log WHERE episode_id = ? "
-                    "ORDER BY seq",
-                    (episode_id,),
-                ).fetchall()
-                prev = hx.store.GENESIS
-                for key, seq, kind, txn_id, payload, ts in rows:
-                    prev = hx.store.record_hash(prev, episode_id, seq, kind, txn_id, payload, ts)
-                    conn.execute("UPDATE hx_log SET hash = ? WHERE id = ?", (prev, key))
-                conn.execute(
-                    "UPDATE hx_episode SET head_hash = ?, log_count = ? WHERE id = ?",
-                    (prev, len(rows), episode_id),
-                )
-        conn.close()
+        rechain(db.parent)
 
     return edit
 
