@@ -9,21 +9,13 @@ A column that does not hold valid JSON (an edit behind the store's back) is kept
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict
 
+from .._json import loads_or
+
 __all__ = ["Escalation", "Transaction", "Trial"]
-
-
-def _decoded(text: Any) -> Any:
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 class _Record(BaseModel):
@@ -37,7 +29,7 @@ class _Record(BaseModel):
         """The record of a table row."""
         data = row.model_dump()
         for name in cls._json:
-            data[name] = _decoded(data[name])
+            data[name] = loads_or(data[name], None, keep_text=True)
         return cls(**data)
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
-from .._json import canonical, loads
+from .._json import canonical, loads_or
 from ..errors import StoreError
 from .chain import chain_problem
 from .projection import committed_row, derive
@@ -128,7 +128,7 @@ def _commit_problem(
     if row.action != want["action"]:
         return f"its action {row.action!r} is not the committed {want['action']!r}"
     for name in ("result", "diff", "args", "before", "errors"):
-        if _value(getattr(row, name)) != _value(want[name]):
+        if loads_or(getattr(row, name), keep_text=True) != loads_or(want[name], keep_text=True):
             return f"its {name} does not match its commit record"
     for name in ("step", "attempts", "idem_key", "mutating"):
         if getattr(row, name) != want[name]:
@@ -137,13 +137,6 @@ def _commit_problem(
         if getattr(row, name) != want[name]:
             return f"its {name} is not the time its records hold"
     return None
-
-
-def _value(text: str | None) -> Any:
-    try:
-        return loads(text) if text else None
-    except ValueError:
-        return text
 
 
 def _payload(rec: LogRow) -> dict[str, Any]:
@@ -476,7 +469,7 @@ def _check_escalations(
             continue
         data = _payload(res)
         status = RESOLVED_AS.get(str(data.get("decision")))
-        edit = None if not row.edit else _value(row.edit)
+        edit = loads_or(row.edit, keep_text=True)
         if (row.status, row.resolved_by, row.resolution_reason or "", canonical(edit)) != (
             status,
             data.get("by"),
@@ -546,7 +539,7 @@ def _check_trial(episode: EpisodeRow, log: list[LogRow], trial: TrialRow | None)
         "partial": trial.partial,
         "outcome": str(trial.outcome),
         "infra_error": trial.infra_error,
-        "verdict": _value(trial.verdict),
+        "verdict": loads_or(trial.verdict, keep_text=True),
     }
     changed = [k for k in row if canonical(row[k]) != canonical(data.get(k))]
     if changed:
