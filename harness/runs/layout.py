@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.exc import ArgumentError
+
 from .._json import loads_or
 from ..errors import RunNotFound, StoreError
 from ..store import SCHEMA_VERSION, RunRow, Store, TrialRow
+from ..store.store import sqlite_file
 from .output import json_text, write_output
 
 __all__ = [
@@ -298,7 +301,10 @@ def open_store(target: str | Path) -> Iterator[OpenStore]:
         url = f"sqlite:///{path}"
     else:
         url = text
-        file = _sqlite_file(url)
+        try:
+            file = sqlite_file(url)
+        except (ArgumentError, ValueError):
+            file = None  # (Store(url) says what is wrong with it)
         if file is not None:
             if not file.is_file():
                 raise RunNotFound(file, f"no database file {file}: check the URL's path")
@@ -311,11 +317,3 @@ def open_store(target: str | Path) -> Iterator[OpenStore]:
         yield OpenStore(text, url, store, run)
     finally:
         store.close()
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL (None for another database)."""
-    if not url.startswith("sqlite:///"):
-        return None
-    name = url[len("sqlite:///") :].split("?", 1)[0]
-    return Path(name) if name and name != ":memory:" else None

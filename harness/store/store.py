@@ -44,7 +44,12 @@ from .verify import VerifyReport, verify_store
 from .writer import EpisodeWriter
 
 
-def _sqlite_path(url: str) -> Path | None:
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (None for another database, or SQLite in memory).
+
+    Raises:
+        sqlalchemy.exc.ArgumentError: ``url`` is not a database URL.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
@@ -88,7 +93,7 @@ class Store(_Chain, _Leases):
             raise StoreError(f"Store(synchronous={synchronous!r}): use 'NORMAL' or 'FULL'")
         self.synchronous = synchronous.upper()
         try:
-            self.path = _sqlite_path(self.url)
+            self.path = sqlite_file(self.url)
         except (ArgumentError, ValueError) as exc:
             raise StoreError(
                 f"store URL {self.url!r} is not a database URL ({exc}); "
