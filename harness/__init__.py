@@ -7,7 +7,7 @@ compensation), recorded in a hash-chained log, inside an :class:`Episode`.
 
 from ._json import canonical, digest
 from ._version import __version__
-from .action import Action, Context, action, current_context
+from .action import Action, Context, ContextExecutor, action, current_context
 from .clock import Clock, SystemClock
 from .episode import Episode, current_episode
 from .errors import (
@@ -57,6 +57,7 @@ __all__ = [
     "CompensationFailed",
     "ConfigurationError",
     "Context",
+    "ContextExecutor",
     "Decision",
     "DictState",
     "Diverged",

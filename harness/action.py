@@ -8,12 +8,15 @@ registered on it. Calling it inside an episode runs one transaction
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
 import functools
 import hashlib
 import inspect
 import string
+import types
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -31,6 +34,9 @@ from .state.base import escape_glob
 CURRENT_EPISODE: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "harness_episode", default=None
 )
+# The episodes open in this process, whatever context they are current in: what a call that
+# finds no episode in its own context can say about where its episode went.
+OPEN_EPISODES: weakref.WeakSet[Any] = weakref.WeakSet()
 # The transaction whose tool is running in this context (set around each attempt), so that
 # calls running at once in threads or tasks each see their own.
 ACTIVE_CALL: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
@@ -40,8 +46,10 @@ ACTIVE_CALL: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
 __all__ = [
     "ACTIVE_CALL",
     "CURRENT_EPISODE",
+    "OPEN_EPISODES",
     "Action",
     "Context",
+    "ContextExecutor",
     "action",
     "build_model",
     "current_context",
@@ -342,8 +350,34 @@ class Action(Generic[P, R]):
                     f"@action on {self.name!r}: writes name {sorted(unknown)}, which are not "
                     f"arguments of {self.name}({', '.join(self.arg_names)})"
                 )
-        functools.update_wrapper(self, fn)
         self._schema: dict[str, Any] | None = None
+        self._look_like(fn)
+
+    def _look_like(self, fn: Callable[..., Any]) -> None:
+        """Carry the tool function's identity, so an action is taken for the function it wraps.
+
+        ``functools.wraps`` metadata (name, qualified name, module, docstring, annotations,
+        ``__wrapped__``) and the signature, as for any decorator. Frameworks also decide whether
+        to await a tool with ``inspect.iscoroutinefunction``, which in Python 3.11 accepts a
+        callable object that carries a function's code, defaults and name (what compiled
+        functions do): an action carries its tool's, so an ``async def`` action is recognized
+        as a coroutine function and a sync one is not. And it is a non-data descriptor, so
+        ``inspect.isroutine`` holds, as for a function (an action is not bound as a method:
+        its arguments are its tool's).
+
+        The tool's own attributes are not copied (``updated=()``): a function decorated by
+        another library (tenacity's ``@retry`` sets ``.retry``) must not replace the action's.
+        """
+        functools.update_wrapper(self, fn, updated=())
+        self.__signature__ = inspect.signature(fn)  # (build_model has read it)
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, types.CodeType):
+            self.__code__ = code
+            self.__defaults__ = getattr(fn, "__defaults__", None)
+            self.__kwdefaults__ = getattr(fn, "__kwdefaults__", None)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Action[P, R]:
+        return self
 
     # --- registration ---
     def _registrable(self, fn: Check, role: str) -> str:
@@ -621,7 +655,7 @@ class Action(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         episode = CURRENT_EPISODE.get()
         if episode is None:
-            raise NotInEpisode(self.name)
+            raise NotInEpisode(self.name, open_elsewhere=len(OPEN_EPISODES))
         return episode.call(self, args, kwargs)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
@@ -719,6 +753,24 @@ def action(
     if fn is not None:
         return wrap(fn)
     return wrap
+
+
+class ContextExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A thread pool whose tasks run in a copy of the submitter's context, as
+    ``asyncio.to_thread`` runs them: an action called in a task belongs to the submitter's
+    episode.
+
+    A plain ``ThreadPoolExecutor`` (and so ``loop.run_in_executor`` with one) starts each task
+    in an empty context, where no episode is current. Hand this one to a framework that takes
+    an executor. An episode entered while an event loop runs makes one the loop's default
+    executor when the loop has none yet, so ``loop.run_in_executor(None, ...)`` carries the
+    episode too.
+    """
+
+    def submit(
+        self, fn: Callable[..., R], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[R]:
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
 def current_context() -> Context | None:

@@ -57,6 +57,7 @@ __all__ = [
     "StoreError",
     "SuiteError",
     "TransientError",
+    "refusal",
 ]
 
 
@@ -75,8 +76,22 @@ class StoreError(HarnessError):
 class NotInEpisode(HarnessError):
     """An action was called with no active episode."""
 
-    def __init__(self, action: str) -> None:
+    def __init__(self, action: str, *, open_elsewhere: int = 0) -> None:
         self.action = action
+        self.open_elsewhere = open_elsewhere
+        if open_elsewhere:
+            # An episode is open, but this call's context does not carry it: a thread started
+            # without a copy of the context that entered the episode.
+            super().__init__(
+                f"action {action!r} was called where no episode is current, while "
+                f"{open_elsewhere} episode(s) are open in this process: it runs in a thread "
+                "that did not inherit the context the episode was entered in "
+                "(ThreadPoolExecutor.submit, threading.Thread and run_in_executor with an "
+                "executor of your own start threads in an empty context). Start the work with "
+                "asyncio.to_thread(...), submit it to an hx.ContextExecutor(), or run it in "
+                "contextvars.copy_context().run(...) taken where the episode is current"
+            )
+            return
         super().__init__(
             f"action {action!r} was called outside an episode; call it inside "
             "`with hx.Episode(state=..., store=...):` (or `async with`) so it runs as a transaction"
@@ -355,3 +370,23 @@ class RunNotFound(HarnessError):
     def __init__(self, path: Any, message: str) -> None:
         self.path = path
         super().__init__(message)
+
+
+def refusal(exc: BaseException) -> tuple[str, str] | None:
+    """How a call that did not commit is told to the model that made it: ``(kind, message)``.
+
+    Invalid arguments, a failed precondition, a person's rejection and a failed action are
+    answers the model reads and adapts to (kind ``invalid``, ``precondition``, ``rejected``, or
+    the failure class). None for everything else: an escalation, a closed episode and a
+    configuration error end the agent's turn, and errors that are not the harness's are the
+    caller's to handle. The one mapping the built-in toolbox and every framework adapter use.
+    """
+    if isinstance(exc, InvalidArguments):
+        return "invalid", str(exc)
+    if isinstance(exc, PreconditionFailed):
+        return "precondition", str(exc)
+    if isinstance(exc, Rejected):
+        return "rejected", str(exc)
+    if isinstance(exc, ActionFailed):
+        return exc.failure_class, str(exc)
+    return None

@@ -16,14 +16,11 @@ from typing import Any, Protocol, runtime_checkable
 from .._json import dumps
 from ..action import Action, build_model
 from ..errors import (
-    ActionFailed,
     ConfigurationError,
     Diverged,
     EpisodeClosed,
     Escalated,
-    InvalidArguments,
-    PreconditionFailed,
-    Rejected,
+    refusal,
 )
 from ..suite import Task
 from .spec import AgentSpec, is_agent_spec
@@ -179,20 +176,16 @@ class Toolbox:
             except (Escalated, EpisodeClosed, ConfigurationError):
                 self.calls.append(CallRecord(name, arguments, False, "escalated", write))
                 raise
-            except InvalidArguments as exc:
-                result = ToolResult(False, error=str(exc), kind="invalid")
-            except PreconditionFailed as exc:
-                result = ToolResult(False, error=str(exc), kind="precondition")
-            except Rejected as exc:
-                result = ToolResult(False, error=str(exc), kind="rejected")
-            except ActionFailed as exc:
-                result = ToolResult(False, error=str(exc), kind=exc.failure_class)
-            except TypeError as exc:
-                result = ToolResult(
-                    False, error=f"invalid arguments for {name!r}: {exc}", kind="invalid"
-                )
-            except Exception as exc:  # a read tool's own error is an answer for the agent
-                result = ToolResult(False, error=f"{exc}", kind="tool_error")
+            except Exception as exc:
+                told = refusal(exc)
+                if told is not None:
+                    result = ToolResult(False, error=told[1], kind=told[0])
+                elif isinstance(exc, TypeError):
+                    result = ToolResult(
+                        False, error=f"invalid arguments for {name!r}: {exc}", kind="invalid"
+                    )
+                else:  # a read tool's own error is an answer for the agent
+                    result = ToolResult(False, error=f"{exc}", kind="tool_error")
         self.calls.append(CallRecord(name, arguments, result.ok, result.kind, write))
         return result
 

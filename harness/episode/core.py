@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from .._json import canonical, dumps, loads
-from ..action import ACTIVE_CALL, CURRENT_EPISODE, Action, Context
+from ..action import ACTIVE_CALL, CURRENT_EPISODE, OPEN_EPISODES, Action, Context, ContextExecutor
 from ..clock import Clock, SystemClock
 from ..errors import (
     ConfigurationError,
@@ -67,6 +67,19 @@ def _nested_steps(action: Action[Any, Any], ctx: Context) -> Steps:
         if not (yield from run_check(action, name, check, ctx, "precondition")):
             raise PreconditionFailed(action.name, name)
     return (yield Call(action.fn, (), action.call_values(ctx.args)))
+
+
+def _carry_context_to_default_executor() -> None:
+    """Make the running event loop's default executor carry the caller's context, when the
+    loop has none yet.
+
+    Frameworks run sync tools with ``loop.run_in_executor(None, ...)``, whose tasks start in an
+    empty context (unlike ``asyncio.to_thread``): the episode would not be current there. An
+    executor set by the user (``loop.set_default_executor``) is theirs and is left alone.
+    """
+    loop = asyncio._get_running_loop()
+    if loop is not None and getattr(loop, "_default_executor", ...) is None:
+        loop.set_default_executor(ContextExecutor(thread_name_prefix="harness"))
 
 
 # What the engine calls on a state adapter (hx.StateAdapter).
@@ -219,6 +232,8 @@ class Episode:
                 self._finish(exc)
             raise
         self._token = _current.set(self)
+        OPEN_EPISODES.add(self)
+        _carry_context_to_default_executor()
         return self
 
     def __exit__(
@@ -227,6 +242,7 @@ class Episode:
         try:
             self._finish(ev)
         finally:
+            OPEN_EPISODES.discard(self)
             if self._token is not None:
                 _current.reset(self._token)
                 self._token = None
