@@ -1,0 +1,521 @@
+"""Actions served as MCP tools: one episode per MCP session (``[mcp]`` extra).
+
+:func:`build_server` makes an :class:`mcp.server.mcpserver.MCPServer` whose tools are the
+given actions; :func:`serve` runs it over stdio or Streamable HTTP (``harness mcp serve``).
+
+- Every MCP session (a stdio connection, an HTTP ``Mcp-Session-Id``) gets its own
+  :class:`~harness.episode.Episode`, opened at its first tool call and ended when the session
+  ends; every ``tools/call`` is one transaction in it. Calls made at once in one session run
+  one at a time (the episode's gate), each attributed its own changes.
+- A refusal (invalid arguments, a failed precondition, a rejection, a failed action, a
+  rollback) is a tool result with ``isError`` true and the refusal's text: the model reads it.
+- An escalation is an error result naming the escalation id, the episode and how to resolve
+  it. While it is pending, every later call in the session is refused with the same news;
+  once a person resolved it (``harness escalations STORE resolve ID --approve``), the next
+  call in the session resumes the episode, and the held call, made again with the same
+  arguments, runs (approved) or is refused (rejected). A new session started with
+  ``episode_id=`` (``--episode-id``) resumes that episode instead of starting a new one.
+- After a rollback (or a failure that ends the episode) later calls are refused: the episode
+  is over; the client opens a new session to start again.
+
+Each result's ``_meta`` carries ``harness/episode`` (the episode id), so a client can name
+the episode to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import importlib
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from mcp.server.mcpserver import Context as MCPContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import Tool as MCPTool
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ..action import CURRENT_EPISODE, Action
+from ..episode import Episode
+from ..errors import ConfigurationError, EpisodeClosed, Escalated
+from ..policy import Policy
+from ..store import EpisodeStatus, EscalationStatus, Store
+from ._calls import acall
+
+__all__ = ["META_EPISODE", "ServedActions", "build_server", "describe", "load_served", "run", "serve"]
+
+META_EPISODE = "harness/episode"
+"""The key of a tool result's ``_meta`` that names the session's episode."""
+
+Transport = Literal["stdio", "http"]
+
+
+@dataclass(frozen=True)
+class ServedActions:
+    """What ``harness mcp serve module:attribute`` found: the actions and the state they change.
+
+    Attributes:
+        actions: the actions, by tool name.
+        state: the state adapter the session episodes run against.
+        policy: the episodes' policy (None: the default).
+    """
+
+    actions: dict[str, Action[..., Any]]
+    state: Any
+    policy: Policy | None = None
+
+
+def _actions_by_name(actions: Any, where: str) -> dict[str, Action[..., Any]]:
+    """``actions`` (a list of actions, or a mapping of tool name to action) by tool name."""
+    items: Iterable[tuple[str | None, Any]]
+    if isinstance(actions, Mapping):
+        items = actions.items()
+    elif isinstance(actions, list | tuple):
+        items = [(None, a) for a in actions]
+    else:
+        raise ConfigurationError(
+            f"{where} is a {type(actions).__name__}; give a list of @hx.action functions, a "
+            "dict of tool name to action, or a function returning one (or (state, actions))"
+        )
+    out: dict[str, Action[..., Any]] = {}
+    for name, act in items:
+        if not isinstance(act, Action):
+            raise ConfigurationError(
+                f"{where} holds {act!r}, which is not an @hx.action; decorate it with "
+                "@hx.action(...) so each call runs as a transaction"
+            )
+        tool = name or act.name
+        if tool in out:
+            raise ConfigurationError(
+                f"{where} has two tools named {tool!r}; give one another name with "
+                "@hx.action(name=...)"
+            )
+        out[tool] = act
+    if not out:
+        raise ConfigurationError(f"{where} holds no actions; give at least one @hx.action")
+    return out
+
+
+def _import(spec: str, what: str) -> Any:
+    """The object ``module:attribute`` (or ``path/to/file.py:attribute``) names.
+
+    The current directory comes first on ``sys.path`` (as ``python -m`` puts it), so a module
+    beside the caller is found.
+    """
+    module_name, sep, attribute = spec.rpartition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(
+            f"{what} {spec!r} is not module:attribute; name it like myapp.tools:actions "
+            "or path/to/tools.py:actions"
+        )
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name).resolve()
+            if not path.is_file():
+                raise ConfigurationError(f"{what} {spec!r}: no file {path}")
+            if str(path.parent) not in sys.path:
+                sys.path.insert(0, str(path.parent))
+            module = importlib.import_module(path.stem)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{what} {spec!r}: cannot import {module_name!r} ({exc}); run from the folder "
+            "that holds it or install it"
+        ) from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigurationError(
+            f"{what} {spec!r}: module {module_name!r} has no attribute {attribute!r}"
+        ) from None
+
+
+def load_served(spec: str, *, state: str | None = None) -> ServedActions:
+    """What ``module:attribute`` names, made ready to serve.
+
+    The attribute is a list (or dict) of actions, or a function called once with no arguments
+    that returns one, or ``(state, actions)``. The state adapter is, in this order: the one
+    the function returned, the object ``state`` names (``module:attribute``), or the
+    attribute ``state`` of the actions' module. The module's ``policy`` (an ``hx.Policy``), if
+    it has one, is the episodes' policy.
+
+    Args:
+        spec: ``module:attribute`` or ``path/to/file.py:attribute``.
+        state: ``module:attribute`` of the state adapter, when it is not the module's ``state``.
+
+    Raises:
+        ConfigurationError: what is named is missing or is not actions, or no state is found.
+    """
+    target = _import(spec, "actions")
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    module_name = spec.rpartition(":")[0]
+    if module_name.endswith(".py"):
+        module = sys.modules.get(Path(module_name).stem, module)
+    else:
+        module = sys.modules.get(module_name, module)
+    found_state: Any = None
+    if callable(target) and not isinstance(target, Action | list | tuple | dict):
+        made = target()
+        if isinstance(made, tuple) and len(made) == 2:
+            found_state, target = made
+        else:
+            target = made
+    actions = _actions_by_name(target, f"actions {spec!r}")
+    if found_state is None and state is not None:
+        found_state = _import(state, "state")
+    if found_state is None:
+        found_state = getattr(module, "state", None)
+    if found_state is None:
+        raise ConfigurationError(
+            f"no state adapter for actions {spec!r}: give --state module:attribute, define "
+            "`state = hx.DictState(...)` (or SQLState, FileState) in its module, or make "
+            "the attribute a function returning (state, actions)"
+        )
+    policy = getattr(module, "policy", None)
+    return ServedActions(actions, found_state, policy if isinstance(policy, Policy) else None)
+
+
+def _text(text: str, episode_id: str | None, *, error: bool) -> CallToolResult:
+    meta = {META_EPISODE: episode_id} if episode_id else None
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], is_error=error, _meta=meta
+    )
+
+
+class _Session:
+    """One MCP session's episode: opened at the first call, resumed after a resolution,
+    ended with the session.
+
+    The episode is entered and exited in a context of its own (the ``with`` protocol resets
+    the context variable it set, which only works in the context that set it); each call
+    makes the episode current in its own request's context.
+    """
+
+    def __init__(self, server: _ActionServer, episode_id: str | None) -> None:
+        self.server = server
+        self.episode_id = episode_id or uuid.uuid4().hex[:16]
+        self.episode: Episode | None = None
+        self.lock = asyncio.Lock()
+        self.closed = False
+        self._context = contextvars.Context()
+
+    def _open(self, resume: bool) -> Episode:
+        srv = self.server
+        ep = Episode(
+            state=srv.state,
+            store=srv.store,
+            policy=srv.policy,
+            episode_id=self.episode_id,
+            resume=resume,
+            actions=srv.actions.values(),
+            meta={"mcp": srv.name},
+        )
+        self._context.run(ep.__enter__)
+        if resume:
+            # An MCP client does not re-execute its earlier calls on resume (it is a remote
+            # agent, not code run again): the episode runs live from here, its committed
+            # work still recognised by idempotency key.
+            cursor = getattr(ep, "_cursor", None)
+            if cursor is not None:
+                cursor.steps = []
+        return ep
+
+    async def _end(self) -> None:
+        ep, self.episode = self.episode, None
+        if ep is not None:
+            await asyncio.get_running_loop().create_task(
+                ep.__aexit__(None, None, None), context=self._context
+            )
+
+    async def episode_for_call(self) -> Episode | CallToolResult:
+        """The episode the next call runs in, or the refusal the client is told instead."""
+        async with self.lock:
+            if self.closed:
+                return _text("this MCP session has ended", self.episode_id, error=True)
+            ep = self.episode
+            if ep is None:
+                existing = self.server.store.episode(self.episode_id)
+                if existing is not None and existing.status not in (
+                    EpisodeStatus.ESCALATED,
+                    EpisodeStatus.RUNNING,
+                ):
+                    return _text(
+                        f"episode {self.episode_id} ended {existing.status} and takes no more "
+                        "calls; start a session with another episode id",
+                        self.episode_id,
+                        error=True,
+                    )
+                self.episode = ep = self._open(resume=existing is not None)
+            if ep.outcome == EpisodeStatus.ESCALATED:
+                pending = self.server.pending(ep.id)
+                if pending is not None:
+                    return pending
+                # Resolved: the episode resumes, and the held call may be made again.
+                await self._end()
+                self.episode = ep = self._open(resume=True)
+            return ep
+
+    async def close(self) -> None:
+        """End the session's episode (committed, or escalated while a call is held)."""
+        async with self.lock:
+            self.closed = True
+            await self._end()
+
+
+class _ActionServer(MCPServer[Any]):
+    """An MCP server whose tools are actions, each call a transaction in its session's episode."""
+
+    def __init__(
+        self,
+        actions: Mapping[str, Action[..., Any]],
+        *,
+        state: Any,
+        store: Store,
+        policy: Policy | None,
+        name: str,
+        episode_id: str | None,
+        instructions: str | None,
+    ) -> None:
+        self.actions = dict(actions)
+        self.state = state
+        self.store = store
+        self.policy = policy
+        self._episode_id = episode_id
+        self._sessions: dict[int, _Session] = {}
+        self._detached: _Session | None = None
+        super().__init__(name, instructions=instructions, lifespan=_close_sessions_at_exit)
+
+    def pending(self, episode_id: str) -> CallToolResult | None:
+        """The refusal for a call while the episode's escalation waits for a person."""
+        for esc in self.store.escalations(EscalationStatus.PENDING, episode_id=episode_id):
+            return _text(self.escalated_text(esc.id, esc.action, esc.reason, episode_id), episode_id, error=True)
+        return None
+
+    def escalated_text(self, esc_id: str, action: str, reason: str, episode_id: str) -> str:
+        """What the client is told about an escalation: which, why, and how it is resolved."""
+        return (
+            f"escalated: action {action!r} is held for a person ({reason}). Escalation "
+            f"{esc_id} of episode {episode_id} must be resolved first: `harness escalations "
+            f"{self.store.url} resolve {esc_id} --approve` (or --reject, --edit JSON) "
+            f"--by NAME, or Store.resolve({esc_id!r}, ...). Until then every call in this "
+            "session is refused; afterwards, make the held call again with the same "
+            f"arguments (in this session, or in one started with --episode-id {episode_id})"
+        )
+
+    def _session(self, context: MCPContext[Any, Any] | None) -> _Session:
+        connection = _connection_of(context)
+        if connection is None:
+            # No session: called directly, or a request of the sessionless (2026-07-28)
+            # protocol, where every request is a connection of its own. Such calls share the
+            # server's one episode (over stdio, the process serves one client).
+            if self._detached is None:
+                self._detached = _Session(self, self._next_episode_id())
+            return self._detached
+        session = connection.state.get("harness.session")
+        if session is None:
+            session = _Session(self, self._next_episode_id())
+            connection.state["harness.session"] = session
+            self._sessions[id(session)] = session
+            connection.exit_stack.push_async_callback(self._forget, session)
+        assert isinstance(session, _Session)
+        return session
+
+    async def _forget(self, session: _Session) -> None:
+        self._sessions.pop(id(session), None)
+        await session.close()
+
+    def _next_episode_id(self) -> str | None:
+        # The given id names the first session's episode (stdio has one session per process).
+        episode_id, self._episode_id = self._episode_id, None
+        return episode_id
+
+    async def close_sessions(self) -> None:
+        """End every session's episode (the server is stopping)."""
+        sessions = list(self._sessions.values())
+        if self._detached is not None:
+            sessions.append(self._detached)
+        self._sessions.clear()
+        self._detached = None
+        for session in sessions:
+            await session.close()
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The actions as MCP tools (name, description, JSON Schema of the arguments)."""
+        return [
+            MCPTool(
+                name=name,
+                description=act.description,
+                input_schema=act.schema,
+                annotations=ToolAnnotations(read_only_hint=not act.mutating),
+            )
+            for name, act in self.actions.items()
+        ]
+
+    async def call_tool(  # type: ignore[override]
+        self, name: str, arguments: dict[str, Any], context: MCPContext[Any, Any] | None = None
+    ) -> CallToolResult:
+        """Run one call of the action ``name`` as a transaction in the session's episode."""
+        act = self.actions.get(name)
+        if act is None:
+            raise ToolError(f"unknown tool {name!r}; this server has {', '.join(self.actions)}")
+        session = self._session(context)
+        ep = await session.episode_for_call()
+        if isinstance(ep, CallToolResult):
+            return ep
+        token = CURRENT_EPISODE.set(ep)
+        try:
+            answer = await acall(act, arguments, episode=ep)
+        except Escalated as exc:
+            return _text(
+                self.escalated_text(exc.escalation_id, exc.action, exc.reason, ep.id),
+                ep.id,
+                error=True,
+            )
+        except EpisodeClosed as exc:
+            pending = self.pending(ep.id) if ep.outcome == EpisodeStatus.ESCALATED else None
+            return pending or _text(
+                f"{exc}; open a new MCP session to start a new episode", ep.id, error=True
+            )
+        finally:
+            CURRENT_EPISODE.reset(token)
+        if not answer.ok:
+            return _text(answer.message, ep.id, error=True)
+        result = _text(answer.text, ep.id, error=False)
+        if isinstance(answer.value, dict):
+            result.structured_content = answer.value
+        return result
+
+
+def _connection_of(context: MCPContext[Any, Any] | None) -> Any:
+    """The MCP connection a tool call came in on (None when called without one).
+
+    The SDK hands the connection (with its per-connection ``state`` and the ``exit_stack``
+    unwound when the connection ends) to low-level contexts only; a tool's context reaches it
+    through its request's session.
+    """
+    if context is None:
+        return None
+    try:
+        session = context.request_context.session
+    except ValueError:  # a Context made outside a request
+        return None
+    connection = getattr(session, "_connection", None)
+    if connection is None or not hasattr(connection, "exit_stack"):
+        return None
+    if getattr(connection, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS:
+        return None  # a single exchange: the connection ends with this request
+    return connection
+
+
+@asynccontextmanager
+async def _close_sessions_at_exit(server: MCPServer[Any]) -> AsyncIterator[None]:
+    try:
+        yield None
+    finally:
+        if isinstance(server, _ActionServer):
+            await server.close_sessions()
+
+
+def build_server(
+    actions: Iterable[Action[..., Any]] | Mapping[str, Action[..., Any]],
+    *,
+    state: Any,
+    store: Store | str | None = None,
+    policy: Policy | None = None,
+    name: str = "harness",
+    episode_id: str | None = None,
+    instructions: str | None = None,
+) -> MCPServer[Any]:
+    """An MCP server whose tools are ``actions``; every MCP session runs one episode.
+
+    Args:
+        actions: the actions (a list, or a mapping of tool name to action).
+        state: the state adapter the episodes run against.
+        store: where episodes are recorded (a :class:`Store` or URL; default
+            ``sqlite:///logs/harness.db``).
+        policy: the episodes' policy.
+        name: the server's name, told to clients.
+        episode_id: the id of the first session's episode; if that episode exists (escalated,
+            or cut short), the session resumes it.
+        instructions: what the server tells clients about itself.
+
+    Returns:
+        The :class:`mcp.server.mcpserver.MCPServer` (``.run("stdio")``, or pass it to
+        ``mcp.client.Client`` for an in-process client).
+
+    Raises:
+        ConfigurationError: ``actions`` holds something that is not an action, or nothing.
+    """
+    if isinstance(actions, Mapping):
+        by_name = _actions_by_name(actions, "build_server(actions=...)")
+    else:
+        by_name = _actions_by_name(list(actions), "build_server(actions=...)")
+    if not callable(getattr(state, "get", None)):
+        raise ConfigurationError(
+            "build_server(state=...) takes a state adapter (hx.DictState(mapping), "
+            f"hx.SQLState(url), hx.FileState(folder)), not a {type(state).__name__}"
+        )
+    if not isinstance(store, Store):
+        store = Store(store or "sqlite:///logs/harness.db", create=True)
+    return _ActionServer(
+        by_name,
+        state=state,
+        store=store,
+        policy=policy,
+        name=name,
+        episode_id=episode_id,
+        instructions=instructions,
+    )
+
+
+def serve(
+    actions: Iterable[Action[..., Any]] | Mapping[str, Action[..., Any]],
+    *,
+    state: Any,
+    store: Store | str | None = None,
+    policy: Policy | None = None,
+    transport: Transport = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    name: str = "harness",
+    episode_id: str | None = None,
+) -> None:
+    """Serve ``actions`` as MCP tools until the client (stdio) or the process (HTTP) stops.
+
+    Args:
+        actions, state, store, policy, name, episode_id: as for :func:`build_server`.
+        transport: ``stdio`` (one session: the process's stdin and stdout) or ``http``
+            (Streamable HTTP at ``http://HOST:PORT/mcp``, one episode per session).
+        host: the HTTP interface to listen on.
+        port: the HTTP port.
+    """
+    server = build_server(
+        actions, state=state, store=store, policy=policy, name=name, episode_id=episode_id
+    )
+    run(server, transport=transport, host=host, port=port)
+
+
+def run(server: MCPServer[Any], *, transport: Transport, host: str, port: int) -> None:
+    """Run an MCP server on ``transport`` (``stdio`` or ``http``) until it stops."""
+    if transport == "stdio":
+        server.run("stdio")
+    elif transport == "http":
+        server.run("streamable-http", host=host, port=port)
+    else:
+        raise ConfigurationError(f"transport {transport!r} is not stdio or http")
+
+
+def describe(result: CallToolResult) -> str:
+    """A tool result's text, as a client shows it."""
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
