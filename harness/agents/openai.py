@@ -1,36 +1,43 @@
 """``OpenAIAgent``: a model behind any OpenAI-compatible chat-completions server acts on a task.
 
 It speaks the chat-completions protocol with tool calling (OpenAI, vLLM, llama.cpp's server,
-Ollama): the task's instruction is the user's single message (there is no user simulator), the
-toolbox's tools are offered as functions, and every tool call the model makes goes through
+Ollama) through the official ``openai`` client, pointed at the server by ``base_url``: the
+task's instruction is the user's single message (there is no user simulator), the toolbox's
+tools are offered as functions, and every tool call the model makes goes through
 :meth:`Toolbox.call`, so writes run as transactions and refusals come back to the model as tool
-results. The turn ends when the model answers without calling a tool, or after ``max_turns``.
+results. Several tool calls in one reply run at once, each its own transaction (the episode
+attributes each its own changes), and their results go back in the order of the calls. The turn
+ends when the model answers without calling a tool, or after ``max_turns``.
 
-Failures of the model server itself (connection refused or dropped, timeouts, HTTP 5xx, 429)
-are retried with exponential backoff and, if they persist, raised as :class:`ModelServerError`:
-an infrastructure error, not the agent's failure. A request the server refuses (HTTP 4xx other
-than 408 and 429: a wrong model name, a bad key, a request it cannot parse) is raised at once as
-:class:`ModelRequestError`, naming the status and the server's message.
+Failures of the model server itself (connection refused or dropped, timeouts, HTTP 5xx, 408,
+429) are retried here with exponential backoff, honouring the server's ``Retry-After`` (the
+client's own retries are off, so every attempt is counted and every wait is ours) and, if they
+persist, raised as :class:`ModelServerError`: an infrastructure error, not the agent's failure.
+A request the server refuses (HTTP 4xx other than 408 and 429: a wrong model name, a bad key, a
+request it cannot parse) is raised at once as :class:`ModelRequestError`, naming the status and
+the server's message.
 
+``openai`` is imported when the agent first talks to a server, not by ``import harness``.
 ``harness.testing.model_server.FakeChatServer`` is a scripted local server to test against.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tenacity
 
 from .._json import digest
+from ..action import ContextExecutor
 from ..errors import RETRYABLE_STATUS, ConfigurationError, ModelRequestError, ModelServerError
 from ..suite import Task
 from .base import AgentOutput, Toolbox, ToolResult, registry
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "OpenAIAgent"]
 
@@ -43,9 +50,9 @@ DEFAULT_SYSTEM_PROMPT = (
 """The system prompt unless one is given (the environment's ``policy`` text is appended)."""
 
 
-def _server_message(body: bytes) -> str:
+def _server_message(text: str) -> str:
     """The error message in an error response, in any of the shapes servers use."""
-    text = body.decode("utf-8", "replace").strip()
+    text = text.strip()
     try:
         data = json.loads(text)
     except ValueError:
@@ -63,13 +70,17 @@ def _server_message(body: bytes) -> str:
     return text[:500]
 
 
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
+def _retry_after(headers: Any) -> float | None:
+    """The wait a response asks for, in seconds (``retry-after-ms`` or ``Retry-After``), or
+    None (absent, or an HTTP date: our own backoff applies)."""
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name) if headers is not None else None
+        if value:
+            try:
+                return max(float(value) / divisor, 0.0)
+            except ValueError:
+                continue
+    return None
 
 
 def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
@@ -132,7 +143,8 @@ class OpenAIAgent:
         base_url: the API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is
             appended).
         model: the model name the server knows.
-        api_key: sent as a bearer token when given (local servers usually need none).
+        api_key: sent as a bearer token when given (local servers usually need none; without
+            one no ``Authorization`` header is sent).
         temperature: sampling temperature.
         max_turns: model calls per task before the agent gives up.
         timeout: seconds to wait on the server for one request.
@@ -142,8 +154,15 @@ class OpenAIAgent:
         attempts: attempts per model call on infrastructure errors, the first included.
         backoff: first wait in seconds between attempts; doubles each attempt.
         max_backoff: cap on one wait (a server's ``Retry-After`` is honoured up to it).
-        proxy: an HTTP proxy URL; none by default (environment variables are not read).
+        proxy: an HTTP proxy URL; none by default.
+        parallel_tool_calls: run the tool calls of one reply at once, in threads that carry the
+            episode (each call its own transaction; the episode runs their transactions one at
+            a time); False runs them one after another, in order.
         sleep: how to wait between attempts (``FakeClock().sleep`` in tests).
+
+    Configuration is what is passed in: environment variables (``http_proxy``,
+    ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``) are not
+    read.
     """
 
     name = "openai"
@@ -163,9 +182,10 @@ class OpenAIAgent:
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         proxy: str | None = None,
+        parallel_tool_calls: bool = True,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigurationError(
                 f"OpenAIAgent(base_url={base_url!r}): give an http(s) URL such as "
                 "http://127.0.0.1:8000/v1"
@@ -189,9 +209,8 @@ class OpenAIAgent:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.proxy = proxy
+        self.parallel_tool_calls = parallel_tool_calls
         self._sleep = sleep
-        proxies = {} if proxy is None else {"http": proxy, "https": proxy}
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
 
     def config(self) -> dict[str, Any]:
         """The agent's configuration for the evidence record (the key itself is left out)."""
@@ -209,6 +228,7 @@ class OpenAIAgent:
             "backoff": self.backoff,
             "max_backoff": self.max_backoff,
             "proxy": self.proxy,
+            "parallel_tool_calls": self.parallel_tool_calls,
         }
 
     # --- the loop ---
@@ -218,8 +238,18 @@ class OpenAIAgent:
         Raises:
             ModelServerError: the server kept failing (an infrastructure error).
             ModelRequestError: the server refused a request (4xx).
-            Escalated: a tool call was escalated to a person (from :meth:`Toolbox.call`).
+            Escalated: a tool call was escalated to a person (from :meth:`Toolbox.call`); the
+                other calls of the same reply have finished by then.
         """
+        client = self._client()
+        try:
+            return self._converse(client, task, toolbox, seed)
+        finally:
+            client.close()
+
+    def _converse(
+        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int
+    ) -> AgentOutput:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self._system_prompt(toolbox)},
             {"role": "user", "content": task.instruction},
@@ -232,13 +262,14 @@ class OpenAIAgent:
             "usage": usage,
             "tool_calls": 0,
             "malformed_tool_calls": 0,
+            "parallel_turns": 0,
             "stop_reason": "max_turns",
         }
         content = ""
         for turn in range(self.max_turns):
             body = self._request_body(messages, toolbox.specs, seed)
             request_digest = digest(body)
-            response, attempts = self._recorded_complete(toolbox, request_digest, body)
+            response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
             message, finish_reason = self._message(response)
             calls.append(
                 {
@@ -267,8 +298,8 @@ class OpenAIAgent:
             messages.append(
                 {"role": "assistant", "content": message.get("content"), "tool_calls": tool_calls}
             )
-            for call in tool_calls:
-                result = self._call_tool(call, toolbox, meta)
+            results = self._call_tools(tool_calls, toolbox, meta)
+            for call, result in zip(tool_calls, results, strict=True):
                 messages.append(
                     {"role": "tool", "tool_call_id": call["id"], "content": _as_text(result)}
                 )
@@ -297,13 +328,55 @@ class OpenAIAgent:
             body["max_tokens"] = self.max_tokens
         return body
 
-    def _call_tool(
-        self, call: dict[str, Any], toolbox: Toolbox, meta: dict[str, Any]
-    ) -> ToolResult:
+    # --- tools ---
+    def _call_tools(
+        self, tool_calls: list[dict[str, Any]], toolbox: Toolbox, meta: dict[str, Any]
+    ) -> list[ToolResult]:
+        """Run one reply's tool calls; their results in the order of the calls.
+
+        Several well-formed calls run at once (:class:`~harness.action.ContextExecutor`
+        threads carry the episode, whose gate runs their transactions one at a time, each
+        attributed its own changes). Every call is waited for; then an escalation (or a closed
+        episode) raised by one of them is raised, the first in the order of the calls.
+        """
+        meta["tool_calls"] += len(tool_calls)
+        refused: dict[int, ToolResult] = {}
+        jobs: dict[int, tuple[str, dict[str, Any]]] = {}
+        for i, call in enumerate(tool_calls):
+            prepared = self._prepare(call, meta)
+            if isinstance(prepared, ToolResult):
+                refused[i] = prepared
+            else:
+                jobs[i] = prepared
+        outcomes: dict[int, ToolResult | BaseException] = dict(refused)
+        if self.parallel_tool_calls and len(jobs) > 1:
+            meta["parallel_turns"] += 1
+            with ContextExecutor(
+                max_workers=min(len(jobs), 8), thread_name_prefix="openai-tool"
+            ) as pool:
+                futures = {i: pool.submit(toolbox.call, *job) for i, job in jobs.items()}
+                for i, future in futures.items():
+                    error = future.exception()
+                    outcomes[i] = error if error is not None else future.result()
+        else:
+            for i, (name, arguments) in jobs.items():
+                outcomes[i] = toolbox.call(name, arguments)
+        results: list[ToolResult] = []
+        for i in range(len(tool_calls)):
+            outcome = outcomes[i]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
+        return results
+
+    @staticmethod
+    def _prepare(
+        call: dict[str, Any], meta: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]] | ToolResult:
+        """A call's tool name and arguments, or the result telling the model it was malformed."""
         function = call.get("function")
         function = function if isinstance(function, dict) else {}
         name = function.get("name")
-        meta["tool_calls"] += 1
         if not isinstance(name, str) or not name:
             meta["malformed_tool_calls"] += 1
             return ToolResult(False, error="tool call without a function name", kind="invalid")
@@ -315,8 +388,9 @@ class OpenAIAgent:
                 error=f"tool {name!r} not called: {problem}; send the arguments as a JSON object",
                 kind="invalid",
             )
-        return toolbox.call(name, arguments)
+        return name, arguments
 
+    # --- the model ---
     @staticmethod
     def _message(response: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         choices = response.get("choices")
@@ -329,26 +403,58 @@ class OpenAIAgent:
         return dict(message), reason if isinstance(reason, str) else None
 
     def _recorded_complete(
-        self, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
+        self, client: openai.OpenAI, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
     ) -> tuple[dict[str, Any], int]:
         """The completion for ``body``, from the episode's record when it has it.
 
-        The response is remembered by the episode under the request's digest, so an episode
-        resumed (or replayed) gets the model's recorded answers and follows the same path.
+        The response (the server's JSON, as it sent it) is remembered by the episode under the
+        request's digest, so an episode resumed (or replayed) gets the model's recorded answers
+        and follows the same path without asking the server again.
         """
         response, attempts = toolbox.episode.remember(
-            "model_call", request_digest, lambda: list(self._complete(body))
+            "model_call", request_digest, lambda: list(self._complete(client, body))
         )
         return dict(response), int(attempts)
 
-    # --- HTTP ---
-    def _complete(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """POST one completion request, retrying infrastructure errors; the response and tries."""
+    def _client(self) -> openai.OpenAI:
+        """An ``openai`` client on ``base_url`` that retries nothing itself (we do) and reads
+        no environment variable (no proxy but ``proxy``, no key but ``api_key``)."""
+        import openai
+
+        http_client = openai.DefaultHttpxClient(
+            trust_env=False, proxy=self.proxy, timeout=self.timeout
+        )
+        return openai.OpenAI(
+            base_url=self.base_url,
+            # Given, so that OPENAI_API_KEY is not read; never sent without an api_key
+            # (see _extra_headers).
+            api_key=self.api_key or "no-key",
+            organization="",
+            project="",
+            timeout=self.timeout,
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    def _extra_headers(self) -> dict[str, Any]:
+        """Headers left out of each request: no key, no organization, no project."""
+        import openai
+
+        omitted: dict[str, Any] = {
+            "OpenAI-Organization": openai.omit,
+            "OpenAI-Project": openai.omit,
+        }
+        if not self.api_key:
+            omitted["Authorization"] = openai.omit
+        return omitted
+
+    def _complete(self, client: openai.OpenAI, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """Ask for one completion, retrying infrastructure errors; the response and tries."""
         errors: list[ModelServerError] = []
 
         def attempt() -> dict[str, Any]:
             try:
-                response = self._post(body)
+                response = self._post(client, body)
                 self._message(response)
                 return response
             except ModelServerError as exc:
@@ -393,19 +499,22 @@ class OpenAIAgent:
             wait = max(wait, min(asked, self.max_backoff))
         return float(wait)
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """One HTTP attempt; failures as :class:`ModelServerError` (or its 4xx subclass)."""
-        data = json.dumps(body).encode("utf-8")
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+    def _post(self, client: openai.OpenAI, body: dict[str, Any]) -> dict[str, Any]:
+        """One attempt; the client's errors as :class:`ModelServerError` (or its 4xx subclass).
+
+        The server's JSON is read as it was sent (not through the client's response types,
+        which would reshape what some servers send, such as Ollama's arguments as an object).
+        """
+        import openai
+
         try:
-            with self._opener.open(request, timeout=self.timeout) as reply:
-                raw = reply.read()
-        except urllib.error.HTTPError as exc:
-            message = _server_message(exc.read() if exc.fp is not None else b"")
-            status = exc.code
+            raw = client.chat.completions.with_raw_response.create(
+                **body, extra_headers=self._extra_headers()
+            )
+            text = raw.http_response.text
+        except openai.APIStatusError as exc:
+            message = _server_message(exc.response.text)
+            status = exc.status_code
             if 400 <= status < 500 and status not in RETRYABLE_STATUS:
                 raise ModelRequestError(
                     f"model server at {self.url} refused the request: HTTP {status}: {message}",
@@ -417,22 +526,27 @@ class OpenAIAgent:
                 f"HTTP {status}: {message}",
                 url=self.url,
                 status=status,
-                retry_after=_retry_after(exc.headers.get("Retry-After") if exc.headers else None),
+                retry_after=_retry_after(exc.response.headers),
             ) from None
-        except urllib.error.URLError as exc:
-            raise ModelServerError(f"cannot reach the server: {exc.reason}", url=self.url) from exc
-        except TimeoutError as exc:
+        except openai.APITimeoutError as exc:
             raise ModelServerError(f"no answer within {self.timeout} s", url=self.url) from exc
-        except (ConnectionError, http.client.HTTPException, OSError) as exc:
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__
+            if type(cause).__name__ == "ConnectError":  # nothing listening, or no route
+                raise ModelServerError(f"cannot reach the server: {cause}", url=self.url) from exc
             raise ModelServerError(
-                f"connection failed: {type(exc).__name__}: {exc}", url=self.url
+                f"connection failed: {type(cause).__name__}: {cause}", url=self.url
+            ) from exc
+        except openai.OpenAIError as exc:  # the client could not read what came back
+            raise ModelServerError(
+                f"unreadable answer: {type(exc).__name__}: {exc}", url=self.url
             ) from exc
         try:
-            value = json.loads(raw)
+            value = json.loads(text)
         except ValueError as exc:
-            raise ValueError(f"not JSON ({exc}): {raw[:200]!r}") from None
+            raise ValueError(f"not JSON ({exc}): {text[:200]!r}") from None
         if not isinstance(value, dict):
-            raise ValueError(f"not a JSON object: {raw[:200]!r}")
+            raise ValueError(f"not a JSON object: {text[:200]!r}")
         return value
 
 
