@@ -3,10 +3,12 @@
 ``FakeChatServer`` answers ``POST /v1/chat/completions`` as vLLM, llama.cpp or Ollama would,
 from a script: a policy callable ``(request) -> assistant message`` or a list of canned
 messages. It records every request it receives (the tools offered, the tool results sent back,
-the seed), checks them as a strict server would (an unknown ``tool_call_id`` or a missing
-``messages`` is a 400), and injects failures on demand (HTTP 500 or 429, a dropped connection,
-a slow answer). ``ReplayPolicy`` plays a task's reference actions, one tool call per turn, then
-answers with the task's required outputs, so a whole suite can run with
+the seed, the headers), checks them as a strict server would (an unknown ``tool_call_id`` or a
+missing ``messages`` is a 400), and injects failures on demand (HTTP 500 or 429, a dropped
+connection, a slow answer). A reply may call several tools at once
+(``tool_reply(("a", {...}), ("b", {...}))``), as models with parallel tool calling do.
+``ReplayPolicy`` plays a task's reference actions, one tool call per turn, then answers with the
+task's required outputs, so a whole suite can run with
 :class:`~harness.agents.openai.OpenAIAgent` and no model::
 
     from harness.testing.model_server import FakeChatServer, ReplayPolicy
@@ -184,6 +186,7 @@ class FakeChatServer:
 
     Attributes:
         requests: every request body received, failed ones included, in order.
+        headers: the HTTP headers of each of those requests (names in lower case), in order.
         responses: every completion sent, in order.
         errors: what went wrong on the server's side (a malformed request, a script that could
             not answer); a test that expects a clean conversation asserts it is empty.
@@ -202,6 +205,7 @@ class FakeChatServer:
         self.model = model
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.responses: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self._failures = list(failures)
@@ -303,6 +307,7 @@ class FakeChatServer:
             request = {"_raw": raw.decode("utf-8", "replace")}
         with self._lock:
             self.requests.append(request)
+            self.headers.append({k.lower(): v for k, v in handler.headers.items()})
             failure = self._failures.pop(0) if self._failures else None
         if not handler.path.rstrip("/").endswith("/chat/completions"):
             self._send(handler, 404, _error(f"no route {handler.path}", "not_found"))
