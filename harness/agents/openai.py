@@ -23,7 +23,9 @@ the server's message.
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -34,10 +36,13 @@ from .._json import digest
 from ..action import ContextExecutor
 from ..errors import RETRYABLE_STATUS, ConfigurationError, ModelRequestError, ModelServerError
 from ..suite import Task
-from .base import AgentOutput, Toolbox, ToolResult, registry
+from .base import AgentOutput, Session, Toolbox, ToolResult, registry
 
 if TYPE_CHECKING:
     import openai
+
+    from ..action import Action
+    from ..errors import Diverged
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "OpenAIAgent"]
 
@@ -134,6 +139,87 @@ def _normalized_calls(raw: Any, turn: int) -> list[dict[str, Any]]:
             }
         )
     return calls
+
+
+class _NotRun(BaseException):
+    """A call of a reply left unrun because a call before it raised (an escalation), as a
+    reply's calls made one after another would be. A BaseException, so that the toolbox does
+    not turn it into a tool result."""
+
+
+class _Turnstile:
+    """Lets the calls of one reply reach the episode in the order of the calls.
+
+    A call's steps that the episode records (a transaction, a remembered read) wait until every
+    call before it has finished, so the record holds them in the order of the calls whatever
+    thread ran first, and a resumed episode, which makes the calls again in that order, matches
+    its record. A call that records nothing (a plain read tool) runs at once.
+    """
+
+    def __init__(self, calls: int) -> None:
+        self._cond = threading.Condition()
+        self._done = [False] * calls
+        self._failed: int | None = None  # the first position whose call raised
+
+    def wait(self, position: int) -> None:
+        """Return once every call before ``position`` has finished; :class:`_NotRun` when one
+        of them raised."""
+        with self._cond:
+            self._cond.wait_for(lambda: all(self._done[:position]))
+            if self._failed is not None and self._failed < position:
+                raise _NotRun
+
+    def done(self, position: int, *, failed: bool) -> None:
+        """The call at ``position`` has finished (``failed``: it raised)."""
+        with self._cond:
+            self._done[position] = True
+            if failed and (self._failed is None or position < self._failed):
+                self._failed = position
+            self._cond.notify_all()
+
+
+class _InOrder:
+    """The episode as one call of a reply sees it: what it records waits its turn
+    (:class:`_Turnstile`); everything else is the episode's."""
+
+    def __init__(self, session: Session, turnstile: _Turnstile, position: int) -> None:
+        self._session = session
+        self._turnstile = turnstile
+        self._position = position
+        self.id = session.id
+
+    @property
+    def diverged(self) -> Diverged | None:
+        """The episode's divergence from its record, if any."""
+        return self._session.diverged
+
+    def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
+        """Run ``action`` in the episode once the calls before this one have finished."""
+        self._turnstile.wait(self._position)
+        return self._session.call_mapping(action, arguments)
+
+    def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:
+        """Remember a value in the episode once the calls before this one have finished."""
+        self._turnstile.wait(self._position)
+        return self._session.remember(what, request, compute)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+def _call_in_order(
+    toolbox: Toolbox, turnstile: _Turnstile, position: int, name: str, arguments: dict[str, Any]
+) -> ToolResult:
+    """One call of a reply, on a view of the toolbox whose episode steps wait their turn."""
+    view = copy.copy(toolbox)  # shares the tools and the list of calls
+    view.episode = _InOrder(toolbox.episode, turnstile, position)
+    try:
+        result = view.call(name, arguments)
+    except BaseException:
+        turnstile.done(position, failed=True)
+        raise
+    turnstile.done(position, failed=False)
+    return result
 
 
 class OpenAIAgent:
@@ -334,10 +420,13 @@ class OpenAIAgent:
     ) -> list[ToolResult]:
         """Run one reply's tool calls; their results in the order of the calls.
 
-        Several well-formed calls run at once (:class:`~harness.action.ContextExecutor`
-        threads carry the episode, whose gate runs their transactions one at a time, each
-        attributed its own changes). Every call is waited for; then an escalation (or a closed
-        episode) raised by one of them is raised, the first in the order of the calls.
+        Several well-formed calls run at once, in :class:`~harness.action.ContextExecutor`
+        threads that carry the episode; each write is its own transaction, attributed its own
+        changes. What the episode records (transactions, remembered reads) is recorded in the
+        order of the calls (:class:`_Turnstile`), so a resumed episode matches its record. When
+        a call raises (an escalation), the calls after it record nothing, as if they had been
+        made one after another, and the first error in the order of the calls is raised once
+        every call has finished.
         """
         meta["tool_calls"] += len(tool_calls)
         refused: dict[int, ToolResult] = {}
@@ -351,10 +440,14 @@ class OpenAIAgent:
         outcomes: dict[int, ToolResult | BaseException] = dict(refused)
         if self.parallel_tool_calls and len(jobs) > 1:
             meta["parallel_turns"] += 1
+            turnstile = _Turnstile(len(jobs))
             with ContextExecutor(
                 max_workers=min(len(jobs), 8), thread_name_prefix="openai-tool"
             ) as pool:
-                futures = {i: pool.submit(toolbox.call, *job) for i, job in jobs.items()}
+                futures = {
+                    i: pool.submit(_call_in_order, toolbox, turnstile, position, *job)
+                    for position, (i, job) in enumerate(jobs.items())
+                }
                 for i, future in futures.items():
                     error = future.exception()
                     outcomes[i] = error if error is not None else future.result()
@@ -365,7 +458,7 @@ class OpenAIAgent:
         for i in range(len(tool_calls)):
             outcome = outcomes[i]
             if isinstance(outcome, BaseException):
-                raise outcome
+                raise outcome  # the first in the order of the calls: never a _NotRun
             results.append(outcome)
         return results
 
