@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import runpy
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -585,3 +586,18 @@ def test_episode_for_thread_drives_a_stream(url: str):
         chunks = list(graph.stream({"messages": [("user", "x")]}, THREAD))
     assert ep.id == "t1" and ep.outcome == "committed" and len(chunks) == 3
     assert [c.action for c in ep.committed] == ["deposit"] and bank.balance("a") == 2
+
+
+def test_the_example_runs_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """examples/integrations/langgraph_example.py runs with LangChain's fake chat model: a
+    refusal the model reads, an interrupt for approval, and each effect once after resuming."""
+    example = Path(__file__).resolve().parents[2] / "examples/integrations/langgraph_example.py"
+    result = runpy.run_path(str(example))["main"](tmp_path)
+    assert result["balance"] == 50
+    assert sorted(result["records"]) == [
+        ("move", -500, "precondition"),
+        ("move", -150, "committed"),
+        ("move", -150, "held"),
+        ("move", 200, "committed"),
+    ]
+    assert "asked: move {'account': 'a', 'amount': -150}" in capsys.readouterr().out
