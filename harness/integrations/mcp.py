@@ -214,7 +214,9 @@ class _Session:
         srv = self.server
         ep = Episode(
             state=srv.state,
-            store=srv.store,
+            # A store of its own: a resumed episode must read what other processes wrote
+            # (a person's resolution), which a store shared with the ended episode may not.
+            store=srv.store.url,
             policy=srv.policy,
             episode_id=self.episode_id,
             resume=resume,
@@ -243,28 +245,29 @@ class _Session:
         async with self.lock:
             if self.closed:
                 return _text("this MCP session has ended", self.episode_id, error=True)
-            ep = self.episode
-            if ep is None:
+            if self.episode is None:
                 existing = self.server.store.episode(self.episode_id)
-                if existing is not None and existing.status not in (
-                    EpisodeStatus.ESCALATED,
-                    EpisodeStatus.RUNNING,
-                ):
+                if existing is not None and existing.status == EpisodeStatus.ESCALATED:
+                    pending = self.server.pending(self.episode_id)
+                    if pending is not None:
+                        return pending
+                    # Resolved: the episode resumes, and the held call may be made again.
+                elif existing is not None and existing.status != EpisodeStatus.RUNNING:
                     return _text(
                         f"episode {self.episode_id} ended {existing.status} and takes no more "
-                        "calls; start a session with another episode id",
+                        "calls; open a new MCP session to start a new episode",
                         self.episode_id,
                         error=True,
                     )
-                self.episode = ep = self._open(resume=existing is not None)
-            if ep.outcome == EpisodeStatus.ESCALATED:
-                pending = self.server.pending(ep.id)
-                if pending is not None:
-                    return pending
-                # Resolved: the episode resumes, and the held call may be made again.
+                self.episode = self._open(resume=existing is not None)
+            return self.episode
+
+    async def escalated(self, ep: Episode) -> None:
+        """End the episode a call escalated: it is paused for a person, whose decision is
+        recorded while it is closed; the next call after the decision resumes it."""
+        async with self.lock:
+            if self.episode is ep:
                 await self._end()
-                self.episode = ep = self._open(resume=True)
-            return ep
 
     async def close(self) -> None:
         """End the session's episode (committed, or escalated while a call is held)."""
@@ -377,12 +380,15 @@ class _ActionServer(MCPServer[Any]):
         try:
             answer = await acall(act, arguments, episode=ep)
         except Escalated as exc:
+            await session.escalated(ep)
             return _text(
                 self.escalated_text(exc.escalation_id, exc.action, exc.reason, ep.id),
                 ep.id,
                 error=True,
             )
         except EpisodeClosed as exc:
+            if ep.outcome == EpisodeStatus.ESCALATED:
+                await session.escalated(ep)
             pending = self.pending(ep.id) if ep.outcome == EpisodeStatus.ESCALATED else None
             return pending or _text(
                 f"{exc}; open a new MCP session to start a new episode", ep.id, error=True

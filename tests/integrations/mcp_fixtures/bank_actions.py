@@ -1,6 +1,7 @@
 """A bank served by ``harness mcp serve bank_actions:actions``: accounts in a SQLite file.
 
-The database path comes from ``HX_MCP_BANK_DB`` (the test sets it); the module defines
+The database path comes from ``HX_MCP_BANK_DB`` (the test sets it, and makes the file with
+:mod:`bank_db`); the module defines
 ``state`` and ``policy``, which ``harness mcp serve`` picks up. A failed postcondition rolls
 the whole episode back.
 """
@@ -8,27 +9,12 @@ the whole episode back.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from typing import Any
 
 import harness as hx
 
 DB = os.environ.get("HX_MCP_BANK_DB", "bank.db")
-
-
-def setup(path: str, balances: dict[str, int]) -> None:
-    """Create the accounts table in ``path`` with these balances (replacing any)."""
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance INTEGER)")
-        db.execute("DELETE FROM accounts")
-        db.executemany("INSERT INTO accounts VALUES (?, ?)", balances.items())
-
-
-def balances(path: str) -> dict[str, int]:
-    """Every account's balance in ``path``."""
-    with sqlite3.connect(path) as db:
-        return dict(db.execute("SELECT id, balance FROM accounts ORDER BY id").fetchall())
 
 
 state = hx.SQLState(f"sqlite:///{DB}")
