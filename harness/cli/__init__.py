@@ -16,6 +16,7 @@ import click
 from .._version import __version__
 from .audit import audit_command, escalations_command, verify_command
 from .keys import keygen_command
+from .mcp import mcp_group
 from .new_suite import new_suite_command
 from .report import compare_command, export_command, report_command
 from .run import replay_command, resume_command, run_command
@@ -43,5 +44,6 @@ for _command in (
     export_command,
     keygen_command,
     new_suite_command,
+    mcp_group,
 ):
     main.add_command(_command)
