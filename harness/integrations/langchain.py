@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from langchain_core.tools import StructuredTool, ToolException
 
@@ -158,7 +158,7 @@ def _told(answer: Answer) -> tuple[str, Any]:
     return answer.text, answer.value
 
 
-def _pause(ep: Episode, exc: Escalated | EpisodeClosed) -> Any:
+def _pause(ep: Episode, exc: Escalated | EpisodeClosed) -> NoReturn:
     """Stop the graph for a person: a LangGraph interrupt asking about the escalation.
 
     A call that found the episode paused by another call's escalation (parallel tool calls)
@@ -175,23 +175,45 @@ def _pause(ep: Episode, exc: Escalated | EpisodeClosed) -> Any:
         from langgraph.types import interrupt
     except ImportError:  # LangChain without LangGraph: the caller stops the run
         raise exc from None
-    asked = escalation_request(ep.store, escalation_id)
-    answer = interrupt(asked)
-    # interrupt() returns (instead of raising) when the graph was resumed with a value while
-    # this escalation is still pending in the episode: the decision was not recorded before
-    # the episode resumed, so the call cannot act on it.
-    raise ConfigurationError(
-        f"the graph was resumed with {answer!r} while escalation {escalation_id} of episode "
-        f"{ep.id} was still pending in the episode: run the resumed graph with "
-        "harness.integrations.langchain.invoke(graph, Command(resume=...), config, ...) or "
-        "inside episode_for_thread(config, ..., resume=...), which record the decision before "
-        "the episode resumes (or record it first with Store.resolve)"
-    ) from exc
+    asked = _escalation_request(ep.store, ep.id, escalation_id)
+    raised_now = _raised_in_this_run(ep.store, ep.id, escalation_id)
+    for _ in range(_MAX_STALE_ANSWERS):
+        # Raises GraphInterrupt unless the run was resumed with a value for this interrupt.
+        answer = interrupt(asked)
+        if not raised_now:
+            # The escalation was pending when the episode resumed, yet the graph was resumed
+            # with a value: the decision was not recorded before the episode resumed.
+            raise ConfigurationError(
+                f"the graph was resumed with {answer!r} while escalation {escalation_id} of "
+                f"episode {ep.id} was still pending in the episode: run the resumed graph with "
+                "harness.integrations.langchain.invoke(graph, Command(resume=...), config, "
+                "...) or inside episode_for_thread(config, ..., resume=...), which record the "
+                "decision before the episode resumes (or record it first with Store.resolve)"
+            ) from exc
+        # A new escalation in a node resumed with a value: the value answered the node's
+        # earlier interrupt (LangGraph matches resume values to interrupts by their order in
+        # the node) and is recorded already. Ask again, for this one.
+    raise exc  # pragma: no cover - LangGraph runs out of resume values first
 
 
-def escalation_request(store: Store, escalation_id: str) -> dict[str, Any]:
+# More answers than any node has interrupts: a bound on asking again (see _pause).
+_MAX_STALE_ANSWERS = 1000
+
+
+def _raised_in_this_run(store: Store, episode_id: str, escalation_id: str) -> bool:
+    """Whether the escalation was raised after the episode last resumed (or started)."""
+    raised = last_resume = -1
+    for i, rec in enumerate(store.log(episode_id)):
+        if rec.kind == "resume":
+            last_resume = i
+        elif rec.kind == "escalation" and escalation_id in rec.payload:
+            raised = i
+    return raised > last_resume
+
+
+def _escalation_request(store: Store, episode_id: str, escalation_id: str) -> dict[str, Any]:
     """What a person is asked about an escalation: the value of the LangGraph interrupt."""
-    found = [e for e in store.escalations() if e.id == escalation_id]
+    found = [e for e in store.escalations(episode_id=episode_id) if e.id == escalation_id]
     if not found:  # pragma: no cover - the episode has just stored it
         return {"escalation_id": escalation_id, "decisions": list(DECISIONS)}
     esc = found[0]
@@ -250,7 +272,7 @@ class ThreadEpisode:
                 )
         self.episode_id = thread_episode_id(config)
         self.state = state
-        self.store = store if store is not None else "sqlite:///logs/harness.db"
+        self.store = store if store is not None else "logs/harness.db"
         self.resume_value = resume
         self.options = options
         self.episode: Episode | None = None
@@ -335,7 +357,7 @@ def episode_for_thread(
     Args:
         config: the graph's run config (``{"configurable": {"thread_id": ...}}``).
         state: the state adapter the actions change.
-        store: a :class:`~harness.Store` or URL (default ``sqlite:///logs/harness.db``).
+        store: a :class:`~harness.Store` or URL (default ``logs/harness.db``, as the episode's).
         resume: the resume value of the run, when it answers an interrupt (the
             ``Command(resume=...)``, or its value): a decision
             ``{"decision": "approve"|"reject"|"edit", "by": ..., "reason": ..., "edit": {...}}``
@@ -453,7 +475,9 @@ def invoke(
         What ``graph.invoke`` returns (``"__interrupt__"`` holds the interrupts asking a
         person, each with the escalation as its ``value``).
     """
-    resume = _resume_by_escalation(graph, input, config)
+    resume = (
+        _by_escalation(input.resume, _interrupts(graph, config)) if _is_command(input) else None
+    )
     with episode_for_thread(config, state=state, store=store, resume=resume, **options):
         return graph.invoke(input, config)
 
@@ -468,31 +492,40 @@ async def ainvoke(
     **options: Any,
 ) -> Any:
     """:func:`invoke` for ``graph.ainvoke`` (async tools, async models)."""
-    resume = _resume_by_escalation(graph, input, config)
+    resume = (
+        _by_escalation(input.resume, await _ainterrupts(graph, config))
+        if _is_command(input)
+        else None
+    )
     async with episode_for_thread(config, state=state, store=store, resume=resume, **options):
         return await graph.ainvoke(input, config)
 
 
-def _resume_by_escalation(graph: Any, input: Any, config: Mapping[str, Any]) -> Any:
-    """A Command's resume value, with interrupt ids replaced by the escalations they ask
-    about."""
-    if not _is_command(input):
-        return None
-    value = input.resume
+def _interrupts(graph: Any, config: Mapping[str, Any]) -> list[Any]:
+    """The thread's pending interrupts (none when the graph cannot say)."""
+    try:
+        return list(graph.get_state(config).interrupts)
+    except Exception:  # no checkpointer, or an async-only one
+        return []
+
+
+async def _ainterrupts(graph: Any, config: Mapping[str, Any]) -> list[Any]:
+    try:
+        return list((await graph.aget_state(config)).interrupts)
+    except Exception:  # no checkpointer
+        return []
+
+
+def _by_escalation(value: Any, interrupts: Iterable[Any]) -> Any:
+    """A resume value keyed by interrupt ids, keyed by the escalations those interrupts ask
+    about instead (any other value as it is)."""
     if not isinstance(value, Mapping) or not value:
         return value
-    get_state = getattr(graph, "get_state", None)
-    if get_state is None:
-        return value
-    try:
-        interrupts: Iterable[Any] = get_state(config).interrupts
-    except Exception:  # no checkpointer, or an async-only one: keep the value as given
-        return value
-    by_interrupt = {
+    asked = {
         i.id: i.value["escalation_id"]
         for i in interrupts
         if isinstance(i.value, Mapping) and "escalation_id" in i.value
     }
-    if not set(value) <= set(by_interrupt):
+    if not set(value) <= set(asked):
         return value
-    return {by_interrupt[k]: v for k, v in value.items()}
+    return {asked[k]: v for k, v in value.items()}

@@ -395,6 +395,43 @@ def test_resume_with_an_edit_runs_the_persons_arguments(url: str):
     assert bank.runs["withdraw"] == 1 and bank.balance("a") == 80
 
 
+def test_two_approvals_in_one_turn_are_asked_one_after_the_other(url: str):
+    """Two calls of one turn that each need approval interrupt twice: the first decision runs
+    the first call, the node asks again for the second (not answered by the first decision),
+    and each withdrawal runs exactly once."""
+    bank = Bank(hx.DictState({"accounts/a": {"balance": 500}, "accounts/b": {"balance": 500}}))
+    model = ScriptedModel(
+        turns=[
+            calls(
+                ("withdraw", {"account": "a", "amount": 150}),
+                ("withdraw", {"account": "b", "amount": 120}),
+            )
+        ]
+    )
+    graph = react_graph(model, bank.tools)
+    out = hxl.invoke(graph, {"messages": [("user", "x")]}, THREAD, state=bank.state, store=url)
+    first = out["__interrupt__"][0].value
+    approve = Command(resume={"decision": "approve", "by": "ops"})
+    out = hxl.invoke(graph, approve, THREAD, state=bank.state, store=url)
+    second = out["__interrupt__"][0].value
+    assert second["escalation_id"] != first["escalation_id"]
+    assert {first["arguments"]["account"], second["arguments"]["account"]} == {"a", "b"}
+    assert bank.runs == {"withdraw": 1}
+    out = hxl.invoke(graph, approve, THREAD, state=bank.state, store=url)
+    assert "__interrupt__" not in out
+    assert bank.runs == {"withdraw": 2}
+    assert bank.balance("a") == 350 and bank.balance("b") == 380
+    store = hx.Store(url)
+    assert [e.status for e in store.escalations(episode_id="t1")] == ["approved", "approved"]
+    assert sorted(t.status for t in store.transactions("t1")) == [
+        "committed",
+        "committed",
+        "held",
+        "held",
+    ]
+    store.close()
+
+
 def test_resolved_in_the_store_first_then_resumed(url: str):
     """A decision recorded with Store.resolve before resuming is used as it is; resuming
     without any decision keeps the graph interrupted and runs nothing."""
@@ -432,6 +469,20 @@ def test_resume_value_must_be_a_decision(url: str):
             state=bank.state,
             store=url,
         )
+    store = hx.Store(url)
+    assert store.escalations(episode_id="t1")[0].status == "pending"
+    store.close()
+
+
+def test_a_decision_that_bypassed_the_store_is_refused(url: str):
+    """Resuming the graph with a decision in an episode opened without it (so nothing was
+    recorded) is a ConfigurationError naming the fix; the held call does not run."""
+    bank = Bank()
+    graph, _ = escalating_thread(bank, url)
+    with pytest.raises(hx.ConfigurationError, match="still pending in the episode"):
+        with hxl.episode_for_thread(THREAD, state=bank.state, store=url):
+            graph.invoke(Command(resume={"decision": "approve", "by": "ops"}), THREAD)
+    assert "withdraw" not in bank.runs
     store = hx.Store(url)
     assert store.escalations(episode_id="t1")[0].status == "pending"
     store.close()
