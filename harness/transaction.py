@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import tenacity
 
+from . import observe
 from .action import ACTIVE_CALL, Action, Context
 from .errors import (
     ActionFailed,
@@ -233,6 +234,14 @@ def compensate(
 ) -> Generator[Call | Sleep | Await, Any, bool]:
     """Run the compensation and verify the effect is undone; returns whether the undo was
     semantic (judged by the action's compensation check, not by equality with before)."""
+    steps = _compensation(action, ctx, diff)
+    hook = observe.hook
+    return steps if hook is None else hook.compensation(action, ctx, steps)
+
+
+def _compensation(
+    action: Action[Any, Any], ctx: Context, diff: dict[str, tuple[Any, Any]]
+) -> Generator[Call | Sleep | Await, Any, bool]:
     if action.compensate is None:
         raise CompensationFailed(action.name, "it has no compensation", txn_id=ctx.txn_id)
     mark = ctx.state.mark()
@@ -347,6 +356,7 @@ class Transaction:
         "ep",
         "errors",
         "intended",
+        "observed",
         "recorded",
         "result_json",
         "retry",
@@ -382,6 +392,7 @@ class Transaction:
         self.semantic_undo = False  # a failed attempt was undone by its compensation check
         self.intended = False  # its intent record is written
         self.recorded = False  # its outcome record is written
+        self.observed: observe.CallObservation | None = None  # what an observer keeps of it
         self.started = time.time()
         self.t0 = episode.clock.now()
         self.values = values if values is not None else action.call_values(ctx.args)
@@ -422,6 +433,8 @@ class Transaction:
         """Preconditions, intent, attempts, then commit or the policy's decision (the caller
         passes what ends it early through :meth:`unfinished`)."""
         ep, act, ctx = self.ep, self.action, self.ctx
+        if observe.hook is not None:
+            self.observed = observe.hook.transaction(self)
         for name, check in act.preconditions:
             try:
                 ok = yield from run_check(act, name, check, ctx, "precondition")

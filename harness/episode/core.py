@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
+from .. import observe
 from .._json import canonical, dumps, loads
 from ..action import ACTIVE_CALL, CURRENT_EPISODE, OPEN_EPISODES, Action, Context, ContextExecutor
 from ..clock import Clock, SystemClock
@@ -163,6 +164,7 @@ class Episode:
         # On resume: the agent's recorded steps its re-executed calls are matched against.
         self._cursor = RecordCursor(self.id, [], live_after=True, on_diverge=self._log_divergence)
         self._token: contextvars.Token[Episode | None] | None = None
+        self._observed: observe.EpisodeObservation | None = None  # (when traced)
 
     # --- what the episode knows (its memory) ---
     @property
@@ -246,6 +248,9 @@ class Episode:
             if self._token is not None:
                 _current.reset(self._token)
                 self._token = None
+            observed, self._observed = self._observed, None
+            if observed is not None:
+                observed.close(ev)
 
     async def __aenter__(self) -> Episode:
         return self.__enter__()
@@ -329,6 +334,8 @@ class Episode:
                     },
                 )
                 writer.update_episode(status=EpisodeStatus.RUNNING, steps=0, digest=GENESIS)
+        if observe.hook is not None:
+            self._observed = observe.hook.episode(self)
         self.log.info("episode_start", resume=self.resume)
 
     def _finish(self, error: BaseException | None) -> None:
@@ -433,10 +440,13 @@ class Episode:
             return self._nested(action, args, kwargs)
         if action.is_async:
             return self._acall(action, args, kwargs)
+        steps = self._call_steps(action, args, kwargs)
+        if observe.hook is not None:
+            steps = observe.hook.call(self, self._observed, action, steps)
         gate = self._gate
         token = gate.enter()
         try:
-            return drive(self._call_steps(action, args, kwargs), self.clock)
+            return drive(steps, self.clock)
         finally:
             gate.exit(token)
 
@@ -465,8 +475,11 @@ class Episode:
     async def _acall(
         self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        steps = self._call_steps(action, args, kwargs)
+        if observe.hook is not None:
+            steps = observe.hook.call(self, self._observed, action, steps)
         async with self._gate.aheld():
-            return await adrive(self._call_steps(action, args, kwargs), self.clock)
+            return await adrive(steps, self.clock)
 
     def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
         """Run ``action`` with arguments given as a mapping (a model's tool call)."""

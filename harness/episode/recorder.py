@@ -133,6 +133,8 @@ class Recorder:
             )
             self.update_episode()
         txn.recorded = True
+        if txn.observed is not None:
+            txn.observed.refused(status, "approval" if held else "precondition", decision, reason)
 
     def record_intent(self, txn: Transaction) -> None:
         """Write-ahead: the intent is durable before the tool runs.
@@ -220,6 +222,8 @@ class Recorder:
     def record_retry(self, txn: Transaction, delay: float) -> None:
         """A retry decision, logged with the error that caused it."""
         last = txn.errors[-1] if txn.errors else None
+        if txn.observed is not None:
+            txn.observed.retrying(txn.ctx.attempt, delay, last)
         self.note(
             "decision",
             txn.ctx.txn_id,
@@ -313,6 +317,8 @@ class Recorder:
             raise
         txn.recorded = True
         entry = self._remember_commit(txn, result, diff, step, digest)
+        if txn.observed is not None:
+            txn.observed.committed(status, step)
         self.log.later(
             status,
             txn_id=ctx.txn_id,
@@ -402,6 +408,8 @@ class Recorder:
             )
             self.update_episode()
         txn.recorded = True
+        if txn.observed is not None:
+            txn.observed.failed(status, str(failure_class), str(decision), reason)
         self.log.warning(
             "failed",
             txn_id=ctx.txn_id,
@@ -460,6 +468,8 @@ class Recorder:
             )
             self.update_episode()
         self.m.escalation_id = esc_id
+        if txn.observed is not None:
+            txn.observed.escalated(esc_id)
         self.log.warning(
             "escalated",
             txn_id=ctx.txn_id,
