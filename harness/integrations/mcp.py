@@ -166,7 +166,14 @@ def load_served(spec: str, *, state: str | None = None) -> ServedActions:
         module = sys.modules.get(module_name, module)
     found_state: Any = None
     if callable(target) and not isinstance(target, Action | list | tuple | dict):
-        made = target()
+        try:
+            made = target()
+        except Exception as exc:
+            raise ConfigurationError(
+                f"actions {spec!r}: calling it raised {type(exc).__name__}: {exc}; a function "
+                "named as TARGET is called with no arguments and returns the actions (or "
+                "(state, actions))"
+            ) from exc
         if isinstance(made, tuple) and len(made) == 2:
             found_state, target = made
         else:

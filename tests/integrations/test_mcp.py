@@ -248,13 +248,15 @@ async def test_an_in_process_client_reaches_the_same_server(tmp_path: Path):
 
 def test_a_bad_target_is_a_clear_error(tmp_path: Path):
     """harness mcp serve with a target that is not actions says what to give instead."""
-    bank_db.setup(str(tmp_path / "x.db"), {"a": 1})
-    out = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "mcp", "serve", "bank_actions:DB"],
-        cwd=FIXTURES,
-        env={**os.environ, "HX_MCP_BANK_DB": str(tmp_path / "x.db")},
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 2
-    assert "give a list of @hx.action functions" in out.stderr
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    for target, says in [
+        (f"{FIXTURES}/bank_db.py:sqlite3", "is a module; give a list of @hx.action functions"),
+        (f"{FIXTURES}/bank_db.py:setup", "calling it raised TypeError"),
+    ]:
+        out = CliRunner().invoke(main, ["mcp", "serve", target])
+        assert out.exit_code == 2 and says in out.output, out.output
+    missing = CliRunner().invoke(main, ["mcp", "serve", "nowhere_at_all:actions"])
+    assert missing.exit_code == 2 and "cannot import 'nowhere_at_all'" in missing.output

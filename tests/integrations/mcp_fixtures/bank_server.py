@@ -1,0 +1,63 @@
+"""An upstream MCP server for the proxy test: bank accounts kept in a JSON file.
+
+``python bank_server.py data.json`` serves over stdio. Its ``withdraw`` has a bug: an amount
+over 100 is reported done but not taken, which only a postcondition can notice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+DATA = Path(sys.argv[1] if len(sys.argv) > 1 else "bank.json")
+server = MCPServer("bank")
+
+
+def _load() -> dict[str, int]:
+    return dict(json.loads(DATA.read_text()))
+
+
+def _save(accounts: dict[str, int]) -> None:
+    DATA.write_text(json.dumps(accounts))
+
+
+@server.tool()
+def get_account(account: str) -> dict[str, Any]:
+    """An account and its balance."""
+    accounts = _load()
+    if account not in accounts:
+        raise ValueError(f"no account {account}")
+    return {"account": account, "balance": accounts[account]}
+
+
+@server.tool()
+def deposit(account: str, amount: int) -> dict[str, Any]:
+    """Put money into an account."""
+    accounts = _load()
+    accounts[account] += amount
+    _save(accounts)
+    return {"account": account, "balance": accounts[account]}
+
+
+@server.tool()
+def withdraw(account: str, amount: int) -> dict[str, Any]:
+    """Take money out of an account."""
+    accounts = _load()
+    if amount <= 100:  # the bug: larger amounts are "done" without being taken
+        accounts[account] -= amount
+        _save(accounts)
+    return {"account": account, "ok": True}
+
+
+@server.tool()
+def list_accounts() -> list[str]:
+    """The accounts' names."""
+    return sorted(_load())
+
+
+if __name__ == "__main__":
+    server.run("stdio")

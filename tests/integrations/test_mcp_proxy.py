@@ -1,0 +1,124 @@
+"""The transactional proxy (``harness mcp proxy``) in front of an upstream MCP server.
+
+The upstream server is ``mcp_fixtures/bank_server.py`` (accounts in a JSON file the test
+reads); the config puts a precondition, a postcondition and a compensation on its
+``withdraw``. The proxy runs as ``python -m harness.cli mcp proxy`` and the test is its MCP
+client over stdio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp.client import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+
+import harness as hx  # noqa: E402
+from harness.integrations.mcp import META_EPISODE, describe  # noqa: E402
+from harness.integrations.mcp_proxy import load_config  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "mcp_fixtures"
+
+
+def _config(tmp: Path, **extra: str) -> Path:
+    text = (FIXTURES / "bank_proxy.toml").read_text()
+    command = json.dumps([sys.executable, str(FIXTURES / "bank_server.py"), str(tmp / "bank.json")])
+    text = text.replace('command = ["python", "bank_server.py", "bank.json"]', f"command = {command}")
+    path = tmp / "proxy.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One proxy session: a withdrawal that commits, one refused by its precondition, an
+    unlisted read tool, then a withdrawal the upstream bug fakes (its postcondition fails)."""
+    tmp = tmp_path_factory.mktemp("proxy")
+    data = tmp / "bank.json"
+    data.write_text(json.dumps({"alice": 500, "bob": 20}))
+    store = f"sqlite:///{tmp}/h.db"
+    config = _config(tmp)
+    seen: dict[str, Any] = {"data": data, "store": store, "config": config}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "harness.cli", "mcp", "proxy", str(config), "--store", store],
+        cwd=str(FIXTURES),
+    )
+
+    async def go() -> None:
+        async with Client(params) as client:
+            seen["tools"] = {t.name: t for t in (await client.list_tools()).tools}
+            seen["first"] = await client.call_tool("withdraw", {"account": "alice", "amount": 30})
+            seen["after_first"] = json.loads(data.read_text())
+            seen["refused"] = await client.call_tool("withdraw", {"account": "bob", "amount": 50})
+            seen["read"] = await client.call_tool("get_account", {"account": "bob"})
+            seen["faked"] = await client.call_tool(
+                "withdraw", {"account": "alice", "amount": 200}
+            )
+            seen["after_faked"] = json.loads(data.read_text())
+
+    asyncio.run(go())
+    return seen
+
+
+def test_the_proxy_serves_the_upstream_tools(run: dict[str, Any]):
+    """Every upstream tool is served with its upstream schema; unlisted ones as read-only."""
+    tools = run["tools"]
+    assert set(tools) == {"get_account", "deposit", "withdraw", "list_accounts"}
+    assert tools["withdraw"].input_schema["required"] == ["account", "amount"]
+    assert tools["get_account"].annotations.read_only_hint
+    assert not tools["withdraw"].annotations.read_only_hint
+
+
+def test_a_committed_call_reaches_upstream_once(run: dict[str, Any]):
+    """A withdrawal through the proxy commits, and the upstream data shows it once."""
+    assert not run["first"].is_error, describe(run["first"])
+    assert run["after_first"] == {"alice": 470, "bob": 20}
+
+
+def test_a_precondition_from_the_config_refuses_before_upstream(run: dict[str, Any]):
+    """The config's precondition, reading upstream state, refuses the call; nothing ran."""
+    assert run["refused"].is_error and "precondition 'covered' is false" in describe(
+        run["refused"]
+    )
+    assert not run["read"].is_error and run["read"].structured_content == {
+        "account": "bob",
+        "balance": 20,
+    }
+
+
+def test_a_failed_postcondition_compensates_the_earlier_call_upstream(run: dict[str, Any]):
+    """The faked withdrawal fails its postcondition; the episode rolls back, the earlier
+    withdrawal is compensated upstream (a deposit), and the data is back as before."""
+    assert run["faked"].is_error
+    assert "postcondition 'dropped_by_amount' is false" in describe(run["faked"])
+    assert run["after_faked"] == {"alice": 500, "bob": 20}
+    assert json.loads(run["data"].read_text()) == {"alice": 500, "bob": 20}
+    store = hx.Store(run["store"])
+    episode = str(run["first"].meta[META_EPISODE])
+    assert store.episode(episode).status == "rolled_back"
+    assert [(t.action, t.status) for t in store.transactions(episode)] == [
+        ("withdraw", "compensated"),
+        ("withdraw", "precondition"),
+        ("get_account", "committed"),
+        ("withdraw", "failed"),
+    ]
+
+
+def test_a_config_with_a_wrong_field_is_a_clear_error(tmp_path: Path):
+    """A config without an upstream, or with an unknown tool key, names the fix."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[proxy]\nunlisted = 'read-only'\n")
+    with pytest.raises(hx.ConfigurationError, match="exactly one of command"):
+        load_config(bad)
+    bad.write_text("[upstream]\nurl = 'http://x/mcp'\n[tools.w]\nwrite = ['a/{b}']\n")
+    with pytest.raises(hx.ConfigurationError, match=r"\[tools.w\] has unknown keys write"):
+        load_config(bad)
