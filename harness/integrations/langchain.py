@@ -25,21 +25,33 @@ Three pieces, for the three things LangChain and LangGraph cannot know about an 
   the episode resumes; a decision recorded earlier with ``Store.resolve`` (say, from
   ``harness escalations``) is used as it is, and any resume value then does.
 
-Example::
+Example (``model`` any chat model with tool calling; ``world`` the state adapter)::
 
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.prebuilt import ToolNode, create_react_agent
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+    from langgraph.types import Command
     from harness.integrations import langchain as hxl
 
-    graph = create_react_agent(model, hxl.as_tools(deposit, withdraw),
-                               checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "t-42"}}
+    tools = hxl.as_tools(deposit, withdraw)
+    llm = model.bind_tools(tools)
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda s: {"messages": [llm.invoke(s["messages"])]})
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+
+    config = {"configurable": {"thread_id": "t-42"}}           # the episode is "t-42"
     out = hxl.invoke(graph, {"messages": [("user", "pay 10")]}, config,
                      state=world, store="sqlite:///logs/harness.db")
-    if "__interrupt__" in out:                        # a person is asked
-        asked = out["__interrupt__"][0].value         # {"escalation_id": ..., "action": ...}
+    if "__interrupt__" in out:                                  # a person is asked
+        asked = out["__interrupt__"][0].value                   # escalation_id, action, ...
         out = hxl.invoke(graph, Command(resume={"decision": "approve", "by": "ops"}), config,
                          state=world, store="sqlite:///logs/harness.db")
+
+The tools work in any graph that runs them with ``ToolNode`` (LangChain's agent factories do).
 
 Why resuming re-runs nothing: LangGraph re-runs an interrupted node from its start (a
 ``ToolNode`` runs every tool call of its message again), and the nodes before it come from the
@@ -134,11 +146,18 @@ def as_tool(action: Action[Any, Any], *, episode: Episode | None = None) -> Stru
             _pause(ep, exc)
         return _told(answer)
 
+    def run_async_action(**arguments: Any) -> tuple[str, Any]:
+        raise ConfigurationError(
+            f"action {action.name!r} is async def: its tool runs only in an async graph run "
+            "(graph.ainvoke / graph.astream, or harness.integrations.langchain.ainvoke); "
+            "make the tool sync to run it from graph.invoke"
+        )
+
     return StructuredTool(
         name=action.name,
         description=action.description or action.name,
         args_schema=action.schema,
-        func=None if action.is_async else run,
+        func=run_async_action if action.is_async else run,
         coroutine=arun,
         handle_tool_error=True,
         response_format="content_and_artifact",
@@ -264,12 +283,11 @@ class ThreadEpisode:
         resume: Any = None,
         options: dict[str, Any],
     ) -> None:
-        for name in ("episode_id", "resume"):
-            if name in options:
-                raise ConfigurationError(
-                    f"episode_for_thread() takes no {name}=: the episode is the thread's "
-                    "(its thread_id), resumed whenever the store already holds it"
-                )
+        if "episode_id" in options:
+            raise ConfigurationError(
+                "episode_for_thread() takes no episode_id=: the episode is the thread's (its "
+                "thread_id), started on the thread's first run and resumed on every later one"
+            )
         self.episode_id = thread_episode_id(config)
         self.state = state
         self.store = store if store is not None else "logs/harness.db"

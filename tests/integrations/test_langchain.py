@@ -622,6 +622,11 @@ def test_async_graph_runs_sync_and_async_actions(url: str):
         return first, second
 
     first, second = asyncio.run(scenario())
+    with pytest.raises(hx.ConfigurationError, match="async def: its tool runs only in an async"):
+        with hxl.episode_for_thread(
+            {"configurable": {"thread_id": "t2"}}, state=bank.state, store=url
+        ):
+            hxl.as_tool(close_account).invoke({"account": "a"})
     assert first["__interrupt__"][0].value["action"] == "close_account"
     assert [m.content for m in tool_messages(second)][-1] == "closed"
     assert bank.runs["close"] == 1 and bank.runs["deposit"] == 1
