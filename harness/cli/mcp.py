@@ -100,8 +100,7 @@ def serve_command(
 @click.option(
     "--store",
     default=None,
-    help="Where the episodes are recorded [default: the config's, else "
-    "sqlite:///logs/harness.db].",
+    help="Where the episodes are recorded [default: the config's, else sqlite:///logs/harness.db].",
 )
 @click.option("--transport", type=_TRANSPORT, default="stdio", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP interface.")

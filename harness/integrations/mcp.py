@@ -50,7 +50,15 @@ from ..policy import Policy
 from ..store import EpisodeStatus, EscalationStatus, Store
 from ._calls import acall
 
-__all__ = ["META_EPISODE", "ServedActions", "build_server", "describe", "load_served", "run", "serve"]
+__all__ = [
+    "META_EPISODE",
+    "ServedActions",
+    "build_server",
+    "describe",
+    "load_served",
+    "run",
+    "serve",
+]
 
 META_EPISODE = "harness/episode"
 """The key of a tool result's ``_meta`` that names the session's episode."""
@@ -195,9 +203,7 @@ def load_served(spec: str, *, state: str | None = None) -> ServedActions:
 
 def _text(text: str, episode_id: str | None, *, error: bool) -> CallToolResult:
     meta = {META_EPISODE: episode_id} if episode_id else None
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], is_error=error, _meta=meta
-    )
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error, _meta=meta)
 
 
 class _Session:
@@ -309,7 +315,11 @@ class _ActionServer(MCPServer[Any]):
     def pending(self, episode_id: str) -> CallToolResult | None:
         """The refusal for a call while the episode's escalation waits for a person."""
         for esc in self.store.escalations(EscalationStatus.PENDING, episode_id=episode_id):
-            return _text(self.escalated_text(esc.id, esc.action, esc.reason, episode_id), episode_id, error=True)
+            return _text(
+                self.escalated_text(esc.id, esc.action, esc.reason, episode_id),
+                episode_id,
+                error=True,
+            )
         return None
 
     def escalated_text(self, esc_id: str, action: str, reason: str, episode_id: str) -> str:
@@ -372,7 +382,7 @@ class _ActionServer(MCPServer[Any]):
             for name, act in self.actions.items()
         ]
 
-    async def call_tool(  # type: ignore[override]
+    async def call_tool(
         self, name: str, arguments: dict[str, Any], context: MCPContext[Any, Any] | None = None
     ) -> CallToolResult:
         """Run one call of the action ``name`` as a transaction in the session's episode."""

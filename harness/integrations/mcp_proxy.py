@@ -94,7 +94,13 @@ class ReadRule:
 
     def match(self, key: str) -> dict[str, str] | None:
         """The pattern's fields in ``key``, or None when it does not match."""
-        regex = "^" + _FIELD.sub(r"(?P<\1>[^/]+)", re.escape(self.pattern).replace(r"\{", "{").replace(r"\}", "}")) + "$"
+        regex = (
+            "^"
+            + _FIELD.sub(
+                r"(?P<\1>[^/]+)", re.escape(self.pattern).replace(r"\{", "{").replace(r"\}", "}")
+            )
+            + "$"
+        )
         found = re.match(regex, key)
         return None if found is None else found.groupdict()
 
@@ -136,7 +142,7 @@ class ProxyConfig:
     unlisted: Literal["read-only", "refuse"] = "read-only"
     reads: tuple[ReadRule, ...] = ()
     tools: Mapping[str, ToolRule] = field(default_factory=dict)
-    decisions: Mapping[str, str] = field(default_factory=dict)
+    decisions: Mapping[Any, Any] = field(default_factory=dict)
     env: Mapping[str, str] | None = None
     hooks: Path = field(default_factory=Path.cwd)
 
@@ -178,13 +184,13 @@ def load_config(path: str | Path) -> ProxyConfig:
     unlisted = proxy.get("unlisted", "read-only")
     if unlisted not in ("read-only", "refuse"):
         raise ConfigurationError(
-            f"proxy config {path}: [proxy] unlisted = {unlisted!r}; use \"read-only\" or \"refuse\""
+            f'proxy config {path}: [proxy] unlisted = {unlisted!r}; use "read-only" or "refuse"'
         )
     reads = []
     for i, rule in enumerate(raw.get("state") or []):
         if not isinstance(rule, dict) or "pattern" not in rule or "tool" not in rule:
             raise ConfigurationError(
-                f"proxy config {path}: [[state]] entry {i + 1} needs pattern = \"kind/{{field}}\" "
+                f'proxy config {path}: [[state]] entry {i + 1} needs pattern = "kind/{{field}}" '
                 'and tool = "a read tool"'
             )
         reads.append(ReadRule(rule["pattern"], rule["tool"], rule.get("arguments")))
@@ -404,7 +410,8 @@ def _signature(schema: Mapping[str, Any]) -> inspect.Signature:
     required = set(schema.get("required") or ())
     params = []
     for name, prop in (schema.get("properties") or {}).items():
-        hint = _JSON_TYPES.get(prop.get("type") if isinstance(prop, dict) else None, Any)
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        hint = _JSON_TYPES.get(kind, Any) if isinstance(kind, str) else Any
         if name in required:
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hint))
         else:
@@ -416,7 +423,9 @@ def _signature(schema: Mapping[str, Any]) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-def _proxied(tool: MCPTool, rule: ToolRule | None, state: UpstreamState, folder: Path) -> Action[..., Any]:
+def _proxied(
+    tool: MCPTool, rule: ToolRule | None, state: UpstreamState, folder: Path
+) -> Action[..., Any]:
     name = tool.name
 
     def forward(**arguments: Any) -> Any:

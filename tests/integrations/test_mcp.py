@@ -23,23 +23,34 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp.client import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
-from mcp_types import CallToolResult  # noqa: E402
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp_types import CallToolResult
 
-import harness as hx  # noqa: E402
-from harness.integrations.mcp import META_EPISODE, build_server, describe  # noqa: E402
+import harness as hx
+from harness.integrations.mcp import META_EPISODE, build_server, describe
 
 FIXTURES = Path(__file__).parent / "mcp_fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 import bank_db  # noqa: E402
 
+SERVE = [sys.executable, "-m", "harness.cli", "mcp", "serve", "bank_actions:actions"]
+
 
 def _server(db: Path, store: str, *extra: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "harness.cli", "mcp", "serve", "bank_actions:actions", "--store", store, *extra],
+        args=[
+            "-m",
+            "harness.cli",
+            "mcp",
+            "serve",
+            "bank_actions:actions",
+            "--store",
+            store,
+            *extra,
+        ],
         cwd=str(FIXTURES),
         env={"HX_MCP_BANK_DB": str(db)},
     )
@@ -189,8 +200,7 @@ async def test_over_http_each_session_is_its_own_episode(tmp_path: Path):
     bank_db.setup(str(db), {"a": 100, "b": 0})
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "mcp", "serve", "bank_actions:actions"]
-        + ["--store", url, "--transport", "http", "--port", str(port)],
+        [*SERVE, "--store", url, "--transport", "http", "--port", str(port)],
         cwd=FIXTURES,
         env={**os.environ, "HX_MCP_BANK_DB": str(db)},
         stderr=subprocess.DEVNULL,

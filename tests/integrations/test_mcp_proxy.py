@@ -18,12 +18,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp.client import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
 
-import harness as hx  # noqa: E402
-from harness.integrations.mcp import META_EPISODE, describe  # noqa: E402
-from harness.integrations.mcp_proxy import load_config  # noqa: E402
+import harness as hx
+from harness.integrations.mcp import META_EPISODE, describe
+from harness.integrations.mcp_proxy import load_config
 
 FIXTURES = Path(__file__).parent / "mcp_fixtures"
 
@@ -31,7 +31,9 @@ FIXTURES = Path(__file__).parent / "mcp_fixtures"
 def _config(tmp: Path, **extra: str) -> Path:
     text = (FIXTURES / "bank_proxy.toml").read_text()
     command = json.dumps([sys.executable, str(FIXTURES / "bank_server.py"), str(tmp / "bank.json")])
-    text = text.replace('command = ["python", "bank_server.py", "bank.json"]', f"command = {command}")
+    text = text.replace(
+        'command = ["python", "bank_server.py", "bank.json"]', f"command = {command}"
+    )
     path = tmp / "proxy.toml"
     path.write_text(text)
     return path
@@ -60,9 +62,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             seen["after_first"] = json.loads(data.read_text())
             seen["refused"] = await client.call_tool("withdraw", {"account": "bob", "amount": 50})
             seen["read"] = await client.call_tool("get_account", {"account": "bob"})
-            seen["faked"] = await client.call_tool(
-                "withdraw", {"account": "alice", "amount": 200}
-            )
+            seen["faked"] = await client.call_tool("withdraw", {"account": "alice", "amount": 200})
             seen["after_faked"] = json.loads(data.read_text())
 
     asyncio.run(go())
@@ -86,9 +86,7 @@ def test_a_committed_call_reaches_upstream_once(run: dict[str, Any]):
 
 def test_a_precondition_from_the_config_refuses_before_upstream(run: dict[str, Any]):
     """The config's precondition, reading upstream state, refuses the call; nothing ran."""
-    assert run["refused"].is_error and "precondition 'covered' is false" in describe(
-        run["refused"]
-    )
+    assert run["refused"].is_error and "precondition 'covered' is false" in describe(run["refused"])
     assert not run["read"].is_error and run["read"].structured_content == {
         "account": "bob",
         "balance": 20,
