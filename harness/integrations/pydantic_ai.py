@@ -29,22 +29,24 @@ How each outcome reaches the run:
   propagates out of ``agent.run(...)``.
 
 Pydantic AI runs the tool calls of one model response at once, as tasks; the episode runs them
-one at a time, each recorded with its own changes.
+one at a time, each recorded with its own changes, in the order the model made them (so a
+resumed run, which must repeat the record's order, makes them in the same order).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic_ai import Tool, ToolFailed
 from pydantic_ai.toolsets import FunctionToolset
 
-from ..action import Action
+from ..action import ACTIVE_CALL, Action
 from ..errors import ConfigurationError
-from ._calls import acall
+from ._calls import acall, episode_for
 
 __all__ = ["as_tool", "toolset"]
 
@@ -59,11 +61,34 @@ def _checked(action: Any, where: str) -> Action[Any, Any]:
     return action
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    # A call whose caller was cancelled finishes alone; its outcome is in the store, and an
-    # error it ended with (the episode closed meanwhile) is nobody's to report.
-    if not task.cancelled():
-        task.exception()
+# Per episode and event loop: the turn adapter calls take, first come first served. Pydantic AI
+# starts a response's tool calls as tasks in the order the model made them and they reach
+# their tools in that order, but a sync action then waits for the episode in a worker thread,
+# where a later async call could overtake it: the record's order would be a race, and a
+# resumed run (held to that order) could diverge from it.
+_TURNS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turn(ep: Any) -> asyncio.Lock | None:
+    running = ACTIVE_CALL.get()
+    if running is not None and running.in_tool and running.episode_id == ep.id:
+        return None  # called from inside a running tool: part of that call, whose turn it is
+    locks = _TURNS.setdefault(ep, weakref.WeakKeyDictionary())
+    return locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+
+
+def _finished(turn: asyncio.Lock | None) -> Any:
+    def done(task: asyncio.Task[Any]) -> None:
+        if turn is not None:
+            turn.release()
+        # A call whose caller was cancelled finishes alone; its outcome is in the store, and
+        # an error it ended with (the episode closed meanwhile) is nobody's to report.
+        if not task.cancelled():
+            task.exception()
+
+    return done
 
 
 def as_tool(action: Action[Any, Any], *, episode: Any = None) -> Tool[Any]:
@@ -89,9 +114,11 @@ def as_tool(action: Action[Any, Any], *, episode: Any = None) -> Tool[Any]:
     Invalid arguments are refused the same way: the action validates them against the schema
     the model was shown, so Pydantic AI's own validation is skipped.
 
-    A call that has started is shielded from cancellation (a sibling tool that raised, a
-    cancelled run): the transaction still ends in a commit or an undo, never in doubt, and
-    ``async with hx.Episode(...)`` waits for it before the episode ends.
+    Calls made at once (the tool calls of one model response) take the episode in the order
+    the model made them. A call that has started is shielded from cancellation (a sibling
+    tool that raised, a cancelled run): the transaction still ends in a commit or an undo,
+    never in doubt, and ``async with hx.Episode(...)`` waits for it before the episode ends;
+    a call still waiting for its turn is dropped.
 
     :class:`harness.Escalated` and :class:`harness.EpisodeClosed` propagate out of
     ``agent.run(...)`` unchanged.
@@ -99,8 +126,12 @@ def as_tool(action: Action[Any, Any], *, episode: Any = None) -> Tool[Any]:
     action = _checked(action, "as_tool()")
 
     async def run(**arguments: Any) -> Any:
-        task = asyncio.ensure_future(acall(action, arguments, episode))
-        task.add_done_callback(_retrieve)
+        ep = episode_for(action, episode)
+        turn = _turn(ep)
+        if turn is not None:
+            await turn.acquire()  # (cancelled while waiting: the call never started)
+        task = asyncio.ensure_future(acall(action, arguments, ep))
+        task.add_done_callback(_finished(turn))
         answer = await asyncio.shield(task)
         if not answer.ok:
             raise ToolFailed(answer.message)

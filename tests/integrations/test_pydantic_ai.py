@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, Tool
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -346,6 +346,96 @@ async def test_parallel_calls_in_one_response_each_commit_once_with_their_own_ch
     assert first.args["amount"] == start and second.args["amount"] == 30 - start
     assert sorted(t.args["amount"] for t in txns) == [10, 20]
     assert len(bank.ran) == 2
+
+
+async def test_calls_of_one_response_take_the_episode_in_the_order_the_model_made_them(
+    bank: Bank, url: str
+):
+    """Sync and async actions called in one response are recorded in the model's order (an
+    async call does not overtake a sync one waiting for its worker thread)."""
+    calls: list[Call] = [
+        ("charge_fee", {"account": "a", "fee": 0}),
+        ("deposit", {"account": "a", "amount": 10}),
+        ("charge_fee", {"account": "b", "fee": 0}),
+        ("deposit", {"account": "b", "amount": 5}),
+    ]
+    script = Script(calls, "done")
+    async with hx.Episode(state=bank.state, store=url, episode_id="e1"):
+        await agent_for(bank, script).run("fees and deposits")
+    assert [(t.action, t.args) for t in hx.Store(url).transactions("e1")] == calls
+    assert bank.ran == calls
+
+
+@pytest.mark.parametrize("held_first", [False, True], ids=["deposit_first", "held_first"])
+async def test_an_escalation_among_parallel_calls_resumes_in_the_same_order(
+    bank: Bank, url: str, held_first: bool
+):
+    """A response with a deposit and a call held for approval stops the run; after approval
+    the resumed run repeats the record's order, so each call runs exactly once (a deposit
+    after the held call never started, and runs on resume)."""
+    calls: list[Call] = [
+        ("deposit", {"account": "b", "amount": 10}),
+        ("close_account", {"account": "a"}),
+    ]
+    if held_first:
+        calls.reverse()
+    script = Script(calls, "done")
+    with pytest.raises(hx.Escalated) as info:
+        async with hx.Episode(state=bank.state, store=url, episode_id="e1"):
+            await agent_for(bank, script).run("deposit into b, close a")
+    assert bank.ran == ([] if held_first else [calls[0]])
+    hx.Store(url).resolve(info.value.escalation_id, "approve", by="ops")
+    again = Script(*script.turns)
+    async with hx.Episode(state=bank.state, store=url, episode_id="e1", resume=True) as ep:
+        assert (await agent_for(bank, again).run("deposit into b, close a")).output == "done"
+    assert ep.outcome == "committed" and bank.ran == calls
+    assert [p.outcome for p in again.returns(1)] == ["success", "success"]
+    assert "accounts/a" not in bank.state and bank.state["accounts/b"] == {"balance": 10}
+    done = [t.action for t in hx.Store(url).transactions("e1") if t.status == "committed"]
+    assert sorted(done) == ["close_account", "deposit"]
+
+
+async def test_a_call_in_flight_when_a_sibling_tool_raises_still_commits(bank: Bank, url: str):
+    """When another tool of the same response raises and Pydantic AI cancels the deposit's
+    task, the deposit's transaction still ends in a commit (not in doubt), once; the error
+    ends the run."""
+
+    def boom() -> str:
+        """Fails at once."""
+        raise RuntimeError("boom")
+
+    script = Script([("deposit", {"account": "a", "amount": 10}), ("boom", {})], "never")
+    agent = Agent(FunctionModel(script), tools=[as_tool(bank.deposit), Tool(boom)])
+    with pytest.raises(RuntimeError, match="boom"):
+        async with hx.Episode(state=bank.state, store=url, episode_id="e1") as ep:
+            await agent.run("deposit and fail")
+    assert ep.outcome == "failed" and ep.in_doubt == []
+    assert statuses(url, "e1") == [("deposit", "committed")]
+    assert bank.state["accounts/a"] == {"balance": 10} and len(bank.ran) == 1
+
+
+async def test_an_agent_run_inside_an_action_is_part_of_that_call(bank: Bank, url: str):
+    """An action whose tool runs another agent with actions of the same episode does not wait
+    for itself: the inner calls are part of the outer call, recorded in its diff."""
+    inner = Agent(
+        FunctionModel(Script([("deposit", {"account": "a", "amount": 3})], "deposited")),
+        tools=[as_tool(bank.deposit)],
+    )
+
+    @hx.action(writes=["accounts/*"])
+    async def delegate(task: str) -> str:
+        """Hand a task to a helper agent."""
+        return (await inner.run(task)).output
+
+    outer = Agent(
+        FunctionModel(Script([("delegate", {"task": "deposit 3 into a"})], "done")),
+        tools=[as_tool(delegate)],
+    )
+    async with hx.Episode(state=bank.state, store=url, episode_id="e1"):
+        assert (await outer.run("delegate")).output == "done"
+    (txn,) = hx.Store(url).transactions("e1")
+    assert (txn.action, txn.status, txn.result) == ("delegate", "committed", "deposited")
+    assert txn.diff == {"accounts/a": [{"balance": 0}, {"balance": 3}]}
 
 
 async def test_a_toolset_of_actions_and_an_explicit_episode(bank: Bank, url: str):
