@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -298,6 +300,7 @@ def test_api_key_is_sent_as_a_bearer_token_and_kept_out_of_config(
         assert (
             agent_for(server, clock, api_key="sk-test").run(TASK, toolbox, seed=0).message == "hi"
         )
+        assert server.headers[0]["authorization"] == "Bearer sk-test"
         with pytest.raises(ModelRequestError, match="HTTP 401"):
             agent_for(server, clock, api_key="wrong").run(TASK, toolbox, seed=0)
         config = agent_for(server, clock, api_key="sk-test").config()
@@ -315,6 +318,81 @@ def test_proxy_environment_variables_are_not_read(
     monkeypatch.delenv("NO_PROXY", raising=False)
     with FakeChatServer([text_reply("direct")]) as server:
         assert agent_for(server, clock).run(TASK, toolbox, seed=0).message == "direct"
+
+
+def test_without_a_key_no_authorization_is_sent_and_openai_variables_are_not_read(
+    toolbox: Toolbox, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's own environment variables (a key, a base URL, an organization, a project)
+    do not change what the agent sends: no key given, no Authorization header."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-env")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-env")
+    with FakeChatServer([text_reply("local")]) as server:
+        assert agent_for(server, clock).run(TASK, toolbox, seed=0).message == "local"
+    (headers,) = server.headers
+    assert "authorization" not in headers
+    assert "openai-organization" not in headers and "openai-project" not in headers
+    assert "sk-from-the-environment" not in json.dumps(headers)
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "said"),
+    [
+        (Failure.disconnect(), None, "connection failed: RemoteProtocolError"),
+        (Failure.delay(30), None, "no answer within 0.05 s"),
+        (Failure.rate_limited(retry_after=2), 429, "HTTP 429: rate limit exceeded"),
+        (Failure.http(502, "bad gateway"), 502, "HTTP 502: bad gateway"),
+    ],
+    ids=["dropped", "timeout", "rate-limited", "bad-gateway"],
+)
+def test_each_server_failure_is_an_infrastructure_error_saying_what_happened(
+    toolbox: Toolbox, clock: FakeClock, failure: Failure, status: int | None, said: str
+) -> None:
+    """Dropped connections, timeouts, 429 and 5xx are ModelServerError (never the 4xx
+    ModelRequestError), with the status and a message saying what happened, after every try."""
+    with FakeChatServer([text_reply("never")], failures=[failure] * 2) as server:
+        agent = agent_for(server, clock, timeout=0.05, attempts=2)
+        url = f"{server.base_url}/chat/completions"
+        with pytest.raises(ModelServerError) as info:
+            agent.run(TASK, toolbox, seed=0)
+    error = info.value
+    assert not isinstance(error, ModelRequestError) and error.transient
+    assert error.status == status and error.attempts == 2 and len(server.requests) == 2
+    assert said in str(error) and error.url == url
+    assert clock.sleeps == [2.0 if status == 429 else 1.0]  # a Retry-After of 2 s is honoured
+
+
+def test_the_model_answer_is_recorded_as_the_servers_json(
+    shop: Shop, store: hx.Store, clock: FakeClock
+) -> None:
+    """Each model answer is remembered by the episode as the server sent it (JSON), with the
+    number of tries, so a resumed trial gets the same answers."""
+    script = [tool_reply(("get_order", {"order_id": "o1"})), text_reply("Pending.")]
+    with FakeChatServer(script, failures=[Failure.http(500)]) as server:
+        with hx.Episode(state=shop.state, store=store, clock=clock) as ep:
+            output = agent_for(server, clock).run(TASK, Toolbox(shop_tools(shop), ep), seed=0)
+    remembered = [json.loads(r.payload) for r in store.log(ep.id) if r.kind == "recorded"]
+    assert [r["what"] for r in remembered] == ["model_call", "model_call"]
+    assert [r["value"] for r in remembered] == [
+        [server.responses[0], 2],
+        [server.responses[1], 1],
+    ]
+    digests = [c["request_digest"] for c in output.meta["model_calls"]]
+    assert [r["request"] for r in remembered] == digests
+
+
+def test_importing_harness_does_not_import_the_openai_client() -> None:
+    """The client is imported when the agent first talks to a server, not by `import harness`."""
+    code = (
+        "import sys, harness, harness.agents.openai, harness.testing.model_server; "
+        "print(sorted(m for m in ('openai', 'httpx2') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
 
 
 def test_max_turns_stops_a_model_that_never_stops(toolbox: Toolbox, clock: FakeClock) -> None:
