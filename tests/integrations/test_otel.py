@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
 import json
 import subprocess
 import sys
@@ -511,3 +512,22 @@ def test_thread_pool_without_context_still_finds_the_episode_span(
     undo = one(spans, "compensate cancel")
     assert parent_of(undo) == one(spans, "harness.episode").context.span_id
     assert (undo.attributes or {})["harness.rollback"] is True
+
+
+def test_example_prints_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/integrations/otel_example.py prints the tree its docstring shows."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "integrations" / "otel_example.py"
+    spec = importlib.util.spec_from_file_location("otel_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main(f"sqlite:///{tmp_path / 'h.db'}")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "harness.episode  outcome=rolled_back"
+    assert lines[1] == "  invoke_agent bank"
+    assert (
+        lines[2].startswith("    execute_tool deposit  status=precondition") and "ERROR" in lines[2]
+    )
+    assert lines[3].startswith("    execute_tool deposit  status=committed")
+    assert lines[4].startswith("  compensate deposit")
+    assert not otel.instrumented()
