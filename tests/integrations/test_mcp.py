@@ -9,6 +9,7 @@ sessions of its own.
 from __future__ import annotations
 
 import asyncio
+import runpy
 import os
 import socket
 import subprocess
@@ -270,3 +271,20 @@ def test_a_bad_target_is_a_clear_error(tmp_path: Path):
         assert out.exit_code == 2 and says in out.output, out.output
     missing = CliRunner().invoke(main, ["mcp", "serve", "nowhere_at_all:actions"])
     assert missing.exit_code == 2 and "cannot import 'nowhere_at_all'" in missing.output
+
+
+def test_the_example_runs_as_its_docstring_says(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """examples/integrations/mcp_example.py lists the tool, gets the refusal as an error
+    result, commits the other deposit, and prints the records of the session's episode."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "integrations" / "mcp_example.py"
+    example = runpy.run_path(str(path), run_name="example")
+    asyncio.run(example["main"](f"sqlite:///{tmp_path}/h.db"))
+    assert capsys.readouterr().out.splitlines() == [
+        "['deposit']",
+        "True action 'deposit' not executed: precondition 'account_exists' is false: the "
+        "account does not exist",
+        "{'account': 'a', 'balance': 10}",
+        "committed",
+        "deposit precondition",
+        "deposit committed",
+    ]
