@@ -9,8 +9,8 @@ sessions of its own.
 from __future__ import annotations
 
 import asyncio
-import runpy
 import os
+import runpy
 import socket
 import subprocess
 import sys
