@@ -45,7 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..action import CURRENT_EPISODE, Action
 from ..episode import Episode
-from ..errors import ConfigurationError, EpisodeClosed, Escalated
+from ..errors import ConfigurationError, EpisodeClosed, Escalated, HarnessError
 from ..policy import Policy
 from ..store import EpisodeStatus, EscalationStatus, Store
 from ._calls import acall
@@ -410,6 +410,10 @@ class _ActionServer(MCPServer[Any]):
             return pending or _text(
                 f"{exc}; open a new MCP session to start a new episode", ep.id, error=True
             )
+        except HarnessError as exc:
+            # Not a refusal the model could adapt to (a configuration error, a divergence, a
+            # store that cannot be written): still told as the call's result, not a crash.
+            return _text(f"{type(exc).__name__}: {exc}", ep.id, error=True)
         finally:
             CURRENT_EPISODE.reset(token)
         if not answer.ok:

@@ -9,6 +9,7 @@ client over stdio.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from mcp.client.stdio import StdioServerParameters
 
 import harness as hx
 from harness.integrations.mcp import META_EPISODE, describe
-from harness.integrations.mcp_proxy import load_config
+from harness.integrations.mcp_proxy import ToolRule, build_proxy, load_config
 
 FIXTURES = Path(__file__).parent / "mcp_fixtures"
 
@@ -120,3 +121,28 @@ def test_a_config_with_a_wrong_field_is_a_clear_error(tmp_path: Path):
     bad.write_text("[upstream]\nurl = 'http://x/mcp'\n[tools.w]\nwrite = ['a/{b}']\n")
     with pytest.raises(hx.ConfigurationError, match=r"\[tools.w\] has unknown keys write"):
         load_config(bad)
+
+
+async def test_unlisted_tools_can_be_refused_and_upstream_errors_are_refusals(tmp_path: Path):
+    """With unlisted = "refuse" only the configured tools are served; an upstream error result
+    fails the call (the client reads the upstream text) and changes nothing."""
+    data = tmp_path / "bank.json"
+    data.write_text(json.dumps({"alice": 5}))
+    config = load_config(_config(tmp_path)).with_store(f"sqlite:///{tmp_path}/h.db")
+    deposit = ToolRule(writes=("accounts/{account}",))
+    tools = {**config.tools, "deposit": deposit}
+    config = dataclasses.replace(config, unlisted="refuse", hooks=FIXTURES, tools=tools)
+    proxy = build_proxy(config)
+    try:
+        async with Client(proxy.server, mode="legacy") as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            missing = await client.call_tool("withdraw", {"account": "zed", "amount": 1})
+            failed = await client.call_tool("deposit", {"account": "zed", "amount": 1})
+            unknown = await client.call_tool("get_account", {"account": "alice"})
+    finally:
+        proxy.close()
+    assert sorted(tools) == ["deposit", "withdraw"]
+    assert missing.is_error and "precondition 'covered' is false" in describe(missing)
+    assert failed.is_error and "no account zed" in describe(failed)
+    assert unknown.is_error and "unknown tool 'get_account'" in describe(unknown)
+    assert json.loads(data.read_text()) == {"alice": 5}

@@ -10,8 +10,9 @@ def _key(ctx: hx.Context) -> str:
 
 
 def covered(ctx: hx.Context) -> bool:
-    """the balance does not cover the amount"""
-    return bool(ctx.state.get(_key(ctx))["balance"] >= ctx.args.amount)
+    """the account does not exist, or its balance does not cover the amount"""
+    account = ctx.state.get(_key(ctx))  # None: the upstream read tool said there is none
+    return account is not None and bool(account["balance"] >= ctx.args.amount)
 
 
 def dropped_by_amount(ctx: hx.Context) -> bool:

@@ -12,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 DATA = Path(sys.argv[1] if len(sys.argv) > 1 else "bank.json")
 server = MCPServer("bank")
 
 
-def _load() -> dict[str, int]:
-    return dict(json.loads(DATA.read_text()))
+def _load(account: str | None = None) -> dict[str, int]:
+    accounts = dict(json.loads(DATA.read_text()))
+    if account is not None and account not in accounts:
+        raise ToolError(f"no account {account}")  # told to the client as it is
+    return accounts
 
 
 def _save(accounts: dict[str, int]) -> None:
@@ -28,16 +32,14 @@ def _save(accounts: dict[str, int]) -> None:
 @server.tool()
 def get_account(account: str) -> dict[str, Any]:
     """An account and its balance."""
-    accounts = _load()
-    if account not in accounts:
-        raise ValueError(f"no account {account}")
+    accounts = _load(account)
     return {"account": account, "balance": accounts[account]}
 
 
 @server.tool()
 def deposit(account: str, amount: int) -> dict[str, Any]:
     """Put money into an account."""
-    accounts = _load()
+    accounts = _load(account)
     accounts[account] += amount
     _save(accounts)
     return {"account": account, "balance": accounts[account]}
@@ -46,7 +48,7 @@ def deposit(account: str, amount: int) -> dict[str, Any]:
 @server.tool()
 def withdraw(account: str, amount: int) -> dict[str, Any]:
     """Take money out of an account."""
-    accounts = _load()
+    accounts = _load(account)
     if amount <= 100:  # the bug: larger amounts are "done" without being taken
         accounts[account] -= amount
         _save(accounts)
