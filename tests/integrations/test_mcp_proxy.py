@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -146,3 +148,52 @@ async def test_unlisted_tools_can_be_refused_and_upstream_errors_are_refusals(tm
     assert failed.is_error and "no account zed" in describe(failed)
     assert unknown.is_error and "unknown tool 'get_account'" in describe(unknown)
     assert json.loads(data.read_text()) == {"alice": 5}
+
+
+async def test_an_upstream_over_http_is_proxied_the_same_way(tmp_path: Path):
+    """With url = "http://.../mcp" the proxy reaches the upstream over Streamable HTTP: a
+    committed withdrawal, then one that fails its postcondition, undone upstream."""
+    data = tmp_path / "bank.json"
+    data.write_text(json.dumps({"alice": 500}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    upstream = subprocess.Popen(
+        [sys.executable, str(FIXTURES / "bank_server.py"), str(data), "--http", str(port)],
+        stderr=subprocess.DEVNULL,
+    )
+    path = tmp_path / "proxy.toml"
+    text = (FIXTURES / "bank_proxy.toml").read_text()
+    path.write_text(
+        text.replace(
+            'command = ["python", "bank_server.py", "bank.json"]',
+            f'url = "http://127.0.0.1:{port}/mcp"',
+        )
+    )
+    config = dataclasses.replace(
+        load_config(path).with_store(f"sqlite:///{tmp_path}/h.db"), hooks=FIXTURES
+    )
+    try:
+        for _ in range(100):  # until the upstream server listens
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                await asyncio.sleep(0.1)
+        proxy = build_proxy(config)
+        try:
+            async with Client(proxy.server, mode="legacy") as client:
+                first = await client.call_tool("withdraw", {"account": "alice", "amount": 30})
+                middle = json.loads(data.read_text())
+                faked = await client.call_tool("withdraw", {"account": "alice", "amount": 200})
+        finally:
+            proxy.close()
+    finally:
+        upstream.terminate()
+        upstream.wait(timeout=10)
+    assert not first.is_error and middle == {"alice": 470}
+    assert faked.is_error and "dropped_by_amount" in describe(faked)
+    assert json.loads(data.read_text()) == {"alice": 500}
+    episode = str(first.meta[META_EPISODE]) if first.meta else ""
+    store = hx.Store(f"sqlite:///{tmp_path}/h.db")
+    assert [t.status for t in store.transactions(episode)] == ["compensated", "failed"]

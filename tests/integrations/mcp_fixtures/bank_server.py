@@ -1,6 +1,7 @@
 """An upstream MCP server for the proxy test: bank accounts kept in a JSON file.
 
-``python bank_server.py data.json`` serves over stdio. Its ``withdraw`` has a bug: an amount
+``python bank_server.py data.json`` serves over stdio; ``... data.json --http PORT`` over
+Streamable HTTP at ``http://127.0.0.1:PORT/mcp``. Its ``withdraw`` has a bug: an amount
 over 100 is reported done but not taken, which only a postcondition can notice.
 """
 
@@ -62,4 +63,7 @@ def list_accounts() -> list[str]:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if "--http" in sys.argv:
+        server.run("streamable-http", port=int(sys.argv[sys.argv.index("--http") + 1]))
+    else:
+        server.run("stdio")
