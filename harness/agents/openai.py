@@ -534,11 +534,11 @@ class OpenAIAgent:
         import openai
 
         omitted: dict[str, Any] = {
-            "OpenAI-Organization": openai.omit,
-            "OpenAI-Project": openai.omit,
+            "OpenAI-Organization": openai.Omit(),
+            "OpenAI-Project": openai.Omit(),
         }
         if not self.api_key:
-            omitted["Authorization"] = openai.omit
+            omitted["Authorization"] = openai.Omit()
         return omitted
 
     def _complete(self, client: openai.OpenAI, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -630,9 +630,9 @@ class OpenAIAgent:
             raise ModelServerError(
                 f"connection failed: {type(cause).__name__}: {cause}", url=self.url
             ) from exc
-        except openai.OpenAIError as exc:  # the client could not read what came back
+        except openai.OpenAIError as exc:  # anything else the client raised
             raise ModelServerError(
-                f"unreadable answer: {type(exc).__name__}: {exc}", url=self.url
+                f"the client failed: {type(exc).__name__}: {exc}", url=self.url
             ) from exc
         try:
             value = json.loads(text)
