@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -437,3 +438,95 @@ async def test_tool_bound_to_an_episode_runs_there_and_no_episode_is_an_error(ba
         await asyncio.create_task(Runner.run(agent, "Put 5 in a"), context=empty)
     assert statuses(url, "e1") == [("deposit", "committed")]
     assert bank.balances()["acct/a"] == 105
+
+
+async def test_rejected_call_is_told_to_the_model_on_resume(bank: Bank, url: str):
+    """A wire a person rejects never runs; the resumed run's model reads who rejected it and
+    why, and the episode ends committed with the earlier deposit intact."""
+
+    def script(*then: Any) -> ScriptedModel:
+        return model(
+            [call("deposit", "c1", account="a", amount=5)],
+            [call("wire", "c2", account="a", amount=30)],
+            *then,
+        )
+
+    with pytest.raises(hx.Escalated) as info:
+        async with hx.Episode(state=bank.state, store=url, episode_id="e1"):
+            await Runner.run(agent_for(script(), bank.deposit, bank.wire), "Wire 30")
+    store = hx.Store(url)
+    store.resolve(info.value.escalation_id, "reject", by="lead", reason="customer called back")
+    again = script("not sent")
+    async with hx.Episode(state=bank.state, store=url, episode_id="e1", resume=True) as ep:
+        result = await Runner.run(agent_for(again, bank.deposit, bank.wire), "Wire 30")
+    assert outputs(again, 2)["c2"] == (
+        "Error: action 'wire' was rejected by lead: customer called back"
+    )
+    assert result.final_output == "not sent" and ep.outcome == "committed"
+    assert bank.ran == [("deposit", {"account": "a", "amount": 5})]
+    assert bank.balances() == {"acct/a": 105, "acct/b": 0}
+    store.close()
+
+
+async def test_streamed_run_stops_with_the_escalation(bank: Bank, url: str):
+    """Runner.run_streamed raises hx.Escalated from stream_events(), as Runner.run does."""
+    m = model([call("wire", "c1", account="a", amount=30)], "sent")
+    with pytest.raises(hx.Escalated) as info:
+        async with hx.Episode(state=bank.state, store=url, episode_id="e1") as ep:
+            streamed = Runner.run_streamed(agent_for(m, bank.wire), "Wire 30")
+            async for _ in streamed.stream_events():
+                pass
+    assert info.value.escalation_id == ep.escalation_id and ep.outcome == "escalated"
+    assert bank.ran == []
+
+
+async def test_call_in_flight_when_the_run_fails_finishes_instead_of_hanging_in_doubt(
+    bank: Bank, url: str
+):
+    """When another tool of the same turn fails the run, a call already running is not cut
+    off: it commits (or would be undone), and the episode waits for it before it ends."""
+    log: list[str] = []
+
+    @hx.action(writes=["acct/{account}"])
+    async def slow_deposit(account: str, amount: int) -> dict[str, Any]:
+        """Put money into an account, slowly."""
+        log.append("start")
+        await asyncio.sleep(0.05)
+        row = bank.state[f"acct/{account}"]
+        bank.state[f"acct/{account}"] = {"balance": row["balance"] + amount}
+        log.append("end")
+        return {"ok": True}
+
+    @agents.function_tool(failure_error_function=None)
+    def audit() -> str:
+        """Audit the books."""
+        raise RuntimeError("auditor unavailable")
+
+    m = model([call("slow_deposit", "c1", account="a", amount=5), call("audit", "c2")], "done")
+    agent = Agent(name="t", model=m, tools=[function_tool(slow_deposit), audit])
+    async with hx.Episode(state=bank.state, store=url, episode_id="e1") as ep:
+        with pytest.raises(UserError, match="auditor unavailable"):
+            await Runner.run(agent, "Deposit and audit")
+        assert log == ["start"]  # the run stopped while the deposit was still running
+    assert log == ["start", "end"] and ep.outcome == "committed" and ep.in_doubt == []
+    assert bank.balances()["acct/a"] == 105
+    assert statuses(url, "e1") == [("slow_deposit", "committed")]
+
+
+def test_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """examples/integrations/openai_agents_example.py runs offline and prints what it says."""
+    path = Path(__file__).resolve().parents[2] / "examples/integrations/openai_agents_example.py"
+    spec = importlib.util.spec_from_file_location("openai_agents_example", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    asyncio.run(example.main(f"sqlite:///{tmp_path}/h.db"))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("escalated: ")
+    assert out[1] == "wired 30 committed {'balance': 20}"
+    assert [line.rsplit(" ", 1)[1] for line in out[2:]] == [
+        "precondition",
+        "committed",
+        "held",
+        "committed",
+    ]
