@@ -106,11 +106,12 @@ def _detach(token: Any, ctx: otel_context.Context) -> None:
 class _TracedLog:
     """The episode's structured log, each line stamped with the current span's ids."""
 
-    __slots__ = ("_fallback", "_log")
+    __slots__ = ("_fallback", "_last", "_log")
 
     def __init__(self, log: Any, fallback: SpanContext) -> None:
         self._log = log
         self._fallback = fallback
+        self._last: tuple[int, str, str] = (0, "", "")  # a span id and the hex ids, as sent
 
     def _stamp(self, fields: dict[str, Any]) -> dict[str, Any]:
         found = trace.get_current_span().get_span_context()
@@ -118,8 +119,12 @@ class _TracedLog:
             found = self._fallback
             if not found.is_valid:
                 return fields
-        fields.setdefault("trace_id", format(found.trace_id, "032x"))
-        fields.setdefault("span_id", format(found.span_id, "016x"))
+        last = self._last
+        if last[0] != found.span_id:
+            last = (found.span_id, format(found.trace_id, "032x"), format(found.span_id, "016x"))
+            self._last = last
+        fields.setdefault("trace_id", last[1])
+        fields.setdefault("span_id", last[2])
         return fields
 
     def later(self, event: str, **fields: Any) -> None:
@@ -178,17 +183,17 @@ class _EpisodeSpan:
 
 
 class _CallSpan:
-    """One call's span; its transaction's recorder reports the outcome to it."""
+    """One call's span; its transaction's recorder reports the outcome to it. Attributes are
+    gathered and set once, when the call ends (each ``set_attribute`` takes the span's lock)."""
 
-    __slots__ = ("decision", "episode_id", "failure_class", "span", "status", "txn")
+    __slots__ = ("attributes", "episode_id", "finished", "span", "txn")
 
     def __init__(self, span: Span, episode_id: str) -> None:
         self.span = span
         self.episode_id = episode_id
         self.txn: Any = None
-        self.status: str | None = None
-        self.failure_class: str | None = None
-        self.decision: str | None = None
+        self.attributes: dict[str, Any] = {}
+        self.finished = False
 
     # --- what the recorder reports (harness.observe.CallObservation) ---
     def refused(self, status: str, failure_class: str, decision: str, reason: str) -> None:
@@ -200,61 +205,69 @@ class _CallSpan:
         self._decided(status, failure_class, decision, reason)
 
     def _decided(self, status: str, failure_class: str, decision: str, reason: str) -> None:
-        if not self.span.is_recording():  # (an earlier call recorded late)
-            return
-        self.status, self.failure_class, self.decision = str(status), failure_class, decision
-        self.span.set_attribute("harness.reason", reason)
+        self.attributes.update(
+            {
+                "harness.txn.status": str(status),
+                "harness.failure_class": str(failure_class),
+                "harness.decision": str(decision),
+                "harness.reason": reason,
+            }
+        )
 
     def committed(self, status: str, step: int | None) -> None:
         """It committed."""
-        if not self.span.is_recording():
-            return
-        self.status = str(status)
+        self.attributes["harness.txn.status"] = str(status)
         if step is not None:
-            self.span.set_attribute("harness.step", step)
+            self.attributes["harness.step"] = step
 
     def retrying(self, attempt: int, wait: float, error: BaseException | None) -> None:
         """An attempt failed; another follows."""
-        attributes: dict[str, Any] = {"harness.attempt": attempt, "harness.retry.wait": wait}
+        event: dict[str, Any] = {"harness.attempt": attempt, "harness.retry.wait": wait}
         if error is not None:
-            attributes["error.type"] = _qualname(error)
-            attributes["exception.message"] = str(error)
-        self.span.add_event("harness.retry", attributes)
+            event["error.type"] = _qualname(error)
+            event["exception.message"] = str(error)
+        self.span.add_event("harness.retry", event)
 
     def escalated(self, escalation_id: str) -> None:
         """A person is asked."""
-        self.span.set_attribute("harness.escalation.id", escalation_id)
+        self.attributes["harness.escalation.id"] = escalation_id
 
     # --- the call's end ---
     def finish(self, error: BaseException | None, capture: bool) -> None:
-        """Set the outcome's attributes and status (the caller ends the span)."""
-        span, txn = self.span, self.txn
-        status = self.status
+        """Set the outcome's attributes and status (the caller ends the span). A record
+        reported after this (a call the store refused, recorded later) is not the span's."""
+        self.finished = True
+        span, txn, attributes = self.span, self.txn, self.attributes
         if txn is not None:
-            span.set_attribute("harness.attempts", txn.ctx.attempt)
+            ctx = txn.ctx
+            attributes["harness.txn.id"] = ctx.txn_id
+            attributes["harness.idempotency_key"] = ctx.idempotency_key
+            attributes["harness.mutating"] = bool(txn.action.mutating)
+            attributes["harness.attempts"] = ctx.attempt
+            if capture:
+                attributes["gen_ai.tool.call.arguments"] = txn.args_json or "{}"
         if error is None:
-            span.set_attribute("harness.txn.status", status or "recorded")
+            attributes.setdefault("harness.txn.status", "recorded")
             if capture and txn is not None:
-                span.set_attribute("gen_ai.tool.call.result", txn.result_json)
+                attributes["gen_ai.tool.call.result"] = txn.result_json
+            span.set_attributes(attributes)
             return
-        if status is None:
+        if "harness.txn.status" not in attributes:
             if isinstance(error, (InvalidArguments, IdempotencyConflict)):
-                status = "invalid"
+                attributes["harness.txn.status"] = "invalid"
             elif txn is not None and txn.action.mutating and txn.intended and not txn.recorded:
-                status = "in_doubt"
+                attributes["harness.txn.status"] = "in_doubt"
             else:
-                status = "error"
-        span.set_attribute("harness.txn.status", status)
-        failure_class = self.failure_class or getattr(error, "failure_class", None)
-        decision = self.decision or getattr(error, "decision", None)
-        if isinstance(failure_class, str):
-            span.set_attribute("harness.failure_class", failure_class)
-        if isinstance(decision, str):
-            span.set_attribute("harness.decision", decision)
-        escalation = getattr(error, "escalation_id", None)
-        if isinstance(escalation, str):
-            span.set_attribute("harness.escalation.id", escalation)
-        span.set_attribute("error.type", _qualname(error))
+                attributes["harness.txn.status"] = "error"
+        for name, value in (
+            ("harness.failure_class", getattr(error, "failure_class", None)),
+            ("harness.decision", getattr(error, "decision", None)),
+            ("harness.escalation.id", getattr(error, "escalation_id", None)),
+        ):
+            if isinstance(value, str):
+                attributes.setdefault(name, value)
+        attributes["error.type"] = _qualname(error)
+        span.set_attributes(attributes)
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
@@ -354,15 +367,14 @@ class _Tracing:
         """The call running in this context became a transaction: its ids go on its span."""
         call = _CALL.get()
         ctx = txn.ctx
-        if call is None or call.txn is not None or call.episode_id != ctx.episode_id:
+        if (
+            call is None
+            or call.txn is not None
+            or call.finished
+            or call.episode_id != ctx.episode_id
+        ):
             return None
         call.txn = txn
-        span = call.span
-        span.set_attribute("harness.txn.id", ctx.txn_id)
-        span.set_attribute("harness.idempotency_key", ctx.idempotency_key)
-        span.set_attribute("harness.mutating", bool(txn.action.mutating))
-        if self.capture_content:
-            span.set_attribute("gen_ai.tool.call.arguments", txn.args_json or "{}")
         return call
 
     # --- compensations ---
