@@ -93,15 +93,13 @@ class ReadRule:
     arguments: Mapping[str, Any] | None = None
 
     def match(self, key: str) -> dict[str, str] | None:
-        """The pattern's fields in ``key``, or None when it does not match."""
-        regex = (
-            "^"
-            + _FIELD.sub(
-                r"(?P<\1>[^/]+)", re.escape(self.pattern).replace(r"\{", "{").replace(r"\}", "}")
-            )
-            + "$"
+        """The pattern's fields in ``key`` (each one path segment), or None when it does not
+        match."""
+        parts = _FIELD.split(self.pattern)  # literal, field, literal, field, ..., literal
+        regex = "".join(
+            re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/]+)" for i, part in enumerate(parts)
         )
-        found = re.match(regex, key)
+        found = re.fullmatch(regex, key)
         return None if found is None else found.groupdict()
 
 
