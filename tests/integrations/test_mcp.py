@@ -130,6 +130,17 @@ def test_two_calls_at_once_in_one_session_both_commit(session: dict[str, Any]):
     assert not first.is_error and not second.is_error
     assert {_episode(first), _episode(second)} == {session["episode"]}
     assert session["after_parallel"] == {"a": 106, "b": 2}
+    store = hx.Store(session["store"])
+    diffs = {
+        t.args["account"]: t.diff
+        for t in store.transactions(session["episode"])
+        if t.action == "deposit" and t.args["amount"] in (1, 2)
+    }
+    # Each is attributed exactly its own change, though both were in flight at once.
+    assert diffs == {
+        "a": {"accounts/a": [{"id": "a", "balance": 105}, {"id": "a", "balance": 106}]},
+        "b": {"accounts/b": [{"id": "b", "balance": 0}, {"id": "b", "balance": 2}]},
+    }
 
 
 def test_a_failed_postcondition_rolls_the_session_back(session: dict[str, Any]):
