@@ -32,6 +32,15 @@ How each outcome reaches the run:
   episode back stops the run at once, rather than telling the model and letting it go on to a
   final answer about work that was undone.
 
+Any other error of the harness (no episode current, a resumed run whose model asked for
+something other than what the record says, :class:`harness.Diverged`) fails the run as the
+SDK's ``UserError``, whose ``__cause__`` is the harness's error; nothing ran for that call.
+
+Resuming holds the agent to its record: its calls must come again with the same arguments, in
+the same order. The SDK's ``ScriptedModel`` (tests) or any deterministic model does; a live
+model may ask for something else, which is a :class:`harness.Diverged` (run it as a new
+episode then).
+
 The SDK runs the tool calls of one model response at once, as tasks; the episode runs them one
 at a time, each recorded with its own changes, and in the order the model listed them, so that
 a resumed run (whose calls are held to the record in order) meets them in the same order.
@@ -55,6 +64,7 @@ from agents.tool_context import ToolContext
 from ..action import Action
 from ..episode import Episode
 from ..errors import ConfigurationError, EpisodeClosed, Escalated
+from ..store import EpisodeStatus
 from ._calls import Answer, acall, episode_for
 
 __all__ = ["RunClosed", "RunEscalated", "function_tool", "tools"]
@@ -187,7 +197,7 @@ async def _run(action: Action[Any, Any], episode: Episode | None, text: str) -> 
         raise RunEscalated.of(exc) from exc
     except EpisodeClosed as exc:
         raise RunClosed(exc.episode_id, exc.outcome) from exc
-    if not answer.ok and ep.outcome != "running":
+    if not answer.ok and ep.outcome != EpisodeStatus.RUNNING:
         # This call's failure rolled the episode back: nothing the model does next can count.
         raise RunClosed(ep.id, ep.outcome, answer.message)
     return answer.text

@@ -530,3 +530,23 @@ def test_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
         "held",
         "committed",
     ]
+
+
+async def test_resumed_run_whose_model_asks_for_something_else_runs_nothing(bank: Bank, url: str):
+    """On resume, a model that now calls other arguments than the record holds fails the run
+    with hx.Diverged (the SDK's UserError carries it); nothing runs, nothing runs twice."""
+    first = model(
+        [call("deposit", "c1", account="a", amount=5)],
+        [call("wire", "c2", account="a", amount=30)],
+    )
+    with pytest.raises(hx.Escalated) as info:
+        async with hx.Episode(state=bank.state, store=url, episode_id="e1"):
+            await Runner.run(agent_for(first, bank.deposit, bank.wire), "Wire 30")
+    hx.Store(url).resolve(info.value.escalation_id, "approve", by="ops")
+    other = model([call("deposit", "c1", account="a", amount=500)], "done")
+    with pytest.raises(UserError) as failed:
+        async with hx.Episode(state=bank.state, store=url, episode_id="e1", resume=True) as ep:
+            await Runner.run(agent_for(other, bank.deposit, bank.wire), "Wire 30")
+    assert isinstance(failed.value.__cause__, hx.Diverged) and ep.diverged is not None
+    assert bank.ran == [("deposit", {"account": "a", "amount": 5})]
+    assert bank.balances() == {"acct/a": 105, "acct/b": 0}
