@@ -18,8 +18,12 @@ given actions; :func:`serve` runs it over stdio or Streamable HTTP (``harness mc
 - After a rollback (or a failure that ends the episode) later calls are refused: the episode
   is over; the client opens a new session to start again.
 
-Each result's ``_meta`` carries ``harness/episode`` (the episode id), so a client can name
-the episode to resume.
+Each result's ``_meta`` carries ``harness/episode`` (the episode id). A call whose own
+``_meta`` names ``harness/episode`` runs in that episode instead of its session's (calls naming
+the same id share it; an escalated one is resumed): how a client of the sessionless 2026-07-28
+protocol, where every request is a connection of its own, keeps its calls in one episode.
+Requests of that protocol that name none share the server's one episode (over stdio, the
+process serves one client).
 """
 
 from __future__ import annotations
@@ -310,6 +314,7 @@ class _ActionServer(MCPServer[Any]):
         self._episode_id = episode_id
         self._sessions: dict[int, _Session] = {}
         self._detached: _Session | None = None
+        self._named: dict[str, _Session] = {}
         super().__init__(name, instructions=instructions, lifespan=_close_sessions_at_exit)
 
     def pending(self, episode_id: str) -> CallToolResult | None:
@@ -334,6 +339,13 @@ class _ActionServer(MCPServer[Any]):
         )
 
     def _session(self, context: MCPContext[Any, Any] | None) -> _Session:
+        named = _requested_episode(context)
+        if named is not None:
+            # The client names its episode: calls naming it share it, from any session.
+            session = self._named.get(named)
+            if session is None or session.closed:
+                session = self._named[named] = _Session(self, named)
+            return session
         connection = _connection_of(context)
         if connection is None:
             # No session: called directly, or a request of the sessionless (2026-07-28)
@@ -362,10 +374,11 @@ class _ActionServer(MCPServer[Any]):
 
     async def close_sessions(self) -> None:
         """End every session's episode (the server is stopping)."""
-        sessions = list(self._sessions.values())
+        sessions = [*self._sessions.values(), *self._named.values()]
         if self._detached is not None:
             sessions.append(self._detached)
         self._sessions.clear()
+        self._named.clear()
         self._detached = None
         for session in sessions:
             await session.close()
@@ -422,6 +435,22 @@ class _ActionServer(MCPServer[Any]):
         if isinstance(answer.value, dict):
             result.structured_content = answer.value
         return result
+
+
+def _requested_episode(context: MCPContext[Any, Any] | None) -> str | None:
+    """The episode a request names in its ``_meta`` (``harness/episode``), if any."""
+    if context is None:
+        return None
+    try:
+        meta = context.request_context.meta
+    except ValueError:  # a Context made outside a request
+        return None
+    named = meta.get(META_EPISODE) if isinstance(meta, Mapping) else None
+    if named is None:
+        return None
+    if not isinstance(named, str) or not named.strip():
+        raise ToolError(f"_meta {META_EPISODE!r} names an episode by a non-empty string")
+    return named
 
 
 def _connection_of(context: MCPContext[Any, Any] | None) -> Any:

@@ -299,3 +299,37 @@ def test_the_example_runs_as_its_docstring_says(tmp_path: Path, capsys: pytest.C
         "deposit precondition",
         "deposit committed",
     ]
+
+
+async def test_a_call_naming_its_episode_in_meta_runs_in_it(tmp_path: Path):
+    """A call whose _meta names harness/episode runs in that episode (calls naming the same one
+    share it), apart from the session's own; each ends when the server stops."""
+    state = hx.DictState({"counter/x": {"n": 0}, "counter/y": {"n": 0}})
+
+    @hx.action(writes=["counter/{name}"])
+    def bump(name: str) -> int:
+        """Add one to a counter."""
+        state[f"counter/{name}"] = {"n": state[f"counter/{name}"]["n"] + 1}
+        return int(state[f"counter/{name}"]["n"])
+
+    url = f"sqlite:///{tmp_path}/h.db"
+    async with Client(build_server([bump], state=state, store=url)) as client:
+        mine = {META_EPISODE: "mine"}
+        calls = [
+            await client.call_tool("bump", {"name": "x"}, meta=mine),
+            await client.call_tool("bump", {"name": "y"}, meta=mine),
+            await client.call_tool("bump", {"name": "x"}),
+            await client.call_tool("bump", {"name": "y"}, meta={META_EPISODE: "other"}),
+        ]
+        bad = await client.call_tool("bump", {"name": "x"}, meta={META_EPISODE: ""})
+    assert [_episode(c) for c in calls[:2]] == ["mine", "mine"]
+    assert _episode(calls[2]) not in ("mine", "other") and _episode(calls[3]) == "other"
+    assert bad.is_error and "non-empty string" in describe(bad)
+    store = hx.Store(url)
+    assert {e.id: e.status for e in store.episodes()} == {
+        "mine": "committed",
+        "other": "committed",
+        _episode(calls[2]): "committed",
+    }
+    assert [t.args["name"] for t in store.transactions("mine")] == ["x", "y"]
+    assert state["counter/x"] == {"n": 2} and state["counter/y"] == {"n": 2}
