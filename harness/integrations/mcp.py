@@ -231,9 +231,7 @@ class _Session:
         srv = self.server
         ep = Episode(
             state=srv.state,
-            # A store of its own: a resumed episode must read what other processes wrote
-            # (a person's resolution), which a store shared with the ended episode may not.
-            store=srv.store.url,
+            store=srv.store,
             policy=srv.policy,
             episode_id=self.episode_id,
             resume=resume,
