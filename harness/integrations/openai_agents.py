@@ -113,10 +113,17 @@ def _checked(action: Any, where: str) -> Action[Any, Any]:
     return action
 
 
-def _optional(schema: dict[str, Any]) -> list[str]:
-    """The arguments a call may leave out (they have defaults)."""
-    required = set(schema.get("required", ()))
-    return [name for name in schema.get("properties", {}) if name not in required]
+def _all_required(schema: Any) -> bool:
+    """Whether every object in the schema (nested ones too) requires all its fields: strict
+    mode would make a field with a default required, which the tool's signature does not."""
+    if isinstance(schema, dict):
+        fields = schema.get("properties")
+        if isinstance(fields, dict) and set(fields) - set(schema.get("required", ())):
+            return False
+        return all(_all_required(v) for v in schema.values())
+    if isinstance(schema, list):
+        return all(_all_required(v) for v in schema)
+    return True
 
 
 def _strictness(action: Action[Any, Any], strict: bool | None) -> bool:
@@ -124,7 +131,7 @@ def _strictness(action: Action[Any, Any], strict: bool | None) -> bool:
     if strict is False:
         return False
     schema = action.schema
-    if strict is None and _optional(schema):
+    if strict is None and not _all_required(schema):
         return False
     try:
         ensure_strict_json_schema(copy.deepcopy(schema))
@@ -222,8 +229,9 @@ def function_tool(
             records the action's own name.
         description: the tool's description (default: the action's).
         strict: give the model the schema in strict mode (every argument required, no other
-            fields). Default: strict when every argument is required and the schema can be made
-            strict; an argument with a default stays optional for the model, as in Python.
+            fields). Default: strict when every argument (and every field of a nested model) is
+            required and the schema can be made strict; an argument with a default stays
+            optional for the model, as in Python.
             ``True`` forces strict mode (the model must then send defaulted arguments too).
 
     Returns:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 pytest.importorskip("agents")
 
@@ -154,6 +155,19 @@ def statuses(url: str, episode_id: str) -> list[tuple[str, str]]:
         store.close()
 
 
+class Memo(BaseModel):
+    """A note on a transfer."""
+
+    ref: str
+    text: str = ""
+
+
+class Signer(BaseModel):
+    """Who signs."""
+
+    name: str
+
+
 # --- the tool the model sees ---
 
 
@@ -172,8 +186,8 @@ def test_tool_carries_the_actions_name_description_and_strict_schema(bank: Bank)
 
 
 def test_defaulted_or_open_arguments_keep_the_schema_as_it_is():
-    """An argument with a default stays optional (not strict); an open dict cannot be strict,
-    and strict=True for it is a configuration error naming the fix."""
+    """An argument (or a nested model's field) with a default stays optional (not strict); an
+    open dict cannot be strict, and strict=True for it is a configuration error naming the fix."""
 
     @hx.action(writes=["acct/{account}"])
     def note(account: str, text: str = "") -> None:
@@ -183,12 +197,22 @@ def test_defaulted_or_open_arguments_keep_the_schema_as_it_is():
     def tag(account: str, tags: dict[str, Any]) -> None:
         """Tag an account."""
 
+    @hx.action(writes=["acct/{account}"])
+    def transfer(account: str, memo: Memo) -> None:
+        """Transfer with a memo."""
+
+    @hx.action(writes=["acct/{account}"])
+    def sign(account: str, by: Signer) -> None:
+        """Sign for an account."""
+
     loose = function_tool(note)
     assert loose.strict_json_schema is False and loose.params_json_schema["required"] == ["account"]
     forced = function_tool(note, strict=True)
     assert forced.strict_json_schema is True
     assert forced.params_json_schema["required"] == ["account", "text"]
     assert function_tool(tag).strict_json_schema is False
+    assert function_tool(transfer).strict_json_schema is False  # Memo.text has a default
+    assert function_tool(sign).strict_json_schema is True  # every nested field is required
     with pytest.raises(hx.ConfigurationError, match="cannot be made strict"):
         function_tool(tag, strict=True)
     renamed = function_tool(note, name="add_note", description="Note it.")
