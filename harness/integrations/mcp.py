@@ -86,9 +86,12 @@ class ServedActions:
 
 
 def _actions_by_name(actions: Any, where: str) -> dict[str, Action[..., Any]]:
-    """``actions`` (a list of actions, or a mapping of tool name to action) by tool name."""
+    """``actions`` (one action, a list of them, or a mapping of tool name to action) by tool
+    name."""
     items: Iterable[tuple[str | None, Any]]
-    if isinstance(actions, Mapping):
+    if isinstance(actions, Action):
+        items = [(None, actions)]
+    elif isinstance(actions, Mapping):
         items = actions.items()
     elif isinstance(actions, list | tuple):
         items = [(None, a) for a in actions]

@@ -333,3 +333,44 @@ async def test_a_call_naming_its_episode_in_meta_runs_in_it(tmp_path: Path):
     }
     assert [t.args["name"] for t in store.transactions("mine")] == ["x", "y"]
     assert state["counter/x"] == {"n": 2} and state["counter/y"] == {"n": 2}
+
+
+def test_a_target_may_be_actions_a_factory_or_state_and_actions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """load_served takes a list or dict of actions (state: --state, else the module's
+    `state`), or a function returning them or (state, actions); no state is a clear error."""
+    from harness.integrations.mcp import load_served
+
+    (tmp_path / "served_tools.py").write_text(
+        "import harness as hx\n"
+        "state = hx.DictState({})\n"
+        "other = hx.DictState({})\n"
+        "policy = hx.Policy()\n"
+        "@hx.action\n"
+        "def ping() -> str:\n"
+        "    return 'pong'\n"
+        "listed = [ping]\n"
+        "named = {'renamed': ping}\n"
+        "def factory():\n"
+        "    return (other, [ping])\n"
+    )
+    (tmp_path / "stateless_tools.py").write_text(
+        "import harness as hx\n@hx.action\ndef ping() -> str:\n    return 'pong'\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    listed = load_served("served_tools:listed")
+    assert list(listed.actions) == ["ping"] and listed.policy is not None
+    module = sys.modules["served_tools"]
+    assert listed.state is module.state
+    assert list(load_served("served_tools:named").actions) == ["renamed"]
+    assert load_served("served_tools:listed", state="served_tools:other").state is module.other
+    assert load_served("served_tools:factory").state is module.other
+    assert load_served(f"{tmp_path}/served_tools.py:listed").state is module.state
+    with pytest.raises(hx.ConfigurationError, match="no state adapter"):
+        load_served("stateless_tools:ping")
+    with pytest.raises(hx.ConfigurationError, match="not module:attribute"):
+        load_served("served_tools")
+    with pytest.raises(hx.ConfigurationError, match="has no attribute 'nothing'"):
+        load_served("served_tools:nothing")
