@@ -127,11 +127,14 @@ def test_a_config_with_a_wrong_field_is_a_clear_error(tmp_path: Path):
 
 async def test_unlisted_tools_can_be_refused_and_upstream_errors_are_refusals(tmp_path: Path):
     """With unlisted = "refuse" only the configured tools are served; an upstream error result
-    fails the call (the client reads the upstream text) and changes nothing."""
+    fails the call (the client reads the upstream text) and changes nothing; the config's
+    idempotency key function keeps a repeated deposit from reaching upstream twice."""
     data = tmp_path / "bank.json"
     data.write_text(json.dumps({"alice": 5}))
     config = load_config(_config(tmp_path)).with_store(f"sqlite:///{tmp_path}/h.db")
-    deposit = ToolRule(writes=("accounts/{account}",))
+    deposit = ToolRule(
+        writes=("accounts/{account}",), idempotency_key="bank_hooks:one_deposit_per_account"
+    )
     tools = {**config.tools, "deposit": deposit}
     config = dataclasses.replace(config, unlisted="refuse", hooks=FIXTURES, tools=tools)
     proxy = build_proxy(config)
@@ -141,13 +144,20 @@ async def test_unlisted_tools_can_be_refused_and_upstream_errors_are_refusals(tm
             missing = await client.call_tool("withdraw", {"account": "zed", "amount": 1})
             failed = await client.call_tool("deposit", {"account": "zed", "amount": 1})
             unknown = await client.call_tool("get_account", {"account": "alice"})
+            once = await client.call_tool("deposit", {"account": "alice", "amount": 1})
+            again = await client.call_tool("deposit", {"account": "alice", "amount": 1})
+            other = await client.call_tool("deposit", {"account": "alice", "amount": 7})
     finally:
         proxy.close()
     assert sorted(tools) == ["deposit", "withdraw"]
     assert missing.is_error and "precondition 'covered' is false" in describe(missing)
     assert failed.is_error and "no account zed" in describe(failed)
     assert unknown.is_error and "unknown tool 'get_account'" in describe(unknown)
-    assert json.loads(data.read_text()) == {"alice": 5}
+    # The config's key function names the effect: the same deposit again is answered from the
+    # record, another amount under the same key is refused; upstream saw one deposit.
+    assert not once.is_error and describe(again) == describe(once)
+    assert other.is_error and "IdempotencyConflict" in describe(other)
+    assert json.loads(data.read_text()) == {"alice": 6}
 
 
 async def test_an_upstream_over_http_is_proxied_the_same_way(tmp_path: Path):

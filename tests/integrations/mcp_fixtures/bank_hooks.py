@@ -27,3 +27,8 @@ def refund(ctx: hx.Context) -> None:
     taken = ctx.before[key]["balance"] - ctx.state.get(key)["balance"]
     if taken:
         ctx.state.call("deposit", {"account": ctx.args.account, "amount": taken})
+
+
+def one_deposit_per_account(args: object) -> str:
+    """An idempotency key: one deposit per account and episode, whatever the amount."""
+    return f"deposit:{getattr(args, 'account', '')}"
