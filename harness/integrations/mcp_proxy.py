@@ -239,6 +239,13 @@ def _value(result: CallToolResult) -> Any:
         return text
 
 
+def _innermost(exc: BaseException) -> BaseException:
+    """The first exception at the bottom of nested exception groups (what went wrong)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 class Upstream:
     """A client session with the upstream MCP server, on a thread of its own.
 
@@ -267,7 +274,12 @@ class Upstream:
         try:
             self.tools = self._ready.result(timeout)
         except Exception as exc:
-            raise UpstreamError(f"cannot connect to the upstream MCP server ({exc})") from exc
+            cause = _innermost(exc)
+            where = " ".join(config.command) if config.command else config.url
+            raise UpstreamError(
+                f"cannot connect to the upstream MCP server {where!r} "
+                f"({type(cause).__name__}: {cause}); check that it starts and speaks MCP"
+            ) from exc
 
     def _run(self) -> None:
         self._loop.run_until_complete(self._main())

@@ -26,7 +26,7 @@ from mcp.client.stdio import StdioServerParameters
 
 import harness as hx
 from harness.integrations.mcp import META_EPISODE, describe
-from harness.integrations.mcp_proxy import ToolRule, build_proxy, load_config
+from harness.integrations.mcp_proxy import ToolRule, UpstreamError, build_proxy, load_config
 
 FIXTURES = Path(__file__).parent / "mcp_fixtures"
 
@@ -207,3 +207,12 @@ async def test_an_upstream_over_http_is_proxied_the_same_way(tmp_path: Path):
     episode = str(first.meta[META_EPISODE]) if first.meta else ""
     store = hx.Store(f"sqlite:///{tmp_path}/h.db")
     assert [t.status for t in store.transactions(episode)] == ["compensated", "failed"]
+
+
+def test_an_upstream_that_does_not_start_is_a_clear_error(tmp_path: Path):
+    """An upstream command that exits at once is an UpstreamError naming the command."""
+    config = tmp_path / "dead.toml"
+    dead = json.dumps([sys.executable, "-c", "raise SystemExit(3)"])
+    config.write_text(f"[upstream]\ncommand = {dead}\n")
+    with pytest.raises(UpstreamError, match="cannot connect to the upstream MCP server"):
+        build_proxy(load_config(config))
