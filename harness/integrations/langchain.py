@@ -319,7 +319,11 @@ class ThreadEpisode:
 
     def __enter__(self) -> Episode:
         ep = self._open()
-        ep.__enter__()
+        try:
+            ep.__enter__()
+        except BaseException:
+            self.episode = None
+            raise
         _answer_by_key(ep)
         return ep
 
@@ -332,7 +336,11 @@ class ThreadEpisode:
 
     async def __aenter__(self) -> Episode:
         ep = self._open()
-        await ep.__aenter__()
+        try:
+            await ep.__aenter__()
+        except BaseException:
+            self.episode = None
+            raise
         _answer_by_key(ep)
         return ep
 
