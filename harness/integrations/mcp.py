@@ -307,8 +307,10 @@ class _ActionServer(MCPServer[Any]):
         name: str,
         episode_id: str | None,
         instructions: str | None,
+        schemas: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         self.actions = dict(actions)
+        self.schemas = dict(schemas or {})
         self.state = state
         self.store = store
         self.policy = policy
@@ -390,7 +392,7 @@ class _ActionServer(MCPServer[Any]):
             MCPTool(
                 name=name,
                 description=act.description,
-                input_schema=act.schema,
+                input_schema=self.schemas.get(name, act.schema),
                 annotations=ToolAnnotations(read_only_hint=not act.mutating),
             )
             for name, act in self.actions.items()
@@ -493,6 +495,7 @@ def build_server(
     name: str = "harness",
     episode_id: str | None = None,
     instructions: str | None = None,
+    schemas: Mapping[str, dict[str, Any]] | None = None,
 ) -> MCPServer[Any]:
     """An MCP server whose tools are ``actions``; every MCP session runs one episode.
 
@@ -506,6 +509,8 @@ def build_server(
         episode_id: the id of the first session's episode; if that episode exists (escalated,
             or cut short), the session resumes it.
         instructions: what the server tells clients about itself.
+        schemas: tool name -> the input schema to publish instead of the action's own (the
+            proxy publishes the upstream tool's); the action still validates the arguments.
 
     Returns:
         The :class:`mcp.server.mcpserver.MCPServer` (``.run("stdio")``, or pass it to
@@ -533,6 +538,7 @@ def build_server(
         name=name,
         episode_id=episode_id,
         instructions=instructions,
+        schemas=schemas,
     )
 
 

@@ -510,6 +510,7 @@ def build_proxy(config: ProxyConfig, *, episode_id: str | None = None) -> Proxy:
         server = build_server(
             actions, state=state, store=config.store, policy=policy, name="harness-proxy",
             episode_id=episode_id,
+            schemas={name: by_name[name].input_schema for name in actions},
         )  # fmt: skip
     except BaseException:
         upstream.close()

@@ -73,10 +73,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_the_proxy_serves_the_upstream_tools(run: dict[str, Any]):
-    """Every upstream tool is served with its upstream schema; unlisted ones as read-only."""
+    """Every upstream tool is served with its upstream name and input schema; unlisted ones
+    as read-only."""
     tools = run["tools"]
     assert set(tools) == {"get_account", "deposit", "withdraw", "list_accounts"}
     assert tools["withdraw"].input_schema["required"] == ["account", "amount"]
+    # the upstream's own schema (as its SDK made it), not one rebuilt from it
+    assert tools["withdraw"].input_schema["title"] == "withdrawArguments"
     assert tools["get_account"].annotations.read_only_hint
     assert not tools["withdraw"].annotations.read_only_hint
 
