@@ -58,8 +58,9 @@ Why resuming re-runs nothing: LangGraph re-runs an interrupted node from its sta
 checkpointer. A thread's episode is therefore resumed answering calls by their idempotency keys,
 not by their position in the record: a call that committed (in this node or an earlier turn) is
 answered with its recorded result and not executed again, the call a person decided on runs
-once as decided (approved, edited, or refused as rejected), and anything else runs live. A
-graph needs a checkpointer for interrupts; without ``langgraph`` installed, an escalation is
+once as decided (approved, edited, or refused as rejected), and anything else runs live
+(read-only tools, refused calls). A graph is resumed from its checkpointer, so compile it with
+one (``InMemorySaver``, a database saver); without ``langgraph`` installed, an escalation is
 raised as :class:`harness.Escalated`.
 
 After a rollback (a failure the policy rolls the episode back for) the episode takes no more
@@ -90,6 +91,7 @@ __all__ = [
     "as_tools",
     "episode_for_thread",
     "invoke",
+    "record_decisions",
     "thread_episode_id",
 ]
 
@@ -106,7 +108,8 @@ def as_tool(action: Action[Any, Any], *, episode: Episode | None = None) -> Stru
     signature and docstring, and the harness (not LangChain) validates the arguments, so an
     invalid call is recorded and answered like any refusal. A sync action gets a sync
     ``func`` and a ``coroutine`` (run in a worker thread carrying the episode); an async action
-    gets a ``coroutine`` only, so run its graph with ``ainvoke``/``astream``.
+    runs from its ``coroutine`` only, so run its graph with ``ainvoke``/``astream`` (a sync run
+    gets a :class:`~harness.ConfigurationError` saying so).
 
     The tool answers with ``response_format="content_and_artifact"``: the model reads the
     result as text (JSON for values that are not strings), and ``ToolMessage.artifact`` holds
@@ -119,7 +122,7 @@ def as_tool(action: Action[Any, Any], *, episode: Episode | None = None) -> Stru
             :func:`invoke` and :func:`episode_for_thread` make it).
 
     Returns:
-        A ``StructuredTool`` for ``bind_tools``, ``ToolNode`` or ``create_react_agent``.
+        A ``StructuredTool`` for ``bind_tools`` and ``ToolNode``.
 
     Raises:
         ConfigurationError: ``action`` is not an ``@hx.action``.
