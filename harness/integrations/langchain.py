@@ -432,11 +432,12 @@ def record_decisions(store: Store, episode_id: str, resume: Any) -> list[str]:
         resume = resume.resume
     if resume is None:
         return []
-    pending = [e.id for e in store.escalations(EscalationStatus.PENDING, episode_id=episode_id)]
+    escalations = store.escalations(episode_id=episode_id)
+    pending = [e.id for e in escalations if e.status == EscalationStatus.PENDING]
     if not pending:
         return []
-    if isinstance(resume, Mapping) and resume and set(resume) <= set(pending):
-        decisions = {esc: resume[esc] for esc in resume}
+    if isinstance(resume, Mapping) and resume and set(resume) <= {e.id for e in escalations}:
+        decisions = {esc: resume[esc] for esc in resume if esc in pending}
     else:
         decisions = dict.fromkeys(pending, resume)
     for esc_id, decision in decisions.items():
