@@ -598,13 +598,19 @@ class OpenAIAgent:
         The server's JSON is read as it was sent (not through the client's response types,
         which would reshape what some servers send, such as Ollama's arguments as an object).
         """
+        import httpx
         import openai
 
         try:
-            raw = client.chat.completions.with_raw_response.create(
-                **body, extra_headers=self._extra_headers()
+            # The body as it is: the typed `chat.completions.create` walks the whole
+            # conversation to rebuild it on every turn (about 20 ms for a long retail one).
+            raw = client.post(
+                "/chat/completions",
+                body=body,
+                cast_to=httpx.Response,
+                options={"headers": self._extra_headers()},
             )
-            text = raw.http_response.text
+            text = raw.text
         except openai.APIStatusError as exc:
             message = _server_message(exc.response.text)
             status = exc.status_code
