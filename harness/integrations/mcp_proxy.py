@@ -201,13 +201,19 @@ def load_config(path: str | Path) -> ProxyConfig:
         }  # fmt: skip
         if unknown:
             raise ConfigurationError(f"{where} has unknown keys {', '.join(sorted(unknown))}")
+        approval = rule.get("approval", False)
+        if not isinstance(approval, bool):
+            raise ConfigurationError(f"{where} approval = {approval!r}; use true or false")
+        for hook in ("compensation", "idempotency_key"):
+            if not isinstance(rule.get(hook, ""), str):
+                raise ConfigurationError(f'{where} {hook} must be one "module:function"')
         tools[name] = ToolRule(
             writes=_strings(rule.get("writes", []), f"{where} writes"),
             preconditions=_strings(rule.get("preconditions", []), f"{where} preconditions"),
             postconditions=_strings(rule.get("postconditions", []), f"{where} postconditions"),
             compensation=rule.get("compensation"),
             idempotency_key=rule.get("idempotency_key"),
-            approval=bool(rule.get("approval", False)),
+            approval=approval,
         )
     cwd = base / upstream.get("cwd", ".")
     return ProxyConfig(

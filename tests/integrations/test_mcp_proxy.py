@@ -126,6 +126,9 @@ def test_a_config_with_a_wrong_field_is_a_clear_error(tmp_path: Path):
     bad.write_text("[upstream]\nurl = 'http://x/mcp'\n[tools.w]\nwrite = ['a/{b}']\n")
     with pytest.raises(hx.ConfigurationError, match=r"\[tools.w\] has unknown keys write"):
         load_config(bad)
+    bad.write_text("[upstream]\nurl = 'http://x/mcp'\n[tools.w]\napproval = 'no'\n")
+    with pytest.raises(hx.ConfigurationError, match="approval = 'no'; use true or false"):
+        load_config(bad)
 
 
 async def test_unlisted_tools_can_be_refused_and_upstream_errors_are_refusals(tmp_path: Path):
