@@ -102,6 +102,12 @@ class Episode:
         run_id, task_id, trial, meta: recorded on the episode's row.
         signing_key: signs the episode's head when it ends (:mod:`harness.store.signing`), so
             an auditor with the public key can tell a rewritten record from the real one.
+        follow_record: on resume, hold the agent's re-executed calls to the recorded order
+            (a call other than the recorded one raises :class:`~harness.errors.Diverged`).
+            ``False`` for agent code that does not run again from its start: LangGraph re-runs
+            only the interrupted node, its parallel calls in any order. Committed calls are
+            still answered from the record by their idempotency key, and people's decisions
+            still apply by key; only the order is not checked.
     """
 
     def __init__(
@@ -119,6 +125,7 @@ class Episode:
         trial: int | None = None,
         meta: dict[str, Any] | None = None,
         signing_key: SigningKey | None = None,
+        follow_record: bool = True,
     ) -> None:
         if resume and not episode_id:
             raise ConfigurationError("Episode(resume=True) needs the episode_id to resume")
@@ -150,6 +157,7 @@ class Episode:
         self.clock: Clock = clock or SystemClock()
         self.id = episode_id or uuid.uuid4().hex[:16]
         self.resume = resume
+        self.follow_record = follow_record
         self.run_id, self.task_id, self.trial = run_id, task_id, trial
         self.meta = meta or {}
         self._gate = Gate()
@@ -293,9 +301,10 @@ class Episode:
                     status=EpisodeStatus.RUNNING, steps=self.steps, digest=self.digest
                 )
             self._settler.settle_in_doubt()
-            self._cursor.steps = recorded_steps(
-                self.store.transaction_rows(self.id), self.store.log(self.id)
-            )
+            if self.follow_record:
+                self._cursor.steps = recorded_steps(
+                    self.store.transaction_rows(self.id), self.store.log(self.id)
+                )
         else:
             if existing is not None:
                 writer.close()

@@ -316,6 +316,8 @@ class ThreadEpisode:
             store=self.store,
             episode_id=self.episode_id,
             resume=row is not None,
+            # LangGraph re-runs only the interrupted node: calls are answered by key.
+            follow_record=False,
             **self.options,
         )
         return self.episode
@@ -327,7 +329,6 @@ class ThreadEpisode:
         except BaseException:
             self.episode = None
             raise
-        _answer_by_key(ep)
         return ep
 
     def __exit__(
@@ -344,7 +345,6 @@ class ThreadEpisode:
         except BaseException:
             self.episode = None
             raise
-        _answer_by_key(ep)
         return ep
 
     async def __aexit__(
@@ -353,19 +353,6 @@ class ThreadEpisode:
         ep, self.episode = self.episode, None
         if ep is not None:
             await ep.__aexit__(et, ev, tb)
-
-
-def _answer_by_key(ep: Episode) -> None:
-    """Let a resumed thread's calls be answered by idempotency key, not by recorded order.
-
-    A resumed Episode holds re-executed agent code to its record, step by step from the first:
-    right for code that runs again from the start, wrong for LangGraph, which re-runs only the
-    interrupted node (in any order, for parallel tool calls) and replays the rest from its
-    checkpoints. Committed calls are still answered from the record (by key), and people's
-    decisions still apply (by key); only the order check is dropped.
-    """
-    # TODO(episode): replace with a public Episode option once core offers one.
-    ep._cursor.steps = []
 
 
 def episode_for_thread(
