@@ -10,14 +10,16 @@ adapter to stop the run its own way.
 from __future__ import annotations
 
 import asyncio
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .._json import dumps
-from ..action import CURRENT_EPISODE, OPEN_EPISODES, Action
-from ..errors import NotInEpisode, refusal
+from ..action import ACTIVE_CALL, CURRENT_EPISODE, OPEN_EPISODES, Action
+from ..errors import ConfigurationError, NotInEpisode, refusal
 
-__all__ = ["Answer", "acall", "call", "episode_for"]
+__all__ = ["Answer", "acall", "acall_in_turn", "call", "checked", "episode_for", "flatten"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +77,86 @@ async def acall(action: Action[Any, Any], arguments: dict[str, Any], episode: An
         return Answer(True, value)
     except Exception as exc:
         return _refused(exc)
+
+
+def checked(action: Any, where: str, framework: str) -> Action[Any, Any]:
+    """``action`` if it is an ``@hx.action``; else the error naming the fix."""
+    if not isinstance(action, Action):
+        raise ConfigurationError(
+            f"{where} takes an @hx.action, not {type(action).__name__} {action!r}; decorate the "
+            f"tool function with @hx.action(...) first (a plain function can go to {framework} "
+            "as it is)"
+        )
+    return action
+
+
+def flatten(
+    items: tuple[Action[Any, Any] | Iterable[Action[Any, Any]], ...], where: str, framework: str
+) -> list[Action[Any, Any]]:
+    """Actions given one by one or as iterables (``tools(*env.actions)``, ``tools(actions)``),
+    in order; two with one name are refused (the model tells tools apart by name)."""
+    flat: list[Action[Any, Any]] = []
+    for item in items:
+        if isinstance(item, Action):
+            flat.append(item)
+        elif isinstance(item, Iterable) and not isinstance(item, (str, bytes)):
+            flat.extend(checked(a, where, framework) for a in item)
+        else:
+            flat.append(checked(item, where, framework))
+    names = [a.name for a in flat]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigurationError(
+            f"{where}: two actions are named {', '.join(map(repr, twice))}; the model tells "
+            "tools apart by name, so give one another with @hx.action(name=...)"
+        )
+    return flat
+
+
+# Per episode and event loop: the turn calls made at once take, first come first served.
+# Frameworks start one model response's tool calls as tasks in the order the model made them,
+# but a sync action then waits for the episode in a worker thread, where a later async call
+# could overtake it: the record's order would be a race, and a resumed run (held to that
+# order) could diverge from it.
+_TURNS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turn(ep: Any) -> asyncio.Lock | None:
+    running = ACTIVE_CALL.get()
+    if running is not None and running.in_tool and running.episode_id == ep.id:
+        return None  # called from inside a running tool: part of that call, whose turn it is
+    locks = _TURNS.setdefault(ep, weakref.WeakKeyDictionary())
+    return locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+
+
+def _finished(turn: asyncio.Lock | None) -> Callable[[asyncio.Future[Answer]], None]:
+    def done(task: asyncio.Future[Answer]) -> None:
+        if turn is not None:
+            turn.release()
+        # A call whose caller was cancelled finishes alone; its outcome is in the store, and
+        # an error it ended with (the episode closed meanwhile) is nobody's to report.
+        if not task.cancelled():
+            task.exception()
+
+    return done
+
+
+async def acall_in_turn(
+    action: Action[Any, Any], arguments: dict[str, Any], episode: Any
+) -> Answer:
+    """:func:`acall` for a framework that runs one response's calls at once.
+
+    The calls take the episode in the order they were made (the order the framework started
+    them), so the record, and a resume held to it, does not depend on a race. A call that has
+    started is shielded from cancellation (a sibling tool that raised, a cancelled run): its
+    transaction still ends in a commit or an undo, never in doubt, and ``async with
+    hx.Episode(...)`` waits for it; a call still waiting for its turn is dropped.
+    """
+    turn = _turn(episode)
+    if turn is not None:
+        await turn.acquire()  # (cancelled while waiting: the call never started)
+    task = asyncio.ensure_future(acall(action, arguments, episode))
+    task.add_done_callback(_finished(turn))
+    return await asyncio.shield(task)

@@ -48,11 +48,8 @@ a resumed run (whose calls are held to the record in order) meets them in the sa
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import json
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -65,7 +62,10 @@ from ..action import Action
 from ..episode import Episode
 from ..errors import ConfigurationError, EpisodeClosed, Escalated
 from ..store import EpisodeStatus
-from ._calls import Answer, acall, episode_for
+from ._calls import acall_in_turn, checked, episode_for, flatten
+
+# Named in the message refusing a plain function, which the SDK takes as it is.
+_FRAMEWORK = "the SDK's own @function_tool"
 
 __all__ = ["RunClosed", "RunEscalated", "function_tool", "tools"]
 
@@ -103,16 +103,6 @@ class RunClosed(EpisodeClosed, AgentsException):
             self.args = (f"{self.args[0]}; the call that closed it: {reason}",)
 
 
-def _checked(action: Any, where: str) -> Action[Any, Any]:
-    if not isinstance(action, Action):
-        raise ConfigurationError(
-            f"{where} takes an @hx.action, not {type(action).__name__} {action!r}; decorate the "
-            "tool function with @hx.action(...) first (a plain function can go to the SDK's own "
-            "@function_tool as it is)"
-        )
-    return action
-
-
 def _all_required(schema: Any) -> bool:
     """Whether every object in the schema (nested ones too) requires all its fields: strict
     mode would make a field with a default required, which the tool's signature does not."""
@@ -146,33 +136,6 @@ def _strictness(action: Action[Any, Any], strict: bool | None) -> bool:
     return True
 
 
-# Per episode, the lock that makes the calls of one model response enter the episode in the
-# order the model listed them (the order the SDK starts their tasks in), on the event loop the
-# run uses (a loop of its own per Runner.run_sync).
-_ORDER: weakref.WeakKeyDictionary[Any, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _in_order(ep: Any) -> asyncio.Lock | None:
-    """The lock that orders ``ep``'s calls, or None for a call made from inside another call's
-    tool (an agent run as part of an action): that call passes, as the episode lets it."""
-    if ep.active_context is not None:
-        return None
-    loop = asyncio.get_running_loop()
-    held = _ORDER.get(ep)
-    if held is None or held[0] is not loop:
-        held = _ORDER[ep] = (loop, asyncio.Lock())
-    return held[1]
-
-
-def _retrieve(task: asyncio.Future[Answer]) -> None:
-    # A call whose caller was cancelled finishes alone; its outcome is in the store, and an
-    # error it ended with (the episode closed meanwhile) is nobody's to report.
-    if not task.cancelled():
-        task.exception()
-
-
 def _arguments(name: str, text: str) -> dict[str, Any] | str:
     """The model's arguments as a mapping, or the refusal to answer with."""
     try:
@@ -192,14 +155,8 @@ async def _run(action: Action[Any, Any], episode: Episode | None, text: str) -> 
     if isinstance(arguments, str):
         return arguments
     ep = episode_for(action, episode)
-    lock = _in_order(ep)
     try:
-        async with lock if lock is not None else contextlib.nullcontext():
-            # Once started, a call ends in a commit or an undo, never in doubt: a cancelled run
-            # (a sibling call escalated) stops waiting for it, not the call itself.
-            task = asyncio.ensure_future(acall(action, arguments, ep))
-            task.add_done_callback(_retrieve)
-            answer = await asyncio.shield(task)
+        answer = await acall_in_turn(action, arguments, ep)
     except Escalated as exc:
         raise RunEscalated.of(exc) from exc
     except EpisodeClosed as exc:
@@ -245,7 +202,7 @@ def function_tool(
     the run with :class:`RunEscalated` / :class:`RunClosed`, which are ``hx.Escalated`` /
     ``hx.EpisodeClosed`` (see the module).
     """
-    action = _checked(action, "function_tool()")
+    action = checked(action, "function_tool()", _FRAMEWORK)
     if episode is not None and not isinstance(episode, Episode):
         raise ConfigurationError(
             f"function_tool({action.name}, episode=...) takes an hx.Episode, not "
@@ -284,19 +241,5 @@ def tools(
     Raises:
         ConfigurationError: an item is not an ``@hx.action``, or two actions share a name.
     """
-    flat: list[Action[Any, Any]] = []
-    for item in actions:
-        if isinstance(item, Action):
-            flat.append(item)
-        elif isinstance(item, Iterable) and not isinstance(item, (str, bytes)):
-            flat.extend(_checked(a, "tools()") for a in item)
-        else:
-            flat.append(_checked(item, "tools()"))
-    names = [a.name for a in flat]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigurationError(
-            f"tools(): two actions are named {', '.join(map(repr, twice))}; the model tells "
-            "tools apart by name, so give one another with @hx.action(name=...)"
-        )
+    flat = flatten(actions, "tools()", _FRAMEWORK)
     return [function_tool(a, episode=episode, strict=strict) for a in flat]

@@ -35,60 +35,20 @@ resumed run, which must repeat the record's order, makes them in the same order)
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic_ai import Tool, ToolFailed
 from pydantic_ai.toolsets import FunctionToolset
 
-from ..action import ACTIVE_CALL, Action
-from ..errors import ConfigurationError
-from ._calls import acall, episode_for
+from ..action import Action
+from ._calls import acall_in_turn, checked, episode_for, flatten
+
+# Named in the message refusing a plain function, which Pydantic AI takes as it is.
+_FRAMEWORK = "Pydantic AI"
 
 __all__ = ["as_tool", "toolset"]
-
-
-def _checked(action: Any, where: str) -> Action[Any, Any]:
-    if not isinstance(action, Action):
-        raise ConfigurationError(
-            f"{where} takes an @hx.action, not {type(action).__name__} {action!r}; decorate the "
-            "tool function with @hx.action(...) first (a plain function can go to Pydantic AI "
-            "as it is)"
-        )
-    return action
-
-
-# Per episode and event loop: the turn adapter calls take, first come first served. Pydantic AI
-# starts a response's tool calls as tasks in the order the model made them and they reach
-# their tools in that order, but a sync action then waits for the episode in a worker thread,
-# where a later async call could overtake it: the record's order would be a race, and a
-# resumed run (held to that order) could diverge from it.
-_TURNS: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _turn(ep: Any) -> asyncio.Lock | None:
-    running = ACTIVE_CALL.get()
-    if running is not None and running.in_tool and running.episode_id == ep.id:
-        return None  # called from inside a running tool: part of that call, whose turn it is
-    locks = _TURNS.setdefault(ep, weakref.WeakKeyDictionary())
-    return locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
-
-
-def _finished(turn: asyncio.Lock | None) -> Any:
-    def done(task: asyncio.Task[Any]) -> None:
-        if turn is not None:
-            turn.release()
-        # A call whose caller was cancelled finishes alone; its outcome is in the store, and
-        # an error it ended with (the episode closed meanwhile) is nobody's to report.
-        if not task.cancelled():
-            task.exception()
-
-    return done
 
 
 def as_tool(action: Action[Any, Any], *, episode: Any = None) -> Tool[Any]:
@@ -123,16 +83,10 @@ def as_tool(action: Action[Any, Any], *, episode: Any = None) -> Tool[Any]:
     :class:`harness.Escalated` and :class:`harness.EpisodeClosed` propagate out of
     ``agent.run(...)`` unchanged.
     """
-    action = _checked(action, "as_tool()")
+    action = checked(action, "as_tool()", _FRAMEWORK)
 
     async def run(**arguments: Any) -> Any:
-        ep = episode_for(action, episode)
-        turn = _turn(ep)
-        if turn is not None:
-            await turn.acquire()  # (cancelled while waiting: the call never started)
-        task = asyncio.ensure_future(acall(action, arguments, ep))
-        task.add_done_callback(_finished(turn))
-        answer = await asyncio.shield(task)
+        answer = await acall_in_turn(action, arguments, episode_for(action, episode))
         if not answer.ok:
             raise ToolFailed(answer.message)
         return answer.value
@@ -167,19 +121,5 @@ def toolset(
     Raises:
         ConfigurationError: an item is not an ``@hx.action``, or two actions share a name.
     """
-    flat: list[Action[Any, Any]] = []
-    for item in actions:
-        if isinstance(item, Action):
-            flat.append(item)
-        elif isinstance(item, Iterable) and not isinstance(item, (str, bytes)):
-            flat.extend(_checked(a, "toolset()") for a in item)
-        else:
-            flat.append(_checked(item, "toolset()"))
-    names = [a.name for a in flat]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigurationError(
-            f"toolset(): two actions are named {', '.join(map(repr, twice))}; the model tells "
-            "tools apart by name, so give one another with @hx.action(name=...)"
-        )
+    flat = flatten(actions, "toolset()", _FRAMEWORK)
     return FunctionToolset([as_tool(a, episode=episode) for a in flat], id=id)
