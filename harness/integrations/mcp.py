@@ -238,17 +238,14 @@ class _Session:
             policy=srv.policy,
             episode_id=self.episode_id,
             resume=resume,
+            # An MCP client does not re-execute its earlier calls on resume (it is a remote
+            # agent, not code run again): the episode runs live from here, its committed
+            # work still recognised by idempotency key.
+            follow_record=False,
             actions=srv.actions.values(),
             meta={"mcp": srv.name},
         )
         self._context.run(ep.__enter__)
-        if resume:
-            # An MCP client does not re-execute its earlier calls on resume (it is a remote
-            # agent, not code run again): the episode runs live from here, its committed
-            # work still recognised by idempotency key.
-            cursor = getattr(ep, "_cursor", None)
-            if cursor is not None:
-                cursor.steps = []
         return ep
 
     async def _end(self) -> None:

@@ -1,0 +1,5 @@
+"""``python -m harness``: the command line, as ``harness`` runs it."""
+
+from .cli import main
+
+main()
