@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import observe
 from .._json import dumps
 from ..action import ACTIVE_CALL, CURRENT_EPISODE, OPEN_EPISODES, Action
 from ..errors import ConfigurationError, NotInEpisode, refusal
@@ -56,19 +57,39 @@ def _refused(exc: Exception) -> Answer:
     return Answer(False, kind=told[0], message=told[1])
 
 
-def call(action: Action[Any, Any], arguments: dict[str, Any], episode: Any = None) -> Answer:
-    """Run a sync action with a model's arguments in the episode (see the module)."""
+def call(
+    action: Action[Any, Any],
+    arguments: dict[str, Any],
+    episode: Any = None,
+    tool_call_id: str | None = None,
+) -> Answer:
+    """Run a sync action with a model's arguments in the episode (see the module).
+
+    ``tool_call_id``: the model's id of the tool call this answers, for traces
+    (:func:`harness.observe.tool_call`).
+    """
     ep = episode_for(action, episode)
     try:
-        return Answer(True, ep.call_mapping(action, dict(arguments)))
+        with observe.tool_call(tool_call_id):
+            return Answer(True, ep.call_mapping(action, dict(arguments)))
     except Exception as exc:
         return _refused(exc)
 
 
-async def acall(action: Action[Any, Any], arguments: dict[str, Any], episode: Any = None) -> Answer:
+async def acall(
+    action: Action[Any, Any],
+    arguments: dict[str, Any],
+    episode: Any = None,
+    tool_call_id: str | None = None,
+) -> Answer:
     """Run an action from a coroutine: an async one awaited, a sync one in a worker thread
     (with this context, so the episode is current there) so the event loop keeps running."""
     ep = episode_for(action, episode)
+    with observe.tool_call(tool_call_id):
+        return await _acall(action, arguments, ep)
+
+
+async def _acall(action: Action[Any, Any], arguments: dict[str, Any], ep: Any) -> Answer:
     try:
         if action.is_async:
             value = await ep.call_mapping(action, dict(arguments))
@@ -144,7 +165,10 @@ def _finished(turn: asyncio.Lock | None) -> Callable[[asyncio.Future[Answer]], N
 
 
 async def acall_in_turn(
-    action: Action[Any, Any], arguments: dict[str, Any], episode: Any
+    action: Action[Any, Any],
+    arguments: dict[str, Any],
+    episode: Any,
+    tool_call_id: str | None = None,
 ) -> Answer:
     """:func:`acall` for a framework that runs one response's calls at once.
 
@@ -157,6 +181,6 @@ async def acall_in_turn(
     turn = _turn(episode)
     if turn is not None:
         await turn.acquire()  # (cancelled while waiting: the call never started)
-    task = asyncio.ensure_future(acall(action, arguments, episode))
+    task = asyncio.ensure_future(acall(action, arguments, episode, tool_call_id))
     task.add_done_callback(_finished(turn))
     return await asyncio.shield(task)

@@ -150,13 +150,15 @@ def _arguments(name: str, text: str) -> dict[str, Any] | str:
     return value
 
 
-async def _run(action: Action[Any, Any], episode: Episode | None, text: str) -> str:
+async def _run(
+    action: Action[Any, Any], episode: Episode | None, text: str, tool_call_id: str | None
+) -> str:
     arguments = _arguments(action.name, text)
     if isinstance(arguments, str):
         return arguments
     ep = episode_for(action, episode)
     try:
-        answer = await acall_in_turn(action, arguments, ep)
+        answer = await acall_in_turn(action, arguments, ep, tool_call_id)
     except Escalated as exc:
         raise RunEscalated.of(exc) from exc
     except EpisodeClosed as exc:
@@ -211,7 +213,7 @@ def function_tool(
         )
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
-        return await _run(action, episode, arguments)
+        return await _run(action, episode, arguments, ctx.tool_call_id)
 
     return FunctionTool(
         name=name or action.name,

@@ -39,7 +39,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic_ai import Tool, ToolFailed
+from pydantic_ai import RunContext, Tool, ToolFailed
 from pydantic_ai.toolsets import FunctionToolset
 
 from ..action import Action
@@ -85,8 +85,10 @@ def as_tool(action: Action[Any, Any], *, episode: Any = None) -> Tool[Any]:
     """
     action = checked(action, "as_tool()", _FRAMEWORK)
 
-    async def run(**arguments: Any) -> Any:
-        answer = await acall_in_turn(action, arguments, episode_for(action, episode))
+    async def run(run_context: RunContext[Any], /, **arguments: Any) -> Any:
+        answer = await acall_in_turn(
+            action, arguments, episode_for(action, episode), run_context.tool_call_id
+        )
         if not answer.ok:
             raise ToolFailed(answer.message)
         return answer.value
@@ -98,6 +100,7 @@ def as_tool(action: Action[Any, Any], *, episode: Any = None) -> Tool[Any]:
         name=action.name,
         description=action.description or None,
         json_schema=copy.deepcopy(action.schema),
+        takes_ctx=True,
     )
 
 

@@ -531,3 +531,40 @@ def test_example_prints_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert lines[3].startswith("    execute_tool deposit  status=committed")
     assert lines[4].startswith("  compensate deposit")
     assert not otel.instrumented()
+
+
+def test_adapters_pass_the_models_tool_call_id_to_the_span(
+    spans: InMemorySpanExporter, shop: Shop, store_url: str
+):
+    """The Agents SDK's and Pydantic AI's call ids land on gen_ai.tool.call.id."""
+    pytest.importorskip("agents")
+    pytest.importorskip("pydantic_ai")
+    import agents
+    from agents.testing import ScriptedModel, assistant_message, function_call
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from harness.integrations.openai_agents import tools
+    from harness.integrations.pydantic_ai import as_tool
+
+    cancel = cancel_action(shop)
+    agents.set_tracing_disabled(True)
+    model = ScriptedModel(
+        [
+            [function_call("cancel", {"order_id": "o1"}, call_id="sdk-1")],
+            [assistant_message("ok")],
+        ]
+    )
+
+    def scripted(messages: Any, info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("cancel", {"order_id": "o2"}, "pai-2")])
+        return ModelResponse(parts=[TextPart("ok")])
+
+    with hx.Episode(state=shop.state, store=store_url):
+        agents.Runner.run_sync(agents.Agent(name="a", model=model, tools=tools(cancel)), "go")
+        Agent(FunctionModel(scripted), tools=[as_tool(cancel)]).run_sync("go")
+    ids = [s.attributes.get("gen_ai.tool.call.id") for s in named(spans, "execute_tool")]
+    assert ids == ["sdk-1", "pai-2"]
+    assert shop.applied == [("o1", "cancelled"), ("o2", "cancelled")]
