@@ -199,7 +199,7 @@ class HarnessBench:
         with self.episode() as ep:
             writer = ep._writer
             if mode in ("no-log", "python"):
-                ep.log = _NullLog()
+                ep.recorder.log = _NullLog()
             if mode == "python":
                 writer._cursor = _NullCursor()
                 writer.conn = _NullConn(writer.conn)
