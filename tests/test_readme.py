@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -87,3 +89,34 @@ def test_passk_marker_example_runs_and_prints_what_the_readme_shows(tmp_path: Pa
     assert "2 passed" in out.stdout
     for line in shown.group(1).splitlines():
         assert line in out.stdout.splitlines(), line
+
+
+def framework_examples() -> tuple[str, list[str]]:
+    """The action every framework example uses, and the examples."""
+    section = re.search(r"## In your agent framework\n(.*?)\n## ", README.read_text(), re.S)
+    assert section, "README has no 'In your agent framework' section"
+    setup, *examples = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+    return setup, examples
+
+
+@pytest.mark.parametrize(
+    "index", range(5), ids=["openai-agents", "langgraph", "pydantic-ai", "mcp", "otel"]
+)
+def test_each_framework_example_runs_and_prints_what_the_readme_shows(tmp_path: Path, index: int):
+    """Each README example, after the action it uses, run as a user would paste it: it
+    prints the lines its closing comments show."""
+    setup, examples = framework_examples()
+    assert len(examples) == 5
+    example = examples[index]
+    modules = {0: "agents", 1: "langgraph", 2: "pydantic_ai", 3: "mcp", 4: "opentelemetry"}
+    pytest.importorskip(modules[index])
+    shown = [line[2:] for line in example.strip().splitlines() if line.startswith("# ")]
+    done = subprocess.run(
+        [sys.executable, "-c", setup + "\n" + example],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == shown
