@@ -41,6 +41,25 @@ def mcp_group() -> None:
     """Serve actions as MCP tools, or put transactions in front of an MCP server."""
 
 
+def _serving_options(command: Any) -> Any:
+    """``--transport``, ``--host``, ``--port`` and ``--episode-id``: how a server is reached,
+    and the episode its first session continues."""
+    for option in reversed(
+        [
+            click.option("--transport", type=_TRANSPORT, default="stdio", show_default=True),
+            click.option("--host", default="127.0.0.1", show_default=True, help="HTTP interface."),
+            click.option("--port", default=8000, show_default=True, type=int, help="HTTP port."),
+            click.option(
+                "--episode-id",
+                default=None,
+                help="The first session's episode id; an existing (escalated) episode is resumed.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
 @mcp_group.command("serve")
 @click.argument("target")
 @click.option(
@@ -55,14 +74,7 @@ def mcp_group() -> None:
     show_default=True,
     help="Where the episodes are recorded (a database URL).",
 )
-@click.option("--transport", type=_TRANSPORT, default="stdio", show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP interface.")
-@click.option("--port", default=8000, show_default=True, type=int, help="HTTP port.")
-@click.option(
-    "--episode-id",
-    default=None,
-    help="The first session's episode id; an existing (escalated) episode is resumed.",
-)
+@_serving_options
 @click.option("--name", default="harness", show_default=True, help="The server's name.")
 def serve_command(
     target: str,
@@ -102,14 +114,7 @@ def serve_command(
     default=None,
     help="Where the episodes are recorded [default: the config's, else sqlite:///logs/harness.db].",
 )
-@click.option("--transport", type=_TRANSPORT, default="stdio", show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP interface.")
-@click.option("--port", default=8000, show_default=True, type=int, help="HTTP port.")
-@click.option(
-    "--episode-id",
-    default=None,
-    help="The first session's episode id; an existing (escalated) episode is resumed.",
-)
+@_serving_options
 def proxy_command(
     config: Path,
     store: str | None,
