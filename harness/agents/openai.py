@@ -1,13 +1,50 @@
-"""``OpenAIAgent``: a model behind any OpenAI-compatible chat-completions server acts on a task.
+"""``OpenAIAgent``: a model behind any OpenAI-compatible chat-completions server acts on a task;
+``OpenAIUser``: a model on such a server plays the user, as tau2-bench's user simulator does.
 
-It speaks the chat-completions protocol with tool calling (OpenAI, vLLM, llama.cpp's server,
-Ollama) through the official ``openai`` client, pointed at the server by ``base_url``: the
-task's instruction is the user's single message (there is no user simulator), the toolbox's
-tools are offered as functions, and every tool call the model makes goes through
+The agent speaks the chat-completions protocol with tool calling (OpenAI, vLLM, llama.cpp's
+server, Ollama) through the official ``openai`` client, pointed at the server by ``base_url``.
+The toolbox's tools are offered as functions, and every tool call the model makes goes through
 :meth:`Toolbox.call`, so writes run as transactions and refusals come back to the model as tool
 results. Several tool calls in one reply run at once, each its own transaction (the episode
-attributes each its own changes), and their results go back in the order of the calls. The turn
-ends when the model answers without calling a tool, or after ``max_turns``.
+attributes each its own changes), and their results go back in the order of the calls.
+
+Without a user, the task's instruction is the user's single message, and the turn ends when the
+model answers without calling a tool, or after ``max_turns``.
+
+With a user (``user=``: a :class:`~harness.agents.user.User`, or ``"openai"`` / ``"scripted"``
+built from the ``user_*`` options), the agent runs tau2-bench's half-duplex conversation loop
+(``src/tau2/orchestrator/orchestrator.py``, ``Orchestrator``, at commit
+``a2c024725189473d2d7cea3a5cfdbcc67478e41f``), which this module re-states:
+
+- The agent speaks first, without a model call: :data:`GREETING`. Its system prompt is tau2's
+  (:data:`TAU2_SYSTEM_PROMPT` with :data:`TAU2_AGENT_INSTRUCTION` and the environment's
+  ``policy``) unless ``system_prompt`` is given.
+- Then the user answers; the agent's reply goes to the tools when it calls any (all its calls
+  run, and each result follows in the order of the calls), else to the user; after tool
+  results the agent speaks again. The user sees the agent's text messages only.
+- Each of those is one step: a user message, an agent message, the results of one reply's
+  tool calls. An error is a tool result that failed (a refusal, an unknown tool, malformed
+  arguments). After every step that does not wait on tools, the conversation ends as
+  ``max_steps`` when ``max_steps`` steps were taken, and as ``too_many_errors`` when
+  ``max_errors`` errors were made (checked in that order, so the latter wins, and either
+  replaces a ``user_stop`` of the same step, as tau2's ``_check_termination`` does).
+- A user message containing ``###STOP###``, ``###TRANSFER###`` or ``###OUT-OF-SCOPE###``
+  ends it as ``user_stop``. tau2's text agent never stops by itself (``LLMAgent.is_stop`` is
+  false): calling ``transfer_to_human_agents`` is a tool call like any other, whose result
+  (``Transfer successful``) goes back to the agent, which tells the user, who answers
+  ``###TRANSFER###``. The run records that the transfer tool was called (``transferred``).
+- An agent or user message with no text and no tool call ends it as ``agent_error`` or
+  ``user_error`` (tau2 validates each message and fails the simulation there).
+
+:class:`~harness.agents.base.AgentOutput` then carries the conversation in tau2's message shape
+(``meta["messages"]``: ``assistant``, ``user`` and ``tool`` messages with their contents, the
+tool calls with ids, names, arguments and requestor, each tool result's ``id``, ``requestor``
+and ``error``, every message's ``turn_idx`` and ``timestamp``, the models' ``usage`` and
+``cost`` where the server reported them), ``termination_reason`` (tau2's values),
+``max_steps``, ``max_errors`` and ``user`` (the user's configuration: implementation, model).
+Its ``message`` is every text message the agent sent the user, one per line (tau2 checks the
+information a task requires the agent to communicate in any of them); ``claimed_success`` is
+whether the conversation ended as ``user_stop`` or ``agent_stop``, the endings tau2 rewards.
 
 Failures of the model server itself (connection refused or dropped, timeouts, HTTP 5xx, 408,
 429) are retried here with exponential backoff, honouring the server's ``Retry-After`` (the
@@ -27,7 +64,8 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -37,6 +75,16 @@ from ..action import ContextExecutor
 from ..errors import RETRYABLE_STATUS, ConfigurationError, ModelRequestError, ModelServerError
 from ..suite import Task
 from .base import AgentOutput, Session, Toolbox, ToolResult, registry
+from .user import (
+    SIMULATION_GUIDELINES,
+    STOP_TOKENS,
+    User,
+    UserTurn,
+    is_stop,
+    user_registry,
+    user_system_prompt,
+    user_view,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -44,7 +92,17 @@ if TYPE_CHECKING:
     from ..action import Action
     from ..errors import Diverged
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "OpenAIAgent"]
+__all__ = [
+    "DEFAULT_MAX_ERRORS",
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_SYSTEM_PROMPT",
+    "GREETING",
+    "TAU2_AGENT_INSTRUCTION",
+    "TAU2_SYSTEM_PROMPT",
+    "TRANSFER_TOOL",
+    "OpenAIAgent",
+    "OpenAIUser",
+]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a customer-service agent. Act only through the tools you are given: look up what "
@@ -53,6 +111,47 @@ DEFAULT_SYSTEM_PROMPT = (
     "plain text without calling a tool."
 )
 """The system prompt unless one is given (the environment's ``policy`` text is appended)."""
+
+# Copied from tau2-bench src/tau2/agent/llm_agent.py (MIT; notice in harness/agents/user.py).
+TAU2_AGENT_INSTRUCTION = """
+You are a customer service agent that helps the user according to the <policy> provided below.
+In each turn you can either:
+- Send a message to the user.
+- Make a tool call.
+You cannot do both at the same time.
+
+Try to be helpful and always follow the policy. Always make sure you generate valid JSON only.
+""".strip()
+"""tau2-bench's agent instruction (``AGENT_INSTRUCTION``): the agent's instructions in a
+conversation with a user, unless ``system_prompt`` is given."""
+
+# Copied from tau2-bench src/tau2/agent/llm_agent.py (MIT; notice in harness/agents/user.py).
+TAU2_SYSTEM_PROMPT = """
+<instructions>
+{agent_instruction}
+</instructions>
+<policy>
+{domain_policy}
+</policy>
+""".strip()
+"""tau2-bench's agent system prompt template (``SYSTEM_PROMPT``): the instruction, then the
+environment's ``policy``."""
+
+GREETING = "Hi! How can I help you today?"
+"""The agent's first message in a conversation, before any model call (tau2-bench's
+``DEFAULT_FIRST_AGENT_MESSAGE``, ``src/tau2/orchestrator/orchestrator.py``)."""
+
+DEFAULT_MAX_STEPS = 200
+"""Messages a conversation may take before it ends as ``max_steps`` (tau2-bench's
+``DEFAULT_MAX_STEPS``, ``src/tau2/config.py``)."""
+
+DEFAULT_MAX_ERRORS = 10
+"""Failed tool calls a conversation may make before it ends as ``too_many_errors``
+(tau2-bench's ``DEFAULT_MAX_ERRORS``)."""
+
+TRANSFER_TOOL = "transfer_to_human_agents"
+"""tau2-bench's tool for handing the user to a person (a tool call like any other there: the
+conversation goes on until the user says ``###TRANSFER###``)."""
 
 
 def _server_message(text: str) -> str:
@@ -141,6 +240,50 @@ def _normalized_calls(raw: Any, turn: int) -> list[dict[str, Any]]:
     return calls
 
 
+def _now() -> str:
+    """A message's timestamp as tau2 writes it (``get_now``: local time, ISO format)."""
+    return datetime.now().isoformat()
+
+
+def _usage(response: Mapping[str, Any]) -> dict[str, int] | None:
+    """The token counts of a response as tau2 keeps them (``completion_tokens``,
+    ``prompt_tokens``), or None when the server reported none."""
+    raw = response.get("usage")
+    if not isinstance(raw, Mapping):
+        return None
+    counts = {
+        k: raw[k] for k in ("completion_tokens", "prompt_tokens") if isinstance(raw.get(k), int)
+    }
+    return counts or None
+
+
+def _cost(response: Mapping[str, Any]) -> float | None:
+    """The cost a server reported with a response (``usage.cost``, as some routers send), or
+    None: the harness does not price tokens itself."""
+    raw = response.get("usage")
+    cost = raw.get("cost") if isinstance(raw, Mapping) else None
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+
+
+def _add_usage(total: dict[str, int], usage: Any) -> None:
+    for k, v in (usage or {}).items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            total[k] = total.get(k, 0) + v
+
+
+def _tau2_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call in tau2's shape (``ToolCall``: id, name, arguments as an object,
+    requestor); arguments that are not a JSON object are given as ``{}``."""
+    function = call.get("function") or {}
+    arguments, _ = parse_arguments(function.get("arguments"))
+    return {
+        "id": call.get("id", ""),
+        "name": function.get("name") or "",
+        "arguments": arguments if arguments is not None else {},
+        "requestor": "assistant",
+    }
+
+
 class _NotRun(BaseException):
     """A call of a reply left unrun because a call before it raised (an escalation), as a
     reply's calls made one after another would be. A BaseException, so that the toolbox does
@@ -222,268 +365,47 @@ def _call_in_order(
     return result
 
 
-class OpenAIAgent:
-    """A model on an OpenAI-compatible chat-completions server, acting through the toolbox.
+class _ChatEndpoint:
+    """A model on an OpenAI-compatible chat-completions server: the client, its retries and
+    how errors are told (what :class:`OpenAIAgent` and :class:`OpenAIUser` share)."""
 
-    Args:
-        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is
-            appended).
-        model: the model name the server knows.
-        api_key: sent as a bearer token when given (local servers usually need none; without
-            one no ``Authorization`` header is sent).
-        temperature: sampling temperature.
-        max_turns: model calls per task before the agent gives up.
-        timeout: seconds to wait on the server for one request.
-        system_prompt: the instructions the model gets first (default
-            :data:`DEFAULT_SYSTEM_PROMPT`).
-        max_tokens: a cap on each completion, when given.
-        attempts: attempts per model call on infrastructure errors, the first included.
-        backoff: first wait in seconds between attempts; doubles each attempt.
-        max_backoff: cap on one wait (a server's ``Retry-After`` is honoured up to it).
-        proxy: an HTTP proxy URL; none by default.
-        parallel_tool_calls: run the tool calls of one reply at once, in threads that carry the
-            episode (each call its own transaction; the episode runs their transactions one at
-            a time); False runs them one after another, in order.
-        sleep: how to wait between attempts (``FakeClock().sleep`` in tests).
-
-    Configuration is what is passed in: environment variables (``http_proxy``,
-    ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``) are not
-    read.
-    """
-
-    name = "openai"
-
-    def __init__(
+    def _init_endpoint(
         self,
         *,
         base_url: str,
         model: str,
-        api_key: str | None = None,
-        temperature: float = 0.0,
-        max_turns: int = 30,
-        timeout: float = 120.0,
-        system_prompt: str | None = None,
-        max_tokens: int | None = None,
-        attempts: int = 4,
-        backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        proxy: str | None = None,
-        parallel_tool_calls: bool = True,
-        sleep: Callable[[float], None] = time.sleep,
+        api_key: str | None,
+        timeout: float,
+        attempts: int,
+        backoff: float,
+        max_backoff: float,
+        proxy: str | None,
+        sleep: Callable[[float], None],
     ) -> None:
+        """Check and keep the server's settings (errors name the class being built)."""
+        who = type(self).__name__
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigurationError(
-                f"OpenAIAgent(base_url={base_url!r}): give an http(s) URL such as "
+                f"{who}(base_url={base_url!r}): give an http(s) URL such as "
                 "http://127.0.0.1:8000/v1"
             )
         if not model:
-            raise ConfigurationError("OpenAIAgent(model=...): name the model the server serves")
-        if max_turns < 1 or attempts < 1:
-            raise ConfigurationError("OpenAIAgent: max_turns and attempts must be >= 1")
+            raise ConfigurationError(f"{who}(model=...): name the model the server serves")
+        if attempts < 1:
+            raise ConfigurationError(f"{who}: attempts must be >= 1")
         if timeout <= 0 or backoff < 0 or max_backoff < 0:
-            raise ConfigurationError("OpenAIAgent: timeout must be > 0, backoff waits >= 0")
+            raise ConfigurationError(f"{who}: timeout must be > 0, backoff waits >= 0")
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
         self.api_key = api_key
-        self.temperature = temperature
-        self.max_turns = max_turns
         self.timeout = timeout
-        self.system_prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
-        self.max_tokens = max_tokens
         self.attempts = attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.proxy = proxy
-        self.parallel_tool_calls = parallel_tool_calls
         self._sleep = sleep
 
-    def config(self) -> dict[str, Any]:
-        """The agent's configuration for the evidence record (the key itself is left out)."""
-        return {
-            "agent": self.name,
-            "base_url": self.base_url,
-            "model": self.model,
-            "api_key": "set" if self.api_key else None,
-            "temperature": self.temperature,
-            "max_turns": self.max_turns,
-            "timeout": self.timeout,
-            "system_prompt": self.system_prompt,
-            "max_tokens": self.max_tokens,
-            "attempts": self.attempts,
-            "backoff": self.backoff,
-            "max_backoff": self.max_backoff,
-            "proxy": self.proxy,
-            "parallel_tool_calls": self.parallel_tool_calls,
-        }
-
-    # --- the loop ---
-    def run(self, task: Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
-        """Converse with the model until it answers without a tool call, or ``max_turns``.
-
-        Raises:
-            ModelServerError: the server kept failing (an infrastructure error).
-            ModelRequestError: the server refused a request (4xx).
-            Escalated: a tool call was escalated to a person (from :meth:`Toolbox.call`); the
-                other calls of the same reply have finished by then.
-        """
-        client = self._client()
-        try:
-            return self._converse(client, task, toolbox, seed)
-        finally:
-            client.close()
-
-    def _converse(
-        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int
-    ) -> AgentOutput:
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self._system_prompt(toolbox)},
-            {"role": "user", "content": task.instruction},
-        ]
-        calls: list[dict[str, Any]] = []
-        usage: dict[str, int] = {}
-        meta: dict[str, Any] = {
-            "model_calls": calls,
-            "model_call_count": 0,
-            "usage": usage,
-            "tool_calls": 0,
-            "malformed_tool_calls": 0,
-            "parallel_turns": 0,
-            "stop_reason": "max_turns",
-        }
-        content = ""
-        for turn in range(self.max_turns):
-            body = self._request_body(messages, toolbox.specs, seed)
-            request_digest = digest(body)
-            response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
-            message, finish_reason = self._message(response)
-            calls.append(
-                {
-                    "request_digest": request_digest,
-                    "response": {
-                        "id": response.get("id"),
-                        "model": response.get("model"),
-                        "message": message,
-                        "finish_reason": finish_reason,
-                        "usage": response.get("usage"),
-                    },
-                    "attempts": attempts,
-                }
-            )
-            meta["model_call_count"] = len(calls)
-            for k, v in (response.get("usage") or {}).items():
-                if isinstance(v, int):
-                    usage[k] = usage.get(k, 0) + v
-            content = message.get("content") or ""
-            if not isinstance(content, str):  # some servers send a list of content parts
-                content = json.dumps(content)
-            tool_calls = _normalized_calls(message.get("tool_calls"), turn)
-            if not tool_calls:
-                meta["stop_reason"] = "answered"
-                return AgentOutput(message=content, claimed_success=True, meta=meta)
-            messages.append(
-                {"role": "assistant", "content": message.get("content"), "tool_calls": tool_calls}
-            )
-            results = self._call_tools(tool_calls, toolbox, meta)
-            for call, result in zip(tool_calls, results, strict=True):
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": _as_text(result)}
-                )
-        meta["stop_reason"] = "max_turns"
-        return AgentOutput(message=content, claimed_success=False, meta=meta)
-
-    def _system_prompt(self, toolbox: Toolbox) -> str:
-        policy = getattr(toolbox.environment, "policy", None)
-        if isinstance(policy, str) and policy.strip():
-            return f"{self.system_prompt}\n\n# Policy\n\n{policy.strip()}"
-        return self.system_prompt
-
-    def _request_body(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": self.temperature,
-            "seed": seed,
-        }
-        if tools:  # some servers reject an empty tools list or tool_choice without tools
-            body["tools"] = tools
-            body["tool_choice"] = "auto"
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
-        return body
-
-    # --- tools ---
-    def _call_tools(
-        self, tool_calls: list[dict[str, Any]], toolbox: Toolbox, meta: dict[str, Any]
-    ) -> list[ToolResult]:
-        """Run one reply's tool calls; their results in the order of the calls.
-
-        Several well-formed calls run at once, in :class:`~harness.action.ContextExecutor`
-        threads that carry the episode; each write is its own transaction, attributed its own
-        changes. What the episode records (transactions, remembered reads) is recorded in the
-        order of the calls (:class:`_Turnstile`), so a resumed episode matches its record. When
-        a call raises (an escalation), the calls after it record nothing, as if they had been
-        made one after another, and the first error in the order of the calls is raised once
-        every call has finished.
-        """
-        meta["tool_calls"] += len(tool_calls)
-        refused: dict[int, ToolResult] = {}
-        jobs: dict[int, tuple[str, dict[str, Any]]] = {}
-        for i, call in enumerate(tool_calls):
-            prepared = self._prepare(call, meta)
-            if isinstance(prepared, ToolResult):
-                refused[i] = prepared
-            else:
-                jobs[i] = prepared
-        outcomes: dict[int, ToolResult | BaseException] = dict(refused)
-        if self.parallel_tool_calls and len(jobs) > 1:
-            meta["parallel_turns"] += 1
-            turnstile = _Turnstile(len(jobs))
-            with ContextExecutor(
-                max_workers=min(len(jobs), 8), thread_name_prefix="openai-tool"
-            ) as pool:
-                futures = {
-                    i: pool.submit(_call_in_order, toolbox, turnstile, position, *job)
-                    for position, (i, job) in enumerate(jobs.items())
-                }
-                for i, future in futures.items():
-                    error = future.exception()
-                    outcomes[i] = error if error is not None else future.result()
-        else:
-            for i, (name, arguments) in jobs.items():
-                outcomes[i] = toolbox.call(name, arguments)
-        results: list[ToolResult] = []
-        for i in range(len(tool_calls)):
-            outcome = outcomes[i]
-            if isinstance(outcome, BaseException):
-                raise outcome  # the first in the order of the calls: never a _NotRun
-            results.append(outcome)
-        return results
-
-    @staticmethod
-    def _prepare(
-        call: dict[str, Any], meta: dict[str, Any]
-    ) -> tuple[str, dict[str, Any]] | ToolResult:
-        """A call's tool name and arguments, or the result telling the model it was malformed."""
-        function = call.get("function")
-        function = function if isinstance(function, dict) else {}
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            meta["malformed_tool_calls"] += 1
-            return ToolResult(False, error="tool call without a function name", kind="invalid")
-        arguments, problem = parse_arguments(function.get("arguments"))
-        if arguments is None:
-            meta["malformed_tool_calls"] += 1
-            return ToolResult(
-                False,
-                error=f"tool {name!r} not called: {problem}; send the arguments as a JSON object",
-                kind="invalid",
-            )
-        return name, arguments
-
-    # --- the model ---
     @staticmethod
     def _message(response: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         choices = response.get("choices")
@@ -494,20 +416,6 @@ class OpenAIAgent:
             raise ValueError("response's first choice has no message")
         reason = choices[0].get("finish_reason")
         return dict(message), reason if isinstance(reason, str) else None
-
-    def _recorded_complete(
-        self, client: openai.OpenAI, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
-    ) -> tuple[dict[str, Any], int]:
-        """The completion for ``body``, from the episode's record when it has it.
-
-        The response (the server's JSON, as it sent it) is remembered by the episode under the
-        request's digest, so an episode resumed (or replayed) gets the model's recorded answers
-        and follows the same path without asking the server again.
-        """
-        response, attempts = toolbox.episode.remember(
-            "model_call", request_digest, lambda: list(self._complete(client, body))
-        )
-        return dict(response), int(attempts)
 
     def _client(self) -> openai.OpenAI:
         """An ``openai`` client on ``base_url`` that retries nothing itself (we do) and reads
@@ -649,4 +557,680 @@ class OpenAIAgent:
         return value
 
 
+class OpenAIAgent(_ChatEndpoint):
+    """A model on an OpenAI-compatible chat-completions server, acting through the toolbox.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is
+            appended).
+        model: the model name the server knows.
+        api_key: sent as a bearer token when given (local servers usually need none; without
+            one no ``Authorization`` header is sent).
+        temperature: sampling temperature.
+        max_turns: model calls per task before the agent gives up.
+        timeout: seconds to wait on the server for one request.
+        system_prompt: the instructions the model gets first (default
+            :data:`DEFAULT_SYSTEM_PROMPT`).
+        max_tokens: a cap on each completion, when given.
+        attempts: attempts per model call on infrastructure errors, the first included.
+        backoff: first wait in seconds between attempts; doubles each attempt.
+        max_backoff: cap on one wait (a server's ``Retry-After`` is honoured up to it).
+        proxy: an HTTP proxy URL; none by default.
+        parallel_tool_calls: run the tool calls of one reply at once, in threads that carry the
+            episode (each call its own transaction; the episode runs their transactions one at
+            a time); False runs them one after another, in order.
+        sleep: how to wait between attempts (``FakeClock().sleep`` in tests).
+
+    Configuration is what is passed in: environment variables (``http_proxy``,
+    ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``) are not
+    read.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        max_turns: int = 30,
+        timeout: float = 120.0,
+        system_prompt: str | None = None,
+        max_tokens: int | None = None,
+        attempts: int = 4,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        proxy: str | None = None,
+        parallel_tool_calls: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+        user: str | User | None = None,
+        user_model: str | None = None,
+        user_base_url: str | None = None,
+        user_api_key: str | None = None,
+        user_temperature: float = 0.0,
+        user_replies: list[str] | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        max_errors: int = DEFAULT_MAX_ERRORS,
+    ) -> None:
+        if max_turns < 1:
+            raise ConfigurationError("OpenAIAgent: max_turns and attempts must be >= 1")
+        self._init_endpoint(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            attempts=attempts,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            proxy=proxy,
+            sleep=sleep,
+        )
+        self.temperature = temperature
+        self.max_turns = max_turns
+        self._custom_prompt = system_prompt is not None
+        self.system_prompt = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+        self.max_tokens = max_tokens
+        self.parallel_tool_calls = parallel_tool_calls
+        if max_steps < 1 or max_errors < 1:
+            raise ConfigurationError(
+                f"OpenAIAgent(max_steps={max_steps}, max_errors={max_errors}): both must be >= 1"
+            )
+        self.max_steps = max_steps
+        self.max_errors = max_errors
+        self.user = self._build_user(
+            user,
+            user_model=user_model,
+            user_base_url=user_base_url,
+            user_api_key=user_api_key,
+            user_temperature=user_temperature,
+            user_replies=user_replies,
+        )
+
+    def config(self) -> dict[str, Any]:
+        """The agent's configuration for the evidence record (the key itself is left out)."""
+        config: dict[str, Any] = {
+            "agent": self.name,
+            "base_url": self.base_url,
+            "model": self.model,
+            "api_key": "set" if self.api_key else None,
+            "temperature": self.temperature,
+            "max_turns": self.max_turns,
+            "timeout": self.timeout,
+            "system_prompt": self.system_prompt,
+            "max_tokens": self.max_tokens,
+            "attempts": self.attempts,
+            "backoff": self.backoff,
+            "max_backoff": self.max_backoff,
+            "proxy": self.proxy,
+            "parallel_tool_calls": self.parallel_tool_calls,
+        }
+        if self.user is not None:  # a run without a user records what it always did
+            config["system_prompt"] = self._conversation_prompt_template()
+            config["user"] = self.user.config()
+            config["max_steps"] = self.max_steps
+            config["max_errors"] = self.max_errors
+        return config
+
+    # --- the loop ---
+    def run(self, task: Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
+        """Converse with the model until it answers without a tool call, or ``max_turns``.
+
+        Raises:
+            ModelServerError: the server kept failing (an infrastructure error).
+            ModelRequestError: the server refused a request (4xx).
+            Escalated: a tool call was escalated to a person (from :meth:`Toolbox.call`); the
+                other calls of the same reply have finished by then.
+        """
+        client = self._client()
+        try:
+            if self.user is not None:
+                return self._converse_with_user(client, task, toolbox, seed, self.user)
+            return self._converse(client, task, toolbox, seed)
+        finally:
+            client.close()
+
+    def _converse(
+        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int
+    ) -> AgentOutput:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self._system_prompt(toolbox)},
+            {"role": "user", "content": task.instruction},
+        ]
+        calls: list[dict[str, Any]] = []
+        usage: dict[str, int] = {}
+        meta: dict[str, Any] = {
+            "model_calls": calls,
+            "model_call_count": 0,
+            "usage": usage,
+            "tool_calls": 0,
+            "malformed_tool_calls": 0,
+            "parallel_turns": 0,
+            "stop_reason": "max_turns",
+        }
+        content = ""
+        for turn in range(self.max_turns):
+            body = self._request_body(messages, toolbox.specs, seed)
+            request_digest = digest(body)
+            response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
+            message, finish_reason = self._message(response)
+            calls.append(
+                {
+                    "request_digest": request_digest,
+                    "response": {
+                        "id": response.get("id"),
+                        "model": response.get("model"),
+                        "message": message,
+                        "finish_reason": finish_reason,
+                        "usage": response.get("usage"),
+                    },
+                    "attempts": attempts,
+                }
+            )
+            meta["model_call_count"] = len(calls)
+            for k, v in (response.get("usage") or {}).items():
+                if isinstance(v, int):
+                    usage[k] = usage.get(k, 0) + v
+            content = message.get("content") or ""
+            if not isinstance(content, str):  # some servers send a list of content parts
+                content = json.dumps(content)
+            tool_calls = _normalized_calls(message.get("tool_calls"), turn)
+            if not tool_calls:
+                meta["stop_reason"] = "answered"
+                return AgentOutput(message=content, claimed_success=True, meta=meta)
+            messages.append(
+                {"role": "assistant", "content": message.get("content"), "tool_calls": tool_calls}
+            )
+            results = self._call_tools(tool_calls, toolbox, meta)
+            for call, result in zip(tool_calls, results, strict=True):
+                messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": _as_text(result)}
+                )
+        meta["stop_reason"] = "max_turns"
+        return AgentOutput(message=content, claimed_success=False, meta=meta)
+
+    # --- the conversation with a user (tau2's loop) ---
+    def _build_user(
+        self,
+        user: str | User | None,
+        *,
+        user_model: str | None,
+        user_base_url: str | None,
+        user_api_key: str | None,
+        user_temperature: float,
+        user_replies: list[str] | None,
+    ) -> User | None:
+        """The user: the one given, or one built by name from the ``user_*`` options."""
+        if user is None:
+            given = [
+                n
+                for n, v in (
+                    ("user_model", user_model),
+                    ("user_base_url", user_base_url),
+                    ("user_replies", user_replies),
+                )
+                if v is not None
+            ]
+            if given:
+                raise ConfigurationError(
+                    f"OpenAIAgent: {', '.join(given)} given without user=...; name the user "
+                    f"({', '.join(user_registry.names())})"
+                )
+            return None
+        if not isinstance(user, str):
+            if not isinstance(user, User):
+                raise ConfigurationError(
+                    f"OpenAIAgent(user={user!r}): give a user's name "
+                    f"({', '.join(user_registry.names())}) or an object with name, config() "
+                    "and respond()"
+                )
+            return user
+        options: dict[str, Any] = {}
+        if user == "openai":
+            base_url = user_base_url or self.base_url
+            options = {
+                "base_url": base_url,
+                "model": user_model or self.model,
+                # The agent's key goes to the agent's server only.
+                "api_key": user_api_key
+                or (self.api_key if base_url.rstrip("/") == self.base_url else None),
+                "temperature": user_temperature,
+                "timeout": self.timeout,
+                "attempts": self.attempts,
+                "backoff": self.backoff,
+                "max_backoff": self.max_backoff,
+                "proxy": self.proxy,
+                "sleep": self._sleep,
+            }
+        elif user == "scripted":
+            options = {} if user_replies is None else {"replies": user_replies}
+        return user_registry.create(user, **options)
+
+    def _conversation_prompt_template(self) -> str:
+        """The system prompt of a conversation, with ``{domain_policy}`` for the policy."""
+        if self._custom_prompt:
+            return self.system_prompt
+        return TAU2_SYSTEM_PROMPT.replace("{agent_instruction}", TAU2_AGENT_INSTRUCTION)
+
+    def _conversation_system_prompt(self, toolbox: Toolbox) -> str:
+        """tau2's agent system prompt with the environment's policy (or, when ``system_prompt``
+        was given, that prompt with the policy appended, as without a user)."""
+        if self._custom_prompt:
+            return self._system_prompt(toolbox)
+        policy = getattr(toolbox.environment, "policy", None)
+        return TAU2_SYSTEM_PROMPT.format(
+            agent_instruction=TAU2_AGENT_INSTRUCTION,
+            domain_policy=policy if isinstance(policy, str) else "",
+        )
+
+    def _converse_with_user(
+        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int, user: User
+    ) -> AgentOutput:
+        """tau2's half-duplex loop (``Orchestrator.step`` and ``_check_termination``)."""
+        greeting: dict[str, Any] = {
+            "role": "assistant",
+            "content": GREETING,
+            "tool_calls": None,
+            "turn_idx": 0,
+            "timestamp": _now(),
+            "cost": 0.0,
+            "usage": None,
+        }
+        trajectory: list[dict[str, Any]] = [greeting]
+        history: list[dict[str, Any]] = [
+            {"role": "system", "content": self._conversation_system_prompt(toolbox)},
+            {"role": "assistant", "content": GREETING},
+        ]
+        calls: list[dict[str, Any]] = []
+        user_calls: list[dict[str, Any]] = []
+        usage: dict[str, int] = {}
+        user_usage: dict[str, int] = {}
+        meta: dict[str, Any] = {
+            "model_calls": calls,
+            "model_call_count": 0,
+            "usage": usage,
+            "tool_calls": 0,
+            "malformed_tool_calls": 0,
+            "parallel_turns": 0,
+            "stop_reason": None,
+            "messages": trajectory,
+            "termination_reason": None,
+            "max_steps": self.max_steps,
+            "max_errors": self.max_errors,
+            "user": user.config(),
+            "user_calls": user_calls,
+            "user_usage": user_usage,
+            "steps": 0,
+            "num_errors": 0,
+            "transferred": False,
+            "stop_token": None,
+        }
+        to_role, pending = "user", []  # pending: the tool calls of the agent's last reply
+        steps = errors = 0
+        reason: str | None = None
+        while reason is None:
+            if to_role == "user":
+                turn = user.respond(task, list(trajectory), session=toolbox.episode, seed=seed)
+                if not isinstance(turn, UserTurn):
+                    raise ConfigurationError(
+                        f"user {user.name!r}: respond() must return a UserTurn, got "
+                        f"{type(turn).__name__}"
+                    )
+                content = turn.content if isinstance(turn.content, str) else ""
+                trajectory.append(
+                    {
+                        "role": "user",
+                        "content": content,
+                        "tool_calls": None,
+                        "turn_idx": len(trajectory),
+                        "timestamp": _now(),
+                        "cost": turn.cost,
+                        "usage": turn.usage,
+                    }
+                )
+                user_calls.append(dict(turn.meta))
+                _add_usage(user_usage, turn.usage)
+                history.append({"role": "user", "content": content})
+                if not content.strip():
+                    reason = "user_error"
+                elif is_stop(content):
+                    reason = "user_stop"
+                    meta["stop_token"] = next(t for t in STOP_TOKENS if t in content)
+                to_role = "agent"
+            elif to_role == "agent":
+                message, response = self._agent_turn(client, toolbox, history, seed, calls, usage)
+                said = message.get("content")
+                text = said if isinstance(said, str) else None
+                pending = _normalized_calls(message.get("tool_calls"), len(calls) - 1)
+                trajectory.append(
+                    {
+                        "role": "assistant",
+                        "content": text,
+                        "tool_calls": [_tau2_call(c) for c in pending] or None,
+                        "turn_idx": len(trajectory),
+                        "timestamp": _now(),
+                        "cost": _cost(response),
+                        "usage": _usage(response),
+                    }
+                )
+                entry: dict[str, Any] = {"role": "assistant", "content": text}
+                if pending:
+                    entry["tool_calls"] = pending
+                history.append(entry)
+                if pending:
+                    to_role = "env"
+                elif text is None or not text.strip():
+                    reason = "agent_error"
+                else:
+                    to_role = "user"
+            else:
+                results = self._call_tools(pending, toolbox, meta)
+                for call, result in zip(pending, results, strict=True):
+                    text = _as_text(result)
+                    errors += not result.ok
+                    if result.ok and call["function"].get("name") == TRANSFER_TOOL:
+                        meta["transferred"] = True
+                    trajectory.append(
+                        {
+                            "id": call["id"],
+                            "role": "tool",
+                            "content": text,
+                            "requestor": "assistant",
+                            "error": not result.ok,
+                            "turn_idx": len(trajectory),
+                            "timestamp": _now(),
+                        }
+                    )
+                    history.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+                to_role = "agent"
+            steps += 1
+            if to_role != "env":
+                if steps >= self.max_steps:
+                    reason = "max_steps"
+                if errors >= self.max_errors:
+                    reason = "too_many_errors"
+        meta.update(
+            model_call_count=len(calls),
+            steps=steps,
+            num_errors=errors,
+            termination_reason=reason,
+            stop_reason=reason,
+        )
+        said = [
+            m["content"]
+            for m in trajectory[1:]
+            if m["role"] == "assistant" and isinstance(m["content"], str) and m["content"].strip()
+        ]
+        return AgentOutput(
+            message="\n".join(said),
+            claimed_success=reason in ("user_stop", "agent_stop"),
+            meta=meta,
+        )
+
+    def _agent_turn(
+        self,
+        client: openai.OpenAI,
+        toolbox: Toolbox,
+        history: list[dict[str, Any]],
+        seed: int,
+        calls: list[dict[str, Any]],
+        usage: dict[str, int],
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One model call of the agent, recorded as without a user: its message and response."""
+        body = self._request_body(history, toolbox.specs, seed)
+        request_digest = digest(body)
+        response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
+        message, finish_reason = self._message(response)
+        calls.append(
+            {
+                "request_digest": request_digest,
+                "response": {
+                    "id": response.get("id"),
+                    "model": response.get("model"),
+                    "message": message,
+                    "finish_reason": finish_reason,
+                    "usage": response.get("usage"),
+                },
+                "attempts": attempts,
+            }
+        )
+        _add_usage(usage, response.get("usage"))
+        return message, response
+
+    def _system_prompt(self, toolbox: Toolbox) -> str:
+        policy = getattr(toolbox.environment, "policy", None)
+        if isinstance(policy, str) and policy.strip():
+            return f"{self.system_prompt}\n\n# Policy\n\n{policy.strip()}"
+        return self.system_prompt
+
+    def _request_body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "seed": seed,
+        }
+        if tools:  # some servers reject an empty tools list or tool_choice without tools
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        return body
+
+    # --- tools ---
+    def _call_tools(
+        self, tool_calls: list[dict[str, Any]], toolbox: Toolbox, meta: dict[str, Any]
+    ) -> list[ToolResult]:
+        """Run one reply's tool calls; their results in the order of the calls.
+
+        Several well-formed calls run at once, in :class:`~harness.action.ContextExecutor`
+        threads that carry the episode; each write is its own transaction, attributed its own
+        changes. What the episode records (transactions, remembered reads) is recorded in the
+        order of the calls (:class:`_Turnstile`), so a resumed episode matches its record. When
+        a call raises (an escalation), the calls after it record nothing, as if they had been
+        made one after another, and the first error in the order of the calls is raised once
+        every call has finished.
+        """
+        meta["tool_calls"] += len(tool_calls)
+        refused: dict[int, ToolResult] = {}
+        jobs: dict[int, tuple[str, dict[str, Any]]] = {}
+        for i, call in enumerate(tool_calls):
+            prepared = self._prepare(call, meta)
+            if isinstance(prepared, ToolResult):
+                refused[i] = prepared
+            else:
+                jobs[i] = prepared
+        outcomes: dict[int, ToolResult | BaseException] = dict(refused)
+        if self.parallel_tool_calls and len(jobs) > 1:
+            meta["parallel_turns"] += 1
+            turnstile = _Turnstile(len(jobs))
+            with ContextExecutor(
+                max_workers=min(len(jobs), 8), thread_name_prefix="openai-tool"
+            ) as pool:
+                futures = {
+                    i: pool.submit(_call_in_order, toolbox, turnstile, position, *job)
+                    for position, (i, job) in enumerate(jobs.items())
+                }
+                for i, future in futures.items():
+                    error = future.exception()
+                    outcomes[i] = error if error is not None else future.result()
+        else:
+            for i, (name, arguments) in jobs.items():
+                outcomes[i] = toolbox.call(name, arguments)
+        results: list[ToolResult] = []
+        for i in range(len(tool_calls)):
+            outcome = outcomes[i]
+            if isinstance(outcome, BaseException):
+                raise outcome  # the first in the order of the calls: never a _NotRun
+            results.append(outcome)
+        return results
+
+    @staticmethod
+    def _prepare(
+        call: dict[str, Any], meta: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]] | ToolResult:
+        """A call's tool name and arguments, or the result telling the model it was malformed."""
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            meta["malformed_tool_calls"] += 1
+            return ToolResult(False, error="tool call without a function name", kind="invalid")
+        arguments, problem = parse_arguments(function.get("arguments"))
+        if arguments is None:
+            meta["malformed_tool_calls"] += 1
+            return ToolResult(
+                False,
+                error=f"tool {name!r} not called: {problem}; send the arguments as a JSON object",
+                kind="invalid",
+            )
+        return name, arguments
+
+    # --- the model ---
+    def _recorded_complete(
+        self, client: openai.OpenAI, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], int]:
+        """The completion for ``body``, from the episode's record when it has it.
+
+        The response (the server's JSON, as it sent it) is remembered by the episode under the
+        request's digest, so an episode resumed (or replayed) gets the model's recorded answers
+        and follows the same path without asking the server again.
+        """
+        response, attempts = toolbox.episode.remember(
+            "model_call", request_digest, lambda: list(self._complete(client, body))
+        )
+        return dict(response), int(attempts)
+
+
+class OpenAIUser(_ChatEndpoint):
+    """A model on an OpenAI-compatible server playing the user, prompted as tau2-bench prompts
+    its user simulator (:mod:`harness.agents.user`).
+
+    Its system prompt is tau2's guidelines with the task's user scenario
+    (:func:`~harness.agents.user.user_system_prompt`); it reads the conversation as tau2's user
+    does (:func:`~harness.agents.user.user_view`: its own messages as ``assistant``, the
+    agent's text messages as ``user``, no tools), at ``temperature`` with the trial's seed.
+    Each answer is remembered by the trial's episode under the request's digest
+    (``user_model_call``), so a resumed or replayed trial gets the user's recorded answers and
+    does not ask the server again.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the model name the server knows.
+        api_key: sent as a bearer token when given.
+        temperature: sampling temperature (tau2's default 0.0).
+        guidelines: the global simulation guidelines (default tau2's,
+            :data:`~harness.agents.user.SIMULATION_GUIDELINES`).
+        max_tokens: a cap on each completion, when given.
+        timeout, attempts, backoff, max_backoff, proxy, sleep: as for :class:`OpenAIAgent`.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        guidelines: str | None = None,
+        max_tokens: int | None = None,
+        timeout: float = 120.0,
+        attempts: int = 4,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        proxy: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._init_endpoint(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            attempts=attempts,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            proxy=proxy,
+            sleep=sleep,
+        )
+        self.temperature = temperature
+        self.guidelines = SIMULATION_GUIDELINES if guidelines is None else guidelines
+        self.max_tokens = max_tokens
+
+    def config(self) -> dict[str, Any]:
+        """tau2's ``UserInfo`` (implementation, llm, llm_args, global_simulation_guidelines)
+        with the server's URL (the key itself is left out)."""
+        return {
+            "implementation": self.name,
+            "llm": self.model,
+            "llm_args": {"temperature": self.temperature},
+            "global_simulation_guidelines": self.guidelines,
+            "base_url": self.base_url,
+            "api_key": "set" if self.api_key else None,
+            "max_tokens": self.max_tokens,
+        }
+
+    def request_body(
+        self, task: Task, messages: Sequence[Mapping[str, Any]], seed: int
+    ) -> dict[str, Any]:
+        """The chat-completions request for the user's next message."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": user_system_prompt(task, self.guidelines)},
+                *user_view(messages),
+            ],
+            "temperature": self.temperature,
+            "seed": seed,
+        }
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        return body
+
+    def respond(
+        self, task: Task, messages: Sequence[Mapping[str, Any]], *, session: Session, seed: int
+    ) -> UserTurn:
+        """The model's next message as the user, from the episode's record when it has it.
+
+        Raises:
+            ModelServerError: the server kept failing (an infrastructure error).
+            ModelRequestError: the server refused the request (4xx).
+        """
+        body = self.request_body(task, messages, seed)
+        request_digest = digest(body)
+        response, attempts = session.remember(
+            "user_model_call", request_digest, lambda: list(self._complete_once(body))
+        )
+        message, finish_reason = self._message(dict(response))
+        content = message.get("content")
+        return UserTurn(
+            content=content if isinstance(content, str) else "",
+            usage=_usage(response),
+            cost=_cost(response),
+            meta={
+                "request_digest": request_digest,
+                "response": {
+                    "id": response.get("id"),
+                    "model": response.get("model"),
+                    "finish_reason": finish_reason,
+                    "usage": response.get("usage"),
+                },
+                "attempts": int(attempts),
+            },
+        )
+
+    def _complete_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """Ask the server (a client of its own for this call; a resumed call makes none)."""
+        client = self._client()
+        try:
+            return self._complete(client, body)
+        finally:
+            client.close()
+
+
 registry.register("openai", OpenAIAgent)
+user_registry.register("openai", OpenAIUser)
