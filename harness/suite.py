@@ -850,7 +850,24 @@ def _is_tau2(data: Any) -> bool:
     return isinstance(data, list) and bool(data) and "evaluation_criteria" in data[0]
 
 
+TAU2_INDEX_TAG = "tau2-index:"
+"""Tag prefix of a tau2 task's position in the tasks file it was loaded from (``tau2-index:5``)."""
+
+TAU2_BASIS_TAG = "tau2-reward-basis:"
+"""Tag prefix of a tau2 task's reward basis as its file gives it
+(``tau2-reward-basis:DB,COMMUNICATE``)."""
+
+TAU2_DEFAULT_BASIS = ("DB", "COMMUNICATE")
+"""tau2's reward basis when a task names none (``EvaluationCriteria.reward_basis``'s default)."""
+
+
 def _from_tau2(path: Path, data: list[dict[str, Any]]) -> list[Task]:
+    """tau2 tasks as harness tasks: tau2's id, and tags for the task's index in the file
+    (:data:`TAU2_INDEX_TAG`) and its reward basis (:data:`TAU2_BASIS_TAG`).
+
+    The communicate_info strings are required outputs only when the basis has ``COMMUNICATE``
+    (tau2 gates the reward on them only then); tau2's default basis is ``DB, COMMUNICATE``.
+    """
     tasks = []
     for i, raw in enumerate(data):
         where = f"{path}: task {raw.get('id', '#' + str(i))!r}"
@@ -863,17 +880,21 @@ def _from_tau2(path: Path, data: list[dict[str, Any]]) -> list[Task]:
                 ToolCall(name=a["name"], arguments=a.get("arguments") or {})
                 for a in crit.get("actions") or []
             ]
+            basis = crit.get("reward_basis")
+            basis = [str(b) for b in (TAU2_DEFAULT_BASIS if basis is None else basis)]
+            outputs = list(crit.get("communicate_info") or []) if "COMMUNICATE" in basis else []
             tasks.append(
                 Task(
                     id=str(raw["id"]),
                     instruction=text,
                     reference_actions=actions,
-                    required_outputs=list(crit.get("communicate_info") or []),
+                    required_outputs=outputs,
                     user=instr if isinstance(instr, dict) else {},
+                    tags=[f"{TAU2_INDEX_TAG}{i}", f"{TAU2_BASIS_TAG}{','.join(basis)}"],
                     source="tau2",
                 )
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SuiteError(f"{where}: not a tau2 task ({exc})") from None
     return tasks
 

@@ -59,10 +59,15 @@ def judge(
     mark: Any,
     rows: Sequence[TransactionRow],
     message: str,
+    bare: Sequence[tuple[str, str]] = (),
 ) -> tuple[Verification, list[bool]]:
-    """The suite's verdict on a trial's state (changed since ``mark``) and its required steps."""
+    """The suite's verdict on a trial's state (changed since ``mark``) and its required steps.
+
+    ``bare``: the writes a trial with its tools called bare made without an error
+    (:func:`~harness.runs.toolbox.bare_writes`), which count as committed ones do.
+    """
     actual = {k: after for k, (_, after) in observed_changes(state, mark).items()}
-    steps = steps_done(reference, committed_calls(rows))
+    steps = steps_done(reference, [*committed_calls(rows), *bare])
     verdict = suite.verify(
         task, actual=actual, expected=reference.changes, message=message, state=state, steps=steps
     )

@@ -30,7 +30,7 @@ from .judge import judge, reference_outcome
 from .layout import open_run
 from .rebuild import apply_changes, recorded_changes
 from .resume import run_agent, run_suite
-from .toolbox import RecordingToolbox
+from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
 
 __all__ = ["ReplayEpisode", "ReplayReport", "replay_episode"]
 
@@ -221,7 +221,10 @@ def replay_episode(
         task = loaded.task(episode.task_id or "")
         trial = next((t for t in store.trial_rows(run.run.id) if t.episode_id == episode_id), None)
         rows = store.transaction_rows(episode_id)
-        steps = recorded_steps(rows, store.log(episode_id))
+        log = store.log(episode_id)
+        steps = recorded_steps(rows, log)
+        bare = bare_calls(log)
+        transactions = bool(run.config.get("transactions", True))
         notes: list[str] = []
         # 1. The verifier against the recorded final state.
         reference = reference_outcome(loaded, task)
@@ -229,6 +232,7 @@ def replay_episode(
         try:
             mark = env.state.mark()
             apply_changes(env.state, recorded_changes(rows))
+            apply_changes(env.state, bare_changes(bare))
             verdict = judge(
                 loaded,
                 task,
@@ -237,6 +241,7 @@ def replay_episode(
                 mark=mark,
                 rows=rows,
                 message=trial.message if trial else "",
+                bare=bare_writes(bare, env.tools),
             )[0].to_dict()
             env.state.release(mark)
         finally:
@@ -248,7 +253,7 @@ def replay_episode(
         ended = "answered"
         started = time.perf_counter()
         try:
-            toolbox = RecordingToolbox(env.tools, replay, env)
+            toolbox = make_toolbox(env.tools, replay, env, transactions=transactions)
             try:
                 message = built.run(task, toolbox, seed=trial.seed if trial else 0).message
                 replay.finish()

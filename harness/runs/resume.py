@@ -342,6 +342,8 @@ def resume_run(
 
         record_run(RunStatus.RUNNING)
         url = store_url(run.folder)
+        # A run with its tools called bare resumes bare (runs before the option: transactions).
+        transactions = bool(run.config.get("transactions", True))
         pem = None if signing_key is None else signing_key.pem()
 
         def finished(job: Job, result: TrialResult | None) -> None:
@@ -366,9 +368,12 @@ def resume_run(
                 None,
                 lease_seconds,
                 pem,
+                transactions,
             ),
             on_result=finished,
-            in_process=Worker(loaded, agent_obj, {}, url, run_id, policy, None, lease_seconds, pem)
+            in_process=Worker(
+                loaded, agent_obj, {}, url, run_id, policy, None, lease_seconds, pem, transactions
+            )
             if workers == 1 or not isinstance(spec, str)
             else None,
         )

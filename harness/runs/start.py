@@ -14,10 +14,12 @@ import inspect
 import os
 import platform
 import re
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,15 @@ from .layout import EVIDENCE_FILE, SUMMARY_FILE, new_run_id, run_row, store_url,
 from .pool import StopOnSigint, run_jobs
 from .worker import Job, TrialResult, Worker
 
-__all__ = ["REDACTED", "RunResult", "evidence_record", "redact", "run_trials", "trial_seed"]
+__all__ = [
+    "REDACTED",
+    "RunResult",
+    "evidence_record",
+    "harness_commit",
+    "redact",
+    "run_trials",
+    "trial_seed",
+]
 
 
 REDACTED = "<redacted>"
@@ -70,12 +80,51 @@ def _tool_versions(suite: Suite) -> dict[str, str]:
         env.close()
 
 
+@cache
+def harness_commit() -> str | None:
+    """The git commit of the harness source that runs (None when it is not a git checkout, or
+    git is not installed), with ``-dirty`` when the checkout has uncommitted changes."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "harness"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}-dirty" if commit and dirty else commit or None
+
+
 def evidence_record(
-    suite: Suite, agent_config: dict[str, Any], policy: Policy, trials: int, seed: int
+    suite: Suite,
+    agent_config: dict[str, Any],
+    policy: Policy,
+    trials: int,
+    seed: int,
+    *,
+    transactions: bool = True,
 ) -> dict[str, Any]:
-    """What a run must keep to be reproduced and believed."""
+    """What a run must keep to be reproduced and believed.
+
+    ``transactions``: whether the agent's tools ran as transactions (False: called bare,
+    :class:`~harness.runs.toolbox.BareToolbox`).
+    """
     return {
         "harness_version": __version__,
+        "harness_commit": harness_commit(),
+        "transactions": transactions,
         "suite": suite.manifest(),
         "tool_versions": _tool_versions(suite),
         "agent": agent_config,
@@ -169,6 +218,7 @@ def run_trials(
     progress: Callable[[TrialResult], None] | None = None,
     faults: FaultPlan | str | Path | None = None,
     signing_key: SigningKey | None = None,
+    transactions: bool = True,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -191,6 +241,11 @@ def run_trials(
             and their judgement land in the run's store (``harness.report.reliability``).
         signing_key: signs each episode's head as it ends and the run's manifest at the end
             (:mod:`harness.store.signing`); ``harness audit --verify --public-key`` checks them.
+        transactions: False calls the agent's tools bare, as a plain tau2 environment does (each
+            tool's own function: no preconditions, postconditions, compensations or retries;
+            :class:`~harness.runs.toolbox.BareToolbox`). Trials are recorded and judged as with
+            transactions, and the run's evidence and configuration say ``transactions: false``,
+            so ``harness compare`` of two runs gives the paired difference transactions make.
     """
     if trials < 1 or workers < 1:
         raise ConfigurationError("run_trials: trials and workers must be >= 1")
@@ -221,7 +276,9 @@ def run_trials(
     folder.mkdir(parents=True, exist_ok=True)
     url = store_url(folder)
     store = Store(url, create=True)
-    evidence = evidence_record(loaded, agent_obj.config(), policy, trials, seed)
+    evidence = evidence_record(
+        loaded, agent_obj.config(), policy, trials, seed, transactions=transactions
+    )
     if plan is not None:
         evidence["faults"] = plan.describe()
     write_json(folder, EVIDENCE_FILE, evidence)
@@ -236,6 +293,7 @@ def run_trials(
         "workers": workers,
         "seed": seed,
         "tasks": [t.id for t in selected],
+        "transactions": transactions,
     }
 
     def record_run(status: str) -> None:
@@ -267,6 +325,7 @@ def run_trials(
         injection,
         600.0,
         pem,
+        transactions,
     )
 
     def finished(_job: Job, r: TrialResult | None) -> None:
@@ -286,7 +345,9 @@ def run_trials(
             stop=stop,
             # One worker, or an agent object: trials run here, on the suite already loaded
             # (its reference outcomes computed once).
-            in_process=Worker(loaded, agent_obj, {}, url, run_id, policy, injection, 600.0, pem)
+            in_process=Worker(
+                loaded, agent_obj, {}, url, run_id, policy, injection, 600.0, pem, transactions
+            )
             if workers == 1 or not isinstance(agent, str)
             else None,
         )

@@ -1,15 +1,43 @@
-"""The toolbox trials use: writes are transactions, and reads are part of the episode's record."""
+"""The toolboxes trials use: with transactions (the default), or with the tools called bare.
+
+:class:`RecordingToolbox` runs writes as transactions and records reads in the episode.
+:class:`BareToolbox` calls every tool's own function, as a plain tau2 environment does: no
+preconditions, postconditions, compensations or retries. Its calls are still recorded in the
+episode (:meth:`Episode.remember`, kind :data:`BARE`, with the changes each made), so the trial
+is judged on its final state like any other, resumed from its record and exported. A run picks
+one with ``run_trials(..., transactions=False)``; ``harness compare`` then gives the paired
+difference in pass^k between the two ways of calling the same tools.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .._json import dumps
+from .._json import canonical, dumps, loads
 from ..action import Action
-from ..agents.base import CallRecord, Toolbox, ToolResult
+from ..agents.base import CallRecord, Session, Toolbox, ToolResult
+from ..episode.cursor import REMEMBERED
+from ..store import LogRow
+from ..transaction import observed_changes
 
-__all__ = ["RecordingToolbox"]
+__all__ = [
+    "BARE",
+    "BareCall",
+    "BareToolbox",
+    "RecordingToolbox",
+    "bare_calls",
+    "bare_changes",
+    "bare_writes",
+    "make_toolbox",
+]
+
+BARE = "bare_call"
+"""What a :class:`BareToolbox` remembers for each call of an action's function."""
 
 
 def _result_data(result: ToolResult) -> dict[str, Any]:
@@ -50,3 +78,140 @@ class RecordingToolbox(Toolbox):
         if self.episode.diverged is not None:
             raise self.episode.diverged
         return result
+
+
+def _run_bare(tool: Action[Any, Any], arguments: dict[str, Any]) -> ToolResult:
+    """The action's own function on the model's arguments, as a plain environment calls it."""
+    try:
+        value = tool.fn(**arguments)
+        if inspect.iscoroutine(value):
+            value = asyncio.run(value)
+    except TypeError as exc:
+        return ToolResult(
+            False, error=f"invalid arguments for {tool.name!r}: {exc}", kind="invalid"
+        )
+    except Exception as exc:  # the tool's own error is the answer, as tau2 gives it
+        return ToolResult(False, error=f"{exc}", kind="tool_error")
+    return ToolResult(True, value)
+
+
+class BareToolbox(RecordingToolbox):
+    """A toolbox that calls every tool bare: an action's own function (``Action.fn``), with no
+    transaction around it.
+
+    No precondition, postcondition, scope check, compensation or retry runs, and nothing is
+    rolled back: an error the function raises is the agent's answer (``Error: <message>``, as
+    tau2's environment words it), and whatever it changed before raising stays changed. The agent
+    sees the same tools (names, schemas, descriptions) as with transactions.
+
+    Each call is remembered in the episode (kind :data:`BARE`: the tool, the arguments, the
+    result and the changes it made, key -> value after), so the record holds the whole trial: a
+    resumed trial gets its recorded results and its state rebuilt from those changes
+    (:func:`bare_changes`), and exports list the calls (:func:`bare_calls`). Reads are recorded
+    as with :class:`RecordingToolbox`.
+    """
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        """Call a tool bare; the call and what it changed are recorded in the episode."""
+        arguments = dict(arguments or {})
+        tool = self.tools.get(name)
+        if not isinstance(tool, Action):
+            return super().call(name, arguments)
+        state: Any = getattr(self.environment, "state", None)
+
+        def run() -> dict[str, Any]:
+            if state is None:
+                return {**_result_data(_run_bare(tool, arguments)), "changes": {}}
+            mark = state.mark()
+            try:
+                result = _run_bare(tool, arguments)
+                changes = {k: after for k, (_, after) in observed_changes(state, mark).items()}
+            finally:
+                state.release(mark)
+            return {**_result_data(result), "changes": changes}
+
+        data = self.episode.remember(BARE, {"tool": name, "arguments": arguments}, run)
+        self.calls.append(CallRecord(name, arguments, data["ok"], data["kind"], tool.mutating))
+        return ToolResult(data["ok"], data["content"], data["error"], data["kind"])
+
+
+def make_toolbox(
+    tools: dict[str, Any], episode: Session, environment: Any, *, transactions: bool = True
+) -> RecordingToolbox:
+    """The toolbox of one trial: :class:`RecordingToolbox`, or :class:`BareToolbox` when
+    ``transactions`` is False."""
+    cls = RecordingToolbox if transactions else BareToolbox
+    return cls(tools, episode, environment)
+
+
+@dataclass(frozen=True)
+class BareCall:
+    """One call a :class:`BareToolbox` recorded.
+
+    Attributes:
+        seq: its place in the episode's log.
+        tool, arguments: what was called.
+        ok, content, error, kind: its result, as the agent read it.
+        changes: what it changed: key -> value after (None: removed).
+        ts: when it was recorded (Unix time).
+    """
+
+    seq: int
+    tool: str
+    arguments: dict[str, Any]
+    ok: bool
+    content: Any
+    error: str | None
+    kind: str | None
+    changes: dict[str, Any]
+    ts: float
+
+
+def bare_calls(log: Iterable[LogRow]) -> list[BareCall]:
+    """The bare calls an episode's log records, in order (none for a run with transactions)."""
+    out = []
+    for row in sorted(log, key=lambda r: r.seq):
+        if row.kind != REMEMBERED:
+            continue
+        payload = loads(row.payload)
+        if not isinstance(payload, dict) or payload.get("what") != BARE:
+            continue
+        request, value = payload.get("request") or {}, payload.get("value") or {}
+        out.append(
+            BareCall(
+                seq=row.seq,
+                tool=str(request.get("tool", "")),
+                arguments=dict(request.get("arguments") or {}),
+                ok=bool(value.get("ok")),
+                content=value.get("content"),
+                error=value.get("error"),
+                kind=value.get("kind"),
+                changes=dict(value.get("changes") or {}),
+                ts=row.ts,
+            )
+        )
+    return out
+
+
+def bare_changes(calls: Iterable[BareCall]) -> dict[str, Any]:
+    """The resources bare calls left changed: key -> value after (None: absent); later win."""
+    out: dict[str, Any] = {}
+    for call in calls:
+        out.update(call.changes)
+    return out
+
+
+def bare_writes(calls: Iterable[BareCall], tools: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The writes bare calls made without an error: (tool, canonical arguments), as
+    :func:`~harness.runs.judge.committed_calls` gives them for transactions."""
+    out = []
+    for call in calls:
+        tool = tools.get(call.tool)
+        if not call.ok or not isinstance(tool, Action) or not tool.mutating:
+            continue
+        try:
+            values = tool.call_values(tool.validate_mapping(dict(call.arguments)))
+        except Exception:
+            values = call.arguments
+        out.append((call.tool, canonical(values)))
+    return out

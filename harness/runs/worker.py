@@ -28,7 +28,7 @@ from ..suite import Suite, Task, load_suite
 from .judge import Reference, judge, reference_outcome
 from .layout import episode_id
 from .rebuild import apply_changes, recorded_changes
-from .toolbox import RecordingToolbox
+from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
 
 __all__ = ["Job", "TrialResult", "Worker", "run_job", "start_worker", "trial_state"]
 
@@ -98,6 +98,9 @@ class Worker:
         faults: the run's fault injection, if any.
         lease_seconds: how long an episode's lease lasts without renewal.
         signing_key: the run's signing key as PEM: each episode's head is signed as it ends.
+        transactions: False calls the agent's tools bare (each tool's own function, no
+            transaction: :class:`~harness.runs.toolbox.BareToolbox`); trials are recorded and
+            judged alike.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class Worker:
         faults: RunFaults | None = None,
         lease_seconds: float = 600.0,
         signing_key: bytes | None = None,
+        transactions: bool = True,
     ) -> None:
         self.suite = (
             suite
@@ -128,6 +132,7 @@ class Worker:
         # Leases name their holder: host, process and this worker.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_seconds = lease_seconds
+        self.transactions = transactions
 
     def reference(self, task: Task) -> Reference:
         """The task's reference outcome (computed once per worker)."""
@@ -180,6 +185,7 @@ class Worker:
                 # The trial's environment died with the process that ran it: rebuild the state
                 # its record says the episode left, so the verdict sees every effect.
                 apply_changes(env.state, recorded_changes(self.store.transaction_rows(eid)))
+                apply_changes(env.state, bare_changes(bare_calls(self.store.log(eid))))
             if injector is not None:
                 injector.install()
 
@@ -200,7 +206,7 @@ class Worker:
                 )
 
             ep = episode(resume=resume)
-            toolbox = RecordingToolbox(env.tools, ep, env)
+            toolbox = make_toolbox(env.tools, ep, env, transactions=self.transactions)
             while True:
                 try:
                     with ep:
@@ -233,6 +239,9 @@ class Worker:
                 mark=mark,
                 rows=self.store.transaction_rows(eid),
                 message=message,
+                bare=[]
+                if self.transactions
+                else bare_writes(bare_calls(self.store.log(eid)), env.tools),
             )
             passed = verdict.passed and outcome == EpisodeStatus.COMMITTED
             failures = Counter(c.kind for c in toolbox.calls if c.kind)
