@@ -438,10 +438,12 @@ def _check_request(request: Any) -> str | None:
 class ReplayPolicy:
     """A script that plays a task's reference actions, then answers with its required outputs.
 
-    Turn ``i`` of a conversation (``i`` assistant messages so far) calls reference action ``i``;
-    after the last one the reply is a text naming every required output. Given several tasks, it
-    recognises the conversation's task by its user message (the task's instruction), so one
-    server serves a whole suite.
+    Turn ``i`` of a conversation (``i`` assistant messages calling tools so far) calls reference
+    action ``i``; after the last one the reply is a text naming every required output (again at
+    every later turn, as when a user keeps talking). Given several tasks, it recognises the
+    conversation's task by a user message (the task's instruction, which is also what a
+    :class:`~harness.agents.user.ScriptedUser` without replies says first), so one server
+    serves a whole suite.
 
     Args:
         tasks: a task, or the tasks of a suite.
@@ -470,7 +472,13 @@ class ReplayPolicy:
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         task = self.task_for(request)
-        turn = sum(1 for m in request.get("messages", []) if m.get("role") == "assistant")
+        # Replies that called tools so far: a conversation's greeting and text answers to the
+        # user do not move the script on.
+        turn = sum(
+            1
+            for m in request.get("messages", [])
+            if m.get("role") == "assistant" and m.get("tool_calls")
+        )
         if turn < len(task.reference_actions):
             ref = task.reference_actions[turn]
             return tool_reply(tool_call(ref.name, dict(ref.arguments), id=f"call_{turn}"))
