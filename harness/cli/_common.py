@@ -149,6 +149,32 @@ def openai_settings(base_url: str | None = None, model: str | None = None) -> di
     return options
 
 
+def user_settings(
+    user: str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    max_steps: int | None = None,
+    max_errors: int | None = None,
+) -> dict[str, Any]:
+    """The ``openai`` agent's options for a conversation with a user (``--user``): the user's
+    name, its model and server when given (else the agent's), ``HARNESS_USER_API_KEY`` for the
+    user's server, and the caps when given (else tau2's, 200 steps and 10 errors)."""
+    options: dict[str, Any] = {"user": user}
+    if model:
+        options["user_model"] = model
+    if base_url:
+        options["user_base_url"] = base_url
+    key = os.environ.get("HARNESS_USER_API_KEY")
+    if key:
+        options["user_api_key"] = key
+    if max_steps is not None:
+        options["max_steps"] = max_steps
+    if max_errors is not None:
+        options["max_errors"] = max_errors
+    return options
+
+
 def signing_key(path: str | None) -> SigningKey | None:
     """The signing key: ``--signing-key PATH``, else the file ``HARNESS_SIGNING_KEY`` names."""
     chosen = path or os.environ.get("HARNESS_SIGNING_KEY")
@@ -157,5 +183,12 @@ def signing_key(path: str | None) -> SigningKey | None:
 
 def secrets() -> dict[str, Any] | None:
     """Agent options a run does not record (an API key), from the environment."""
-    key = os.environ.get("HARNESS_OPENAI_API_KEY")
-    return {"api_key": key} if key else None
+    found = {
+        option: os.environ.get(variable)
+        for option, variable in (
+            ("api_key", "HARNESS_OPENAI_API_KEY"),
+            ("user_api_key", "HARNESS_USER_API_KEY"),
+        )
+    }
+    given = {option: key for option, key in found.items() if key}
+    return given or None

@@ -29,6 +29,7 @@ from ._common import (
     signing_key_option,
     suite_options,
     unverified_option,
+    user_settings,
     verified,
     verify_options,
 )
@@ -103,6 +104,37 @@ def rerun_agent_options(command: Any) -> Any:
 @click.option("--base-url", default=None, help="openai agent: server URL (…/v1).")
 @click.option("--model", default=None, help="openai agent: model name.")
 @click.option(
+    "--user",
+    type=click.Choice(["openai", "scripted"]),
+    default=None,
+    help="openai agent: converse with a user as tau2-bench does (the agent greets, the user "
+    "answers until it says ###STOP###, ###TRANSFER### or ###OUT-OF-SCOPE###): openai, a model "
+    "prompted with the task's user scenario; scripted, a user who states the task's "
+    "instruction, then stops.",
+)
+@click.option(
+    "--user-model", default=None, help="openai user: model name (default: the agent's --model)."
+)
+@click.option(
+    "--user-base-url",
+    default=None,
+    help="openai user: server URL (…/v1; default: the agent's --base-url). "
+    "HARNESS_USER_API_KEY is its key.",
+)
+@click.option(
+    "--max-steps",
+    default=None,
+    type=click.IntRange(1),
+    help="With --user: messages before the conversation ends as max_steps [default: 200, tau2's].",
+)
+@click.option(
+    "--max-errors",
+    default=None,
+    type=click.IntRange(1),
+    help="With --user: failed tool calls before the conversation ends as too_many_errors "
+    "[default: 10, tau2's].",
+)
+@click.option(
     "--faults",
     "faults_file",
     default=None,
@@ -124,6 +156,11 @@ def run_command(
     tasks: tuple[str, ...],
     base_url: str | None,
     model: str | None,
+    user: str | None,
+    user_model: str | None,
+    user_base_url: str | None,
+    max_steps: int | None,
+    max_errors: int | None,
     faults_file: str | None,
     signing_key_file: str | None,
     all_k: bool,
@@ -150,6 +187,34 @@ def run_command(
         options = {"error_rate": error_rate, "self_conditioning": self_conditioning}
     elif agent == "openai":
         options = openai_settings(base_url, model)
+    conversation = {
+        "--user-model": user_model,
+        "--user-base-url": user_base_url,
+        "--max-steps": max_steps,
+        "--max-errors": max_errors,
+    }
+    if user is None:
+        given = [flag for flag, value in conversation.items() if value is not None]
+        if given:
+            raise click.BadParameter(
+                f"{', '.join(given)} only apply to a conversation: add --user openai|scripted",
+                param_hint="'--user'",
+            )
+    elif agent != "openai":
+        raise click.BadParameter(
+            f"a user converses with the openai agent only, not {agent!r}: add --agent openai",
+            param_hint="'--user'",
+        )
+    else:
+        options.update(
+            user_settings(
+                user,
+                model=user_model,
+                base_url=user_base_url,
+                max_steps=max_steps,
+                max_errors=max_errors,
+            )
+        )
     try:
         plan = None if faults_file is None else FaultPlan.load(faults_file)
         key = signing_key(signing_key_file)
