@@ -8,6 +8,7 @@ adapts to, not a crash. Only an escalation ends the agent's turn.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,15 +40,30 @@ __all__ = [
 
 @dataclass
 class ToolResult:
-    """What a tool call gave back, as the agent sees it."""
+    """What a tool call gave back, as the agent sees it.
+
+    Attributes:
+        ok: Whether the call succeeded.
+        content: What the tool returned (when ``ok``).
+        error: Why the call failed, in the harness's words (which check refused it, which
+            failure class ended it); the store, the log and the audit keep the same.
+        kind: The failure's kind (``invalid``, ``precondition``, ``unknown_tool``, a failure
+            class...).
+        text: The exact text the model reads, when the environment chose it
+            (:meth:`Toolbox.call` asks the environment's ``tool_message`` hook); None: the
+            content or the error, rendered by :meth:`as_text`.
+    """
 
     ok: bool
     content: Any = None
     error: str | None = None
     kind: str | None = None
+    text: str | None = None
 
     def as_text(self) -> str:
-        """The result as a model reads it."""
+        """The result as a model reads it: the environment's text when it chose one."""
+        if self.text is not None:
+            return self.text
         if self.ok:
             if isinstance(self.content, str):
                 return self.content
@@ -102,6 +118,22 @@ class Session(Protocol):
 class Toolbox:
     """The tools of one trial's environment, called as the agent would call them.
 
+    An environment can choose what the model sees, so that it matches a benchmark's own tools
+    word for word while the harness's checks run underneath; both hooks are optional, and an
+    environment without them is shown the harness's own rendering:
+
+    - ``environment.tool_defs() -> list[dict]``: tool definitions in OpenAI's function-calling
+      format; :attr:`specs` gives the environment's definition of every tool it defines.
+    - ``environment.tool_message(name, arguments, result, error) -> str | None``: the text the
+      model reads for a call (``result`` is the :class:`ToolResult`, ``error`` the exception
+      the call raised, None when it succeeded or never reached a tool); it becomes
+      :attr:`ToolResult.text`. None keeps the default. A refusal keeps the harness's reason in
+      :attr:`ToolResult.error`, the store and the log; only the model's text changes. The text
+      of a refused *action* call after which the episode goes on is remembered by the episode
+      (:meth:`Session.remember`, ``what="tool_message"``), so a resumed or replayed episode
+      shows the model the same words even though the state it would be computed from has
+      moved on (or, in a replay, never moved).
+
     Args:
         tools: tool name -> callable (actions run as transactions, others plainly).
         episode: the trial's episode (or a replay of it).
@@ -127,8 +159,11 @@ class Toolbox:
         """Every tool in OpenAI's function-calling format."""
         if self._specs is None:
             specs = []
+            defined = self._defined_specs()
             for name, tool in self.tools.items():
-                if isinstance(tool, Action):
+                if name in defined:
+                    specs.append(copy.deepcopy(defined[name]))
+                elif isinstance(tool, Action):
                     specs.append(tool.openai_tool)
                 else:
                     model, _, summary, _ = build_model(name, tool)
@@ -149,6 +184,53 @@ class Toolbox:
             self._specs = specs
         return self._specs
 
+    def _defined_specs(self) -> dict[str, dict[str, Any]]:
+        """The environment's own tool definitions by name (``tool_defs()``), if it has them."""
+        tool_defs = getattr(self.environment, "tool_defs", None)
+        if not callable(tool_defs):
+            return {}
+        defined: dict[str, dict[str, Any]] = {}
+        for spec in tool_defs():
+            function = spec.get("function") if isinstance(spec, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if not isinstance(name, str):
+                raise ConfigurationError(
+                    f"{type(self.environment).__name__}.tool_defs() gave {spec!r}, not a tool "
+                    'definition; return {"type": "function", "function": {"name": ..., '
+                    '"description": ..., "parameters": {...}}} for each tool'
+                )
+            defined[name] = spec
+        return defined
+
+    def _told(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        result: ToolResult,
+        error: BaseException | None,
+    ) -> None:
+        """Set ``result.text`` from the environment's ``tool_message`` hook, if it has one."""
+        hook = getattr(self.environment, "tool_message", None)
+        if not callable(hook):
+            return
+
+        def compute() -> str | None:
+            text = hook(name, dict(arguments), result, error)
+            if text is not None and not isinstance(text, str):
+                raise ConfigurationError(
+                    f"{type(self.environment).__name__}.tool_message returned "
+                    f"{type(text).__name__} for {name!r}; return the text the model reads, "
+                    "or None for the default"
+                )
+            return text
+
+        refused_action = not result.ok and isinstance(self.tools.get(name), Action)
+        if refused_action and getattr(error, "decision", "continue") == "continue":
+            request = {"tool": name, "arguments": arguments}
+            result.text = self.episode.remember("tool_message", request, compute)
+        else:
+            result.text = compute()
+
     def refuse(self, name: str, error: str, kind: str = "invalid") -> ToolResult:
         """Record a call that never reached a tool (e.g. arguments that are not JSON)."""
         result = ToolResult(False, error=error, kind=kind)
@@ -160,6 +242,7 @@ class Toolbox:
         arguments = dict(arguments or {})
         tool = self.tools.get(name)
         write = self.is_write(name)
+        error: BaseException | None = None
         if tool is None:
             result = ToolResult(
                 False,
@@ -177,6 +260,7 @@ class Toolbox:
                 self.calls.append(CallRecord(name, arguments, False, "escalated", write))
                 raise
             except Exception as exc:
+                error = exc
                 told = refusal(exc)
                 if told is not None:
                     result = ToolResult(False, error=told[1], kind=told[0])
@@ -186,6 +270,7 @@ class Toolbox:
                     )
                 else:  # a read tool's own error is an answer for the agent
                     result = ToolResult(False, error=f"{exc}", kind="tool_error")
+        self._told(name, arguments, result, error)
         self.calls.append(CallRecord(name, arguments, result.ok, result.kind, write))
         return result
 

@@ -19,11 +19,16 @@ Upstream behaviours a wrapper must respect (they are reproduced, not fixed):
   money either. Both store the item ids sorted.
 - "Pending" means exactly ``"pending"`` for cancel and item modification, but any status that
   contains ``"pending"`` (so also ``"pending (item modified)"``) for address and payment changes.
+
+:func:`upstream_error` runs a tool as a dry run (its validations read, nothing is written) to
+tell what upstream would answer a call: the words the agent is shown when the harness refuses it.
 """
 
 from __future__ import annotations
 
 import ast
+import contextvars
+import inspect
 import json
 import operator
 import sqlite3
@@ -34,7 +39,14 @@ from typing import Any, Final
 
 from harness.domains.retail.db import PRIMARY_KEYS, Record, column_names, decode, encode
 
-__all__ = ["READ_TOOLS", "TOOL_TYPES", "WRITE_TOOLS", "RetailError", "RetailTools"]
+__all__ = [
+    "READ_TOOLS",
+    "TOOL_TYPES",
+    "WRITE_TOOLS",
+    "RetailError",
+    "RetailTools",
+    "upstream_error",
+]
 
 
 class RetailError(ValueError):
@@ -68,6 +80,11 @@ READ_TOOLS: Final[tuple[str, ...]] = tuple(n for n, t in TOOL_TYPES.items() if t
 """The tools that never write: upstream's read tools and its two generic ones."""
 
 _CANCEL_REASONS: Final = frozenset({"no longer needed", "ordered by mistake"})
+_DRY_RUN: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
+    "retail_dry_run", default=False
+)
+"""True while :func:`upstream_error` runs a tool: its validations read, nothing is
+written (a context variable, so a dry run never affects a call running in another thread)."""
 _CALCULATOR_CHARS: Final = frozenset("0123456789+-*/(). ")
 _MAX_EXPONENT: Final = 10_000
 
@@ -162,7 +179,11 @@ class RetailTools:
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """Run the block in one transaction: all of its writes commit, or none do."""
+        """Run the block in one transaction: all of its writes commit, or none do (in a dry
+        run, no transaction: the block only reads)."""
+        if _DRY_RUN.get():
+            yield
+            return
         conn = self.conn
         if conn.in_transaction:
             conn.execute("SAVEPOINT retail_tool")
@@ -191,6 +212,8 @@ class RetailTools:
         return None if row is None else decode(table, row)
 
     def _put(self, table: str, record: Record) -> None:
+        if _DRY_RUN.get():
+            return
         names = column_names(table)
         values = encode(table, record)
         key_index = names.index(PRIMARY_KEYS[table])
@@ -278,7 +301,8 @@ class RetailTools:
         if not all(char in _CALCULATOR_CHARS for char in expression):
             raise RetailError("Invalid characters in expression")
         try:
-            value = _arithmetic(ast.parse(expression, mode="eval"))
+            # "<string>": the file name eval gives, so a syntax error reads as upstream's.
+            value = _arithmetic(ast.parse(expression, filename="<string>", mode="eval"))
             return str(round(float(value), 2))
         except (SyntaxError, ArithmeticError) as error:
             raise RetailError(str(error)) from error
@@ -752,3 +776,43 @@ class RetailTools:
             order["return_payment_method_id"] = payment_method_id
             self._put("orders", order)
             return order
+
+
+def upstream_error(tools: RetailTools, name: str, arguments: Mapping[str, Any]) -> str | None:
+    """The error upstream's environment would report for this call on the current database.
+
+    Runs the tool ``name`` of ``tools`` as upstream would call it (``tool(**arguments)``, no
+    argument validation) in a *dry run*: every validation and lookup of the tool runs in the same
+    order as in a real call, but nothing is written, so the database is left as it was. The
+    message is what upstream puts after ``"Error: "`` in the tool message the agent reads
+    (upstream's ``Environment.get_response``): a :class:`RetailError`'s text, Python's own
+    ``TypeError`` text for arguments that do not fit the signature (the same as upstream's,
+    whose class and methods have these names), ``Tool '<name>' not found.`` for a name that is
+    not a tool.
+
+    Args:
+        tools: The tools, over the database to judge the call on.
+        name: The tool's name.
+        arguments: The arguments as the agent sent them.
+
+    Returns:
+        The message, or None when upstream's tool would accept the call.
+    """
+    if name not in TOOL_TYPES:
+        return f"Tool '{name}' not found."
+    function = getattr(type(tools), name)
+    try:
+        inspect.signature(function).bind(tools, **arguments)
+    except TypeError:
+        try:  # binding fails before the body runs: Python's own message, as upstream gets
+            function(tools, **arguments)
+        except TypeError as error:
+            return str(error)
+    token = _DRY_RUN.set(True)
+    try:
+        getattr(tools, name)(**arguments)
+    except Exception as error:  # upstream reports any exception as "Error: <message>"
+        return str(error)
+    finally:
+        _DRY_RUN.reset(token)
+    return None
