@@ -3,41 +3,50 @@
 ``taubench``
     tau-bench's results file: a JSON list of ``EnvRunResult`` records (``task_id`` an integer,
     ``reward`` 1.0 or 0.0, ``trial``, ``info``, ``traj``), which its ``display_metrics`` turns
-    into pass^k. Task ids that are not integers are numbered in run order; the harness id is
-    kept in ``info["harness_task_id"]``. Infrastructure errors are written as reward 0
+    into pass^k. ``task_id`` is the task's index in the tasks file it came from (a tau2
+    ``tasks.json``: its position there); a suite that did not come from one tasks file has no
+    such index, and its tasks are numbered in run order with ``info["task_id_source"] =
+    "run_order"`` (:func:`taubench_ids_note`). The harness id is kept in
+    ``info["harness_task_id"]``. Infrastructure errors are written as reward 0
     (``infra="fail"``, tau-bench's convention) or left out (``infra="exclude"``).
 ``tau2``
-    tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``): each simulation carries
-    ``task_id``, ``trial``, ``reward_info.reward``, ``termination_reason`` (an infrastructure
-    error is ``infrastructure_error``, which tau2's metrics leave out), times and messages, and
-    each task its reference actions, so ``tau2.metrics.agent_metrics.compute_metrics`` runs on it.
+    tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``), in the shape its
+    ``tau2 submit verify-trajs`` accepts (:func:`tau2_results`): tau2's tasks as its file gives
+    them, ``num_trials`` simulations of each, ``info`` with the harness commit, ``max_steps``,
+    ``max_errors``, the user simulator, the policy and the tool definitions; each simulation
+    with its termination reason (an infrastructure error is ``infrastructure_error``, which
+    tau2's metrics leave out), costs, token counts, reward basis and messages.
 ``jsonl``
     One JSON object per trial with everything the store holds about it, transactions included.
 
-Trajectories are rebuilt from the transaction log: each write the agent attempted as a tool
-call and its result (or the harness's refusal), then the agent's final message. Reads are not
-transactions, so they do not appear.
+Trajectories are the conversation the agent recorded (``AgentOutput.meta["messages"]``) when
+it recorded one; otherwise they are rebuilt from the episode's record: the instruction the agent
+was given, each tool call in order (reads and bare calls from the log, writes from their
+transactions) with its result (or the harness's refusal), then the agent's final message.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .._json import loads_or
 from .._version import __version__
+from ..agents.base import Session, Toolbox, ToolResult
+from ..episode.cursor import REMEMBERED
 from ..errors import HarnessError
 from ..runs.layout import OpenRun, open_run
 from ..runs.output import finite, json_text, write_output
 from ..runs.resume import run_suite
+from ..runs.toolbox import BARE
 from ..stats import InfraPolicy
-from ..store import TransactionRow, TrialRow
+from ..store import Store, TransactionRow, TrialRow
 from ..store.statuses import APPLIED
-from ..suite import Task, is_builtin_suite
+from ..suite import TAU2_BASIS_TAG, TAU2_INDEX_TAG, Suite, Task, is_builtin_suite
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -45,7 +54,10 @@ __all__ = [
     "export_run",
     "jsonl_records",
     "suite_left_out",
+    "tau2_index",
     "tau2_results",
+    "tau2_reward_basis",
+    "taubench_ids_note",
     "taubench_records",
 ]
 
@@ -68,15 +80,20 @@ def _ordered_trials(data: OpenRun) -> list[TrialRow]:
     return sorted(data.trials, key=lambda r: (r.trial, position[r.task_id]))
 
 
-def _suite_tasks(data: OpenRun, suite: str | Path | None, trust: bool) -> dict[str, Task]:
-    """The run's tasks from its suite, loaded only from a place the caller vouches for
+def _loaded_suite(data: OpenRun, suite: str | Path | None, trust: bool) -> Suite | None:
+    """The run's suite, loaded only from a place the caller vouches for
     (:func:`~harness.runs.resume.run_suite`): a built-in suite, ``suite``, or the recorded path
-    when ``trust`` is set. Otherwise (or when it no longer loads) no task: the export then
-    carries no instructions."""
+    when ``trust`` is set. Otherwise (or when it no longer loads) None: the export then carries
+    no instructions."""
     try:
-        return {t.id: t for t in run_suite(data, suite=suite, trust=trust).tasks}
+        return run_suite(data, suite=suite, trust=trust)
     except (HarnessError, OSError):
-        return {}
+        return None
+
+
+def _suite_tasks(data: OpenRun, suite: str | Path | None, trust: bool) -> dict[str, Task]:
+    loaded = _loaded_suite(data, suite, trust)
+    return {} if loaded is None else {t.id: t for t in loaded.tasks}
 
 
 def suite_left_out(run: str | Path, *, suite: str | Path | None, trust: bool) -> str | None:
@@ -100,37 +117,198 @@ def _result_text(txn: TransactionRow) -> str:
     return f"Error: {txn.reason or txn.failure_class or txn.status}"
 
 
-def _openai_traj(task: Task | None, txns: list[TransactionRow], message: str) -> list[Any]:
-    """An OpenAI-style message list (tau-bench's ``traj``)."""
-    traj: list[dict[str, Any]] = []
-    if task is not None and task.instruction:
-        traj.append({"role": "user", "content": task.instruction})
-    for txn in txns:
-        call_id = f"call_{txn.id}"
-        traj.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": txn.action, "arguments": txn.args},
-                    }
-                ],
-            }
+def _content_text(ok: bool, content: Any, error: str | None) -> str:
+    """A recorded read's or bare call's result as the model read it (``ToolResult.as_text``)."""
+    return ToolResult(ok, content, error).as_text()
+
+
+def _tool_steps(store: Store, episode_id: str) -> list[dict[str, Any]]:
+    """Every tool call of an episode, in the order the agent made them, from its record: reads
+    and bare calls (remembered in the log) and writes (transactions, placed at their first log
+    record). Each is ``{id, name, arguments, content, error, start, end}``."""
+    log = store.log(episode_id)
+    rows = {t.id: t for t in store.transaction_rows(episode_id)}
+    steps: list[tuple[float, dict[str, Any]]] = []
+    placed: set[str] = set()
+    for entry in sorted(log, key=lambda r: r.seq):
+        if entry.txn_id is not None and entry.txn_id in rows and entry.txn_id not in placed:
+            placed.add(entry.txn_id)
+            txn = rows[entry.txn_id]
+            steps.append((entry.seq, _txn_step(txn)))
+            continue
+        if entry.kind != REMEMBERED:
+            continue
+        payload = loads_or(entry.payload, {})
+        if not isinstance(payload, dict) or payload.get("what") not in ("read", BARE):
+            continue
+        request, value = payload.get("request") or {}, payload.get("value") or {}
+        ok = bool(value.get("ok"))
+        steps.append(
+            (
+                entry.seq,
+                {
+                    "id": f"call_{episode_id}_{entry.seq}",
+                    "name": str(request.get("tool", "")),
+                    "arguments": dict(request.get("arguments") or {}),
+                    "content": _content_text(ok, value.get("content"), value.get("error")),
+                    "error": not ok,
+                    "start": entry.ts,
+                    "end": entry.ts,
+                },
+            )
         )
-        traj.append(
-            {
+    late = sorted((t for t in rows.values() if t.id not in placed), key=lambda t: t.seq)
+    last = max((seq for seq, _ in steps), default=0)
+    steps += [(last + 1 + i, _txn_step(t)) for i, t in enumerate(late)]
+    return [step for _, step in sorted(steps, key=lambda p: p[0])]
+
+
+def _txn_step(txn: TransactionRow) -> dict[str, Any]:
+    return {
+        "id": f"call_{txn.id}",
+        "name": txn.action,
+        "arguments": loads_or(txn.args, {}),
+        "content": _result_text(txn),
+        "error": txn.status not in APPLIED,
+        "start": txn.started_at,
+        "end": txn.ended_at or txn.started_at,
+    }
+
+
+# --- messages an agent recorded (AgentOutput.meta["messages"]), in tau2's shape ---------------
+
+_MESSAGE_FIELDS = ("cost", "usage", "raw_data", "generation_time_seconds")
+
+
+def _tau2_tool_call(call: Any) -> dict[str, Any]:
+    """A tool call in tau2's shape (``id``, ``name``, ``arguments`` as an object,
+    ``requestor``), from tau2's or OpenAI's shape."""
+    call = dict(call) if isinstance(call, dict) else {}
+    function = call.get("function")
+    if isinstance(function, dict):  # OpenAI: {"id", "type", "function": {"name", "arguments"}}
+        name, arguments = function.get("name", ""), function.get("arguments")
+    else:
+        name, arguments = call.get("name", ""), call.get("arguments")
+    if isinstance(arguments, str):
+        arguments = loads_or(arguments, {"_raw": arguments})
+    return {
+        "id": str(call.get("id") or ""),
+        "name": str(name),
+        "arguments": arguments if isinstance(arguments, dict) else {},
+        "requestor": call.get("requestor") if call.get("requestor") == "user" else "assistant",
+    }
+
+
+def _tau2_recorded(messages: list[Any], stamp: str) -> list[dict[str, Any]]:
+    """The conversation an agent recorded, as tau2's messages (system prompts left out, as
+    tau2's trajectories leave them out; a missing ``turn_idx`` or ``timestamp`` filled in)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "tool":
+            item: dict[str, Any] = {
+                "id": str(message.get("id") or message.get("tool_call_id") or ""),
                 "role": "tool",
-                "tool_call_id": call_id,
-                "name": txn.action,
-                "content": _result_text(txn),
+                "content": None if message.get("content") is None else str(message["content"]),
+                "requestor": "user" if message.get("requestor") == "user" else "assistant",
+                "error": bool(message.get("error", False)),
             }
+        elif role in ("assistant", "user"):
+            calls = message.get("tool_calls")
+            item = {
+                "role": role,
+                "content": message.get("content"),
+                "tool_calls": [_tau2_tool_call(c) for c in calls] if calls else None,
+            }
+            item.update({k: message[k] for k in _MESSAGE_FIELDS if message.get(k) is not None})
+        else:
+            continue
+        item["turn_idx"] = len(out)
+        item["timestamp"] = message.get("timestamp") or stamp
+        out.append(item)
+    return out
+
+
+def _tau2_rebuilt(
+    instruction: str, steps: list[dict[str, Any]], message: str, end: float
+) -> list[dict[str, Any]]:
+    """tau2 messages rebuilt from the record: the instruction the agent was given (as the
+    user's message), each tool call and its result, the agent's final message."""
+    out: list[dict[str, Any]] = []
+
+    def add(item: dict[str, Any], ts: float) -> None:
+        item["turn_idx"] = len(out)
+        item["timestamp"] = _iso(ts)
+        out.append(item)
+
+    first = min([step["start"] for step in steps] + [end])
+    if instruction:
+        add({"role": "user", "content": instruction}, first)
+    for step in steps:
+        call = {"id": step["id"], "name": step["name"], "arguments": step["arguments"]}
+        add({"role": "assistant", "content": None, "tool_calls": [call]}, step["start"])
+        add(
+            {
+                "id": step["id"],
+                "role": "tool",
+                "content": step["content"],
+                "requestor": "assistant",
+                "error": step["error"],
+            },
+            step["end"],
         )
     if message:
-        traj.append({"role": "assistant", "content": message})
+        add({"role": "assistant", "content": message}, end)
+    return out
+
+
+def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """tau2 messages as an OpenAI-style message list (tau-bench's ``traj``)."""
+    traj: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for m in messages:
+        if m["role"] == "tool":
+            traj.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": m["id"],
+                    "name": names.get(m["id"], ""),
+                    "content": m["content"],
+                }
+            )
+            continue
+        item: dict[str, Any] = {"role": m["role"], "content": m.get("content")}
+        if m.get("tool_calls"):
+            item["tool_calls"] = []
+            for c in m["tool_calls"]:
+                names[c["id"]] = c["name"]
+                item["tool_calls"].append(
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {
+                            "name": c["name"],
+                            "arguments": json.dumps(c["arguments"], sort_keys=True),
+                        },
+                    }
+                )
+        traj.append(item)
     return traj
+
+
+def _trial_messages(
+    data: OpenRun, row: TrialRow, task: Task | None, meta: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A trial's conversation in tau2's shape: the one its agent recorded
+    (``meta["messages"]``), or else one rebuilt from the episode's record."""
+    recorded = meta.get("messages")
+    if isinstance(recorded, list) and recorded:
+        return _tau2_recorded(recorded, _iso(row.created_at))
+    steps = _tool_steps(data.store, row.episode_id)
+    instruction = task.instruction if task is not None else ""
+    return _tau2_rebuilt(instruction, steps, row.message, row.created_at)
 
 
 def _expected_digest(row: TrialRow) -> str:
@@ -158,10 +336,61 @@ def _harness_info(row: TrialRow) -> dict[str, Any]:
     }
 
 
-def _integer_ids(ids: list[str]) -> dict[str, int]:
-    if all(re.fullmatch(r"\d+", t) for t in ids) and len({int(t) for t in ids}) == len(ids):
-        return {t: int(t) for t in ids}
+# --- task identity ----------------------------------------------------------------------------
+
+
+def _tag(task: Task, prefix: str) -> str | None:
+    return next((t[len(prefix) :] for t in task.tags if t.startswith(prefix)), None)
+
+
+def tau2_index(task: Task) -> int | None:
+    """The position of a task loaded from a tau2 ``tasks.json`` in that file (None: not one)."""
+    index = _tag(task, TAU2_INDEX_TAG)
+    return int(index) if index is not None and index.isdigit() else None
+
+
+def tau2_reward_basis(task: Task) -> list[str] | None:
+    """A tau2 task's reward basis as its file gives it (tau2's default when it names none);
+    None for a task that did not come from a tau2 ``tasks.json``."""
+    basis = _tag(task, TAU2_BASIS_TAG)
+    return None if basis is None else [b for b in basis.split(",") if b]
+
+
+def _file_indexes(loaded: Suite | None, ids: list[str]) -> dict[str, int] | None:
+    """Each task's index in the tasks file it came from, or None when some task has none: the
+    suite was not loaded, or its tasks come from more than one file."""
+    if loaded is None:
+        return None
+    tasks = {t.id: t for t in loaded.tasks}
+    if any(t not in tasks for t in ids):
+        return None
+    tau2 = {t: tau2_index(tasks[t]) for t in ids}
+    if all(i is not None for i in tau2.values()):
+        return {t: i for t, i in tau2.items() if i is not None}
+    files = {loaded.task_files.get(t.id, loaded.path) for t in loaded.tasks}
+    if len(files) != 1:
+        return None
+    position = {t.id: i for i, t in enumerate(loaded.tasks)}
+    return {t: position[t] for t in ids}
+
+
+def _run_order_ids(ids: list[str]) -> dict[str, int]:
     return {t: i for i, t in enumerate(ids)}
+
+
+def taubench_ids_note(run: str | Path, *, suite: str | Path | None, trust: bool) -> str | None:
+    """Why a tau-bench export of ``run`` numbers its tasks in run order instead of by their
+    index in a tasks file, or None when every task has that index."""
+    with open_run(run, finished=True) as data:
+        if _file_indexes(_loaded_suite(data, suite, trust), _task_order(data)) is not None:
+            return None
+        where = data.config.get("suite_path") or data.run.suite
+    return (
+        f"the tasks of the run's suite {where} have no index in a tasks file here (the suite did "
+        "not come from one tasks file, or was not loaded): task_id numbers them in run order and "
+        "claims no index (info.task_id_source is run_order); load the suite with --suite PATH "
+        "or --trust-suite when it is one tasks file"
+    )
 
 
 def taubench_records(
@@ -170,23 +399,48 @@ def taubench_records(
     infra: InfraPolicy = "fail",
     suite: str | Path | None = None,
     trust: bool = False,
+    require_index: bool = False,
 ) -> list[dict[str, Any]]:
     """The run as tau-bench's results file (a list of ``EnvRunResult`` records).
+
+    ``task_id`` is the task's index in the tasks file it came from (for a tau2 ``tasks.json``,
+    its position in that file, whatever its tau2 id), so it names the same task as the file
+    does. A suite that did not come from one tasks file (or was not loaded) has no such index:
+    its tasks are numbered in run order and each record says so
+    (``info["task_id_source"] = "run_order"``, ``"tasks_file_index"`` otherwise).
 
     Args:
         data: from ``open_run``.
         infra: ``fail`` writes infrastructure errors as reward 0; ``exclude`` leaves them out.
+        suite, trust: where the suite is loaded from (see :func:`export_run`).
+        require_index: refuse (``HarnessError``) instead of numbering in run order.
+
+    Raises:
+        HarnessError: ``require_index`` and the tasks have no index in a tasks file.
     """
     if infra not in ("fail", "exclude"):
         raise ValueError(f"infra must be 'fail' or 'exclude', got {infra!r}")
-    ids = _integer_ids(_task_order(data))
-    tasks = _suite_tasks(data, suite, trust)
+    order = _task_order(data)
+    loaded = _loaded_suite(data, suite, trust)
+    indexes = _file_indexes(loaded, order)
+    if indexes is None and require_index:
+        raise HarnessError(
+            f"export: the run's tasks have no index in a tasks file (suite "
+            f"{data.config.get('suite_path') or data.run.suite}: not one tasks file, or not "
+            "loaded), so tau-bench's task_id cannot name them; load the suite with --suite PATH "
+            "or --trust-suite, or export without requiring the index (tasks numbered in run "
+            "order)"
+        )
+    source = "run_order" if indexes is None else "tasks_file_index"
+    ids = indexes if indexes is not None else _run_order_ids(order)
+    tasks = {} if loaded is None else {t.id: t for t in loaded.tasks}
     out = []
     for row in _ordered_trials(data):
         if row.infra_error and infra == "exclude":
             continue
         reward = 1.0 if row.passed and not row.infra_error else 0.0
         task = tasks.get(row.task_id)
+        meta = loads_or(row.agent_meta, {})
         info: dict[str, Any] = {
             "reward_info": {
                 "reward": reward,
@@ -197,6 +451,7 @@ def taubench_records(
                 ],
             },
             "source": "harness",
+            "task_id_source": source,
             **_harness_info(row),
         }
         if task is not None:
@@ -207,76 +462,87 @@ def taubench_records(
                 "outputs": list(task.required_outputs),
             }
         if row.infra_error:
-            info["error"] = _harness_info(row)["agent_meta"].get("error", "infrastructure error")
+            info["error"] = meta.get("error", "infrastructure error")
         out.append(
             {
                 "task_id": ids[row.task_id],
                 "reward": reward,
                 "info": info,
-                "traj": _openai_traj(
-                    task, data.store.transaction_rows(row.episode_id), row.message
-                ),
+                "traj": _openai_messages(_trial_messages(data, row, task, meta)),
                 "trial": row.trial,
             }
         )
     return out
 
 
-def _termination(row: TrialRow) -> str:
+# --- tau2 -------------------------------------------------------------------------------------
+
+TAU2_TERMINATIONS = frozenset(
+    {
+        "user_stop",
+        "agent_stop",
+        "max_steps",
+        "timeout",
+        "too_many_errors",
+        "agent_error",
+        "user_error",
+        "infrastructure_error",
+        "context_window_exceeded",
+        "unexpected_error",
+    }
+)
+"""tau2's ``TerminationReason`` values."""
+
+
+def _termination(row: TrialRow, meta: dict[str, Any]) -> str:
     if row.infra_error:
         return "infrastructure_error"
-    if "error" in loads_or(row.agent_meta, {}):
+    recorded = meta.get("termination_reason")
+    if isinstance(recorded, str) and recorded in TAU2_TERMINATIONS:
+        return recorded
+    if "error" in meta:
         return "agent_error"
     return "agent_stop"
 
 
-def _tau2_messages(
-    txns: list[TransactionRow], message: str, start: float, end: float
-) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    for txn in txns:
-        call_id = f"call_{txn.id}"
-        stamp = _iso(txn.started_at)
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "name": txn.action,
-                        "arguments": loads_or(txn.args, {}),
-                        "requestor": "assistant",
-                    }
-                ],
-                "turn_idx": len(messages),
-                "timestamp": stamp,
-            }
-        )
-        messages.append(
-            {
-                "id": call_id,
-                "role": "tool",
-                "content": _result_text(txn),
-                "requestor": "assistant",
-                "error": txn.status not in APPLIED,
-                "turn_idx": len(messages),
-                "timestamp": _iso(txn.ended_at or txn.started_at),
-            }
-        )
-    if message:
-        messages.append(
-            {
-                "role": "assistant",
-                "content": message,
-                "turn_idx": len(messages),
-                "timestamp": _iso(end),
-            }
-        )
-    return messages
+def _costs(messages: list[dict[str, Any]], meta: dict[str, Any]) -> tuple[Any, Any]:
+    """(agent cost, user cost) as tau2's ``get_cost`` sums them from the messages' costs: a
+    side is None when one of its messages has none; without messages of a side, the total the
+    agent recorded (``agent_cost`` / ``user_cost``), else None (unknown)."""
+
+    def side(role: str, key: str) -> float | None:
+        costs = [m.get("cost") for m in messages if m["role"] == role]
+        known = [float(c) for c in costs if isinstance(c, int | float)]
+        if costs and len(known) == len(costs):
+            return sum(known)
+        value = meta.get(key)
+        return float(value) if isinstance(value, int | float) and not costs else None
+
+    return side("assistant", "agent_cost"), side("user", "user_cost")
 
 
-def _tau2_task(task_id: str, task: Task | None) -> dict[str, Any]:
+def _tokens(messages: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """Token counts per side: the messages' ``usage`` summed (tau2's ``get_token_usage``),
+    else the totals the agent recorded (``meta["usage"]``, ``meta["user_usage"]``)."""
+    out: dict[str, Any] = {}
+    for role, key in (("assistant", "usage"), ("user", "user_usage")):
+        totals: dict[str, int] = {}
+        for m in messages:
+            if m["role"] == role and isinstance(m.get("usage"), dict):
+                for k, v in m["usage"].items():
+                    if isinstance(v, int):
+                        totals[k] = totals.get(k, 0) + v
+        recorded = meta.get(key)
+        if not totals and isinstance(recorded, dict):
+            totals = {k: v for k, v in recorded.items() if isinstance(v, int)}
+        if totals:
+            out["agent" if role == "assistant" else "user"] = totals
+    return out
+
+
+def _tau2_task(task_id: str, task: Task | None, raw: dict[str, Any] | None) -> dict[str, Any]:
+    if raw is not None:  # tau2's own task, as its file gives it: tau2's checks compare it whole
+        return raw
     if task is None:
         return {
             "id": task_id,
@@ -285,7 +551,7 @@ def _tau2_task(task_id: str, task: Task | None) -> dict[str, Any]:
         }
     user = task.user
     structured = all(k in user for k in ("domain", "reason_for_call", "task_instructions"))
-    basis = ["DB", "COMMUNICATE"] if task.required_outputs else ["DB"]
+    basis = tau2_reward_basis(task) or (["DB", "COMMUNICATE"] if task.required_outputs else ["DB"])
     return {
         "id": task.id,
         "user_scenario": {"instructions": dict(user) if structured else task.instruction},
@@ -305,45 +571,174 @@ def _tau2_task(task_id: str, task: Task | None) -> dict[str, Any]:
     }
 
 
+def _raw_tau2_tasks(loaded: Suite | None) -> dict[str, dict[str, Any]]:
+    """The run's tau2 tasks as its ``tasks.json`` gives them (empty: not a tau2 suite)."""
+    if loaded is None or not any(tau2_index(t) is not None for t in loaded.tasks):
+        return {}
+    try:
+        data = json.loads(Path(loaded.path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, list):
+        return {}
+    return {str(t.get("id")): t for t in data if isinstance(t, dict)}
+
+
+def _tool_defs(env: Any) -> dict[str, Any] | None:
+    """tau2's ``EnvironmentInfo.tool_defs`` (name -> ``ToolSignature``: ``name``, ``doc``,
+    ``params``, ``returns``): the environment's ``tool_defs()`` when it has one, else built from
+    its tools as the agent sees them (their OpenAI function specs)."""
+    hook = getattr(env, "tool_defs", None)
+    given = hook() if callable(hook) else None
+    specs: list[Any]
+    if isinstance(given, dict):
+        if all(isinstance(v, dict) and "doc" in v for v in given.values()):
+            return dict(given)
+        specs = list(given.values())
+    elif isinstance(given, list):
+        specs = given
+    else:
+        specs = Toolbox(dict(env.tools), cast(Session, None), env).specs
+    out: dict[str, Any] = {}
+    for spec in specs:
+        function = spec.get("function", spec) if isinstance(spec, dict) else {}
+        name = function.get("name")
+        if name:
+            out[str(name)] = {
+                "name": str(name),
+                "doc": str(function.get("description") or ""),
+                "params": function.get("parameters"),
+                "returns": None,
+            }
+    return out or None
+
+
+def _policy_text(env: Any) -> str:
+    """The domain policy the agent is given: the environment's ``policy`` (text), else its
+    module's ``POLICY``; empty when it has none."""
+    policy = getattr(env, "policy", None)
+    if callable(policy):
+        policy = policy()
+    if not isinstance(policy, str):
+        policy = getattr(sys.modules.get(type(env).__module__), "POLICY", None)
+    return policy if isinstance(policy, str) else ""
+
+
+def _environment_info(loaded: Suite | None, domain: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"domain_name": domain, "policy": "", "tool_defs": None}
+    if loaded is None:
+        return info
+    try:
+        env = loaded.new_environment()
+    except Exception:  # an environment that no longer builds: the export goes on without it
+        return info
+    try:
+        info["policy"] = _policy_text(env)
+        info["tool_defs"] = _tool_defs(env)
+    except Exception:
+        pass
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+    return info
+
+
+def _first(metas: Iterable[dict[str, Any]], key: str) -> Any:
+    return next((m[key] for m in metas if m.get(key) is not None), None)
+
+
+def _user_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    user = _first(metas, "user")
+    if isinstance(user, dict) and user.get("implementation"):
+        return {
+            k: user[k]
+            for k in ("implementation", "llm", "llm_args", "global_simulation_guidelines")
+            if user.get(k) is not None
+        }
+    if isinstance(user, str) and user:
+        return {"implementation": user}
+    return {"implementation": "none (the agent is given the task's instruction)"}
+
+
+def _cap(metas: list[dict[str, Any]], agent: dict[str, Any], key: str) -> int:
+    value = _first(metas, key)
+    if value is None:
+        value = agent.get(key)
+    return int(value) if isinstance(value, int | float) else 0
+
+
 def _agent_info(evidence: dict[str, Any]) -> dict[str, Any]:
     agent = dict(evidence.get("agent") or {})
     name = str(agent.get("name") or agent.get("agent") or "unknown")
-    return {"implementation": f"harness:{name}", "llm": agent.get("model"), "llm_args": agent}
+    args = {
+        **agent,
+        "harness": {
+            "transactions": evidence.get("transactions", True),
+            "policy": finite(evidence.get("policy") or {}),
+        },
+    }
+    return {"implementation": f"harness:{name}", "llm": agent.get("model"), "llm_args": args}
+
+
+def _git_commit(evidence: dict[str, Any]) -> str:
+    """The harness commit that ran (recorded in the evidence), else its version."""
+    commit = evidence.get("harness_commit")
+    if isinstance(commit, str) and commit:
+        return commit
+    return f"harness-{evidence.get('harness_version', __version__)}"
 
 
 def tau2_results(
     data: OpenRun, *, suite: str | Path | None = None, trust: bool = False
 ) -> dict[str, Any]:
-    """The run as tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``)."""
+    """The run as tau2-bench's ``Results`` (``info``, ``tasks``, ``simulations``).
+
+    What tau2's ``submit verify-trajs`` checks offline holds: the file loads as its
+    ``Results``; each task is listed once with its tau2 id and, for a tau2 ``tasks.json``, as
+    the file gives it (so tau2's task comparison finds it unchanged); every task has
+    ``info.num_trials`` simulations. ``info`` carries the harness commit (``git_commit``),
+    ``max_steps`` and ``max_errors`` (as the agent recorded them, else its configuration, else
+    0: no cap), the user simulator, the domain policy and the tool definitions; each
+    simulation its costs (None when the endpoint reported none), token counts
+    (``reward_info.info["usage"]``), the task's reward basis, and the conversation: the one
+    the agent recorded (``meta["messages"]``), else one rebuilt from the episode's record.
+    """
     order = _task_order(data)
-    tasks = _suite_tasks(data, suite, trust)
+    loaded = _loaded_suite(data, suite, trust)
+    tasks = {} if loaded is None else {t.id: t for t in loaded.tasks}
+    raw = _raw_tau2_tasks(loaded)
     ev = data.evidence
+    metas = {row.episode_id: loads_or(row.agent_meta, {}) for row in data.trials}
     per_task: dict[str, int] = {}
     for row in data.trials:
         per_task[row.task_id] = per_task.get(row.task_id, 0) + 1
     simulations = []
     for row in _ordered_trials(data):
+        meta = metas[row.episode_id] if isinstance(metas[row.episode_id], dict) else {}
+        task = tasks.get(row.task_id)
         start = row.created_at - row.duration
         reward = 1.0 if row.passed and not row.infra_error else 0.0
         verdict = loads_or(row.verdict, {})
-        db_match = next(
-            (
-                c.get("passed")
-                for c in verdict.get("checks", [])
-                if c.get("name") == "state_equality"
-            ),
-            None,
-        )
-        reward_info: dict[str, Any] = {
-            "reward": reward,
-            "reward_basis": ["DB"],
-            "info": _harness_info(row),
-        }
-        if db_match is not None:
-            reward_info["db_check"] = {
-                "db_match": bool(db_match),
-                "db_reward": float(bool(db_match)),
-            }
+        checks = {c.get("name"): c for c in verdict.get("checks", []) if isinstance(c, dict)}
+        basis = (raw.get(row.task_id, {}).get("evaluation_criteria") or {}).get("reward_basis")
+        if basis is None:
+            basis = (task and tau2_reward_basis(task)) or ["DB"]
+        messages = _trial_messages(data, row, task, meta)
+        agent_cost, user_cost = _costs(messages, meta)
+        info = _harness_info(row)
+        info["usage"] = _tokens(messages, meta)
+        reward_info: dict[str, Any] = {"reward": reward, "reward_basis": basis, "info": info}
+        if "state_equality" in checks:
+            db_match = bool(checks["state_equality"].get("passed"))
+            reward_info["db_check"] = {"db_match": db_match, "db_reward": float(db_match)}
+        outputs = checks.get("required_outputs")
+        if outputs is not None:
+            missing = set((outputs.get("compared") or {}).get("missing") or [])
+            reward_info["communicate_checks"] = [
+                {"info": text, "met": text not in missing, "justification": "substring check"}
+                for text in (outputs.get("compared") or {}).get("required") or []
+            ]
         simulations.append(
             {
                 "id": row.episode_id,
@@ -352,36 +747,39 @@ def tau2_results(
                 "start_time": _iso(start),
                 "end_time": _iso(row.created_at),
                 "duration": row.duration,
-                "termination_reason": _termination(row),
-                "agent_cost": None,
-                "user_cost": None,
+                "termination_reason": _termination(row, meta),
+                "agent_cost": agent_cost,
+                "user_cost": user_cost,
                 "reward_info": reward_info,
-                "messages": _tau2_messages(
-                    data.store.transaction_rows(row.episode_id), row.message, start, row.created_at
-                ),
+                "messages": messages,
                 "trial": row.trial,
                 "seed": row.seed,
             }
         )
+    domain = next(
+        (
+            str(d)
+            for t in raw.values()
+            if isinstance(d := ((t.get("user_scenario") or {}).get("instructions") or {}), dict)
+            and (d := d.get("domain"))
+        ),
+        data.run.suite,
+    )
+    agent = dict(ev.get("agent") or {})
+    all_metas = [m for m in metas.values() if isinstance(m, dict)]
     return {
         "timestamp": _iso(data.run.created_at),
         "info": {
-            "git_commit": f"harness {ev.get('harness_version', __version__)}",
+            "git_commit": _git_commit(ev),
             "num_trials": int(data.config.get("trials") or max(per_task.values())),
-            # The harness caps neither steps nor errors; 0 stands for "no cap".
-            "max_steps": 0,
-            "max_errors": 0,
-            "user_info": {"implementation": "none (harness task instruction)"},
+            "max_steps": _cap(all_metas, agent, "max_steps"),
+            "max_errors": _cap(all_metas, agent, "max_errors"),
+            "user_info": _user_info(all_metas),
             "agent_info": _agent_info(ev),
-            "environment_info": {
-                "domain_name": data.run.suite,
-                "policy": json.dumps(
-                    finite(ev.get("policy") or {}), sort_keys=True, allow_nan=False
-                ),
-            },
+            "environment_info": _environment_info(loaded, domain),
             "seed": ev.get("seed", data.config.get("seed")),
         },
-        "tasks": [_tau2_task(t, tasks.get(t)) for t in order],
+        "tasks": [_tau2_task(t, tasks.get(t), raw.get(t)) for t in order],
         "simulations": simulations,
     }
 
@@ -435,6 +833,7 @@ def export_run(
     infra: InfraPolicy = "fail",
     suite: str | Path | None = None,
     trust: bool = False,
+    require_index: bool = False,
 ) -> Path:
     """Write run ``run`` (``logs/<run>``) in format ``fmt``; returns the file written.
 
@@ -448,6 +847,8 @@ def export_run(
         trust: load the suite at the path the run records, whatever it is. Without ``suite``
             or ``trust`` only a built-in suite is loaded: a run folder does not choose the
             code that runs (:func:`suite_left_out` says when instructions are left out).
+        require_index: for ``taubench``: refuse when the tasks have no index in a tasks file
+            instead of numbering them in run order (:func:`taubench_ids_note` says when).
 
     Raises:
         RunNotFound: ``run`` is not a run folder.
@@ -471,7 +872,10 @@ def export_run(
             text: str | Iterable[str] = (json_text(record) + "\n" for record in jsonl_records(data))
         elif fmt == "taubench":
             text = json_text(
-                taubench_records(data, infra=infra, suite=suite, trust=trust), indent=1
+                taubench_records(
+                    data, infra=infra, suite=suite, trust=trust, require_index=require_index
+                ),
+                indent=1,
             )
         else:
             text = json_text(tau2_results(data, suite=suite, trust=trust), indent=1)
