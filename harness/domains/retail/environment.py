@@ -28,12 +28,16 @@ What the agent sees is upstream's, word for word, while the transactions run und
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import random
+import typing
 from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
+
+from pydantic import Field, create_model
 
 import harness as hx
 from harness.domains.base import FolderEnvironment
@@ -53,13 +57,44 @@ POLICY: Final[str] = _DATA.joinpath("policy.md").read_text("utf-8")
 """Upstream's retail agent policy (``policy.md``, what the preconditions enforce), word for word:
 the domain policy the agent is given."""
 
+
+def _in_upstreams_order(spec: dict[str, Any]) -> dict[str, Any]:
+    """A tool definition with its keys in the order upstream's ``Tool.openai_schema`` gives them.
+
+    The shipped file keeps upstream's content with its keys sorted. Upstream builds the
+    parameters with ``pydantic.create_model("parameters", **{arg: (type, Field(...,
+    description=...))})`` from the tool's signature; doing the same from our tool's signature
+    (same names, types and order) gives upstream's key order. Should that ever differ from the
+    shipped content, the shipped definition is kept as it is.
+    """
+    function = spec["function"]
+    name = function["name"]
+    method = getattr(RetailTools, name)
+    hints = typing.get_type_hints(method)
+    described = function["parameters"]["properties"]
+    fields: dict[str, Any] = {
+        arg: (hints[arg], Field(..., description=described.get(arg, {}).get("description")))
+        for arg in list(inspect.signature(method).parameters)[1:]
+    }
+    ordered = {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": function["description"],
+            "parameters": create_model("parameters", **fields).model_json_schema(),
+        },
+    }
+    return ordered if ordered == spec else spec
+
+
 TOOL_DEFS: Final[tuple[Mapping[str, Any], ...]] = tuple(
-    json.loads(_DATA.joinpath("tools.json").read_text("utf-8"))
+    _in_upstreams_order(spec)
+    for spec in json.loads(_DATA.joinpath("tools.json").read_text("utf-8"))
 )
 """The sixteen tools exactly as upstream hands them to an agent (``Tool.openai_schema``:
 OpenAI function-calling objects with upstream's names, descriptions and parameter schemas,
-``title`` keys included), in upstream's order. Read them with :meth:`RetailEnvironment.tool_defs`
-(a copy)."""
+``title`` keys included), in upstream's order, keys included. Read them with
+:meth:`RetailEnvironment.tool_defs` (a copy)."""
 
 _TOOL_ORDER: Final[tuple[str, ...]] = tuple(d["function"]["name"] for d in TOOL_DEFS)
 
