@@ -204,6 +204,12 @@ class Report:
     trials_run: int = 0
 
     @property
+    def transactions(self) -> bool:
+        """Whether the run's tools ran as transactions (False: called bare,
+        ``run_trials(transactions=False)``; runs from before the option: True)."""
+        return bool(self.evidence.get("transactions", self.config.get("transactions", True)))
+
+    @property
     def infra_dominates(self) -> bool:
         """More than half of the trials run ended in an infrastructure error: the figures
         measure the infrastructure, not the agent. A fault plan's planned interruptions were
@@ -461,8 +467,18 @@ class Comparison:
             {
                 "format": COMPARISON_FORMAT,
                 "version": REPORT_VERSION,
-                "a": {"run": self.a.run_id, "folder": self.a.folder, "suite": self.a.suite},
-                "b": {"run": self.b.run_id, "folder": self.b.folder, "suite": self.b.suite},
+                "a": {
+                    "run": self.a.run_id,
+                    "folder": self.a.folder,
+                    "suite": self.a.suite,
+                    "transactions": self.a.transactions,
+                },
+                "b": {
+                    "run": self.b.run_id,
+                    "folder": self.b.folder,
+                    "suite": self.b.suite,
+                    "transactions": self.b.transactions,
+                },
                 "infra_policy": {
                     "policy": self.a.infra_policy,
                     "description": INFRA_DESCRIPTIONS[self.a.infra_policy],

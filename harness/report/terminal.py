@@ -214,6 +214,15 @@ def render_comparison(cmp: Comparison, console: Console, *, all_k: bool = False)
         f"{cmp.a.infra_errors} in A, {cmp.b.infra_errors} in B, policy "
         f"[bold]{cmp.a.infra_policy}[/bold]: {INFRA_DESCRIPTIONS[cmp.a.infra_policy]}"
     )
+    if cmp.a.transactions != cmp.b.transactions:
+
+        def tools(transactions: bool) -> str:
+            return "as transactions" if transactions else "called bare"
+
+        console.print(
+            f"tools: A {tools(cmp.a.transactions)}, B {tools(cmp.b.transactions)} (bare: no "
+            "preconditions, postconditions, compensations or retries)"
+        )
     for label, ids in (("only in A", cmp.only_a), ("only in B", cmp.only_b)):
         if ids:
             console.print(f"[yellow]{label}[/yellow] (not compared): {', '.join(ids)}")
