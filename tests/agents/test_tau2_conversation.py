@@ -358,3 +358,33 @@ def test_harness_run_refuses_user_flags_without_a_conversation(tmp_path: Path) -
     assert bad.exit_code == 2 and "--agent openai" in bad.output
     bad = runner.invoke(cli, ["run", "retail", "--agent", "openai", "--max-steps", "5"])
     assert bad.exit_code == 2 and "add --user" in bad.output
+
+
+def test_a_recorded_conversation_replays_without_either_server(
+    suite: Any, task: Task, tmp_path: Path
+) -> None:
+    """A run's conversation with a model user re-runs from its record alone (the agent's and
+    the user's answers remembered): no divergence, every step replayed, both servers gone."""
+    from harness.runs import replay_episode
+    from harness.runs.start import run_trials
+
+    def user_policy(request: dict[str, Any]) -> dict[str, Any]:
+        said = sum(1 for m in request["messages"] if m["role"] == "assistant")
+        return text_reply(task.instruction if said == 0 else STOP)
+
+    with FakeChatServer(ReplayPolicy(task)) as agent_s, FakeChatServer(user_policy) as user_s:
+        options = {
+            "base_url": agent_s.base_url,
+            "model": "fake",
+            "user": "openai",
+            "user_base_url": user_s.base_url,
+            "user_model": "user-model",
+        }
+        run = run_trials(
+            suite, agent="openai", agent_options=options, tasks=[task.id], logs=tmp_path
+        )
+        asked = (len(agent_s.requests), len(user_s.requests))
+    (result,) = run.results
+    assert result.passed and not result.infra_error and asked[1] == 2
+    report = replay_episode(run.folder, result.episode_id, trust=True)
+    assert report.ok and report.divergence is None and report.replayed == report.steps
