@@ -108,6 +108,17 @@ class EvaluationCriteria(_Strict):
         default_factory=lambda: [RewardType.DB, RewardType.COMMUNICATE]
     )
 
+    def info(self) -> dict[str, int]:
+        """``EvaluationCriteria.info`` (what ``Results.to_df`` reads of every task)."""
+        agent = [a for a in self.actions or [] if a.requestor == "assistant"]
+        user = [a for a in self.actions or [] if a.requestor == "user"]
+        return {
+            "num_agent_actions": len(agent),
+            "num_user_actions": len(user),
+            "num_env_assertions": len(self.env_assertions or []),
+            "num_nl_assertions": len(self.nl_assertions or []),
+        }
+
 
 class InitializationData(_Strict):
     agent_data: dict[str, Any] | None = None
