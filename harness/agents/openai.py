@@ -580,6 +580,20 @@ class OpenAIAgent(_ChatEndpoint):
             episode (each call its own transaction; the episode runs their transactions one at
             a time); False runs them one after another, in order.
         sleep: how to wait between attempts (``FakeClock().sleep`` in tests).
+        user: converse with this user in tau2-bench's loop (module docstring): a
+            :class:`~harness.agents.user.User`, or a registered user's name (``openai``,
+            ``scripted``) built from the ``user_*`` options; None (the default) gives the
+            task's instruction as the single user message, as always.
+        user_model: the ``openai`` user's model (default: ``model``).
+        user_base_url: the ``openai`` user's server (default: ``base_url``).
+        user_api_key: the ``openai`` user's key (default: ``api_key`` when the user's server
+            is the agent's, else none). The user shares the agent's timeout, retries and proxy.
+        user_temperature: the ``openai`` user's temperature (tau2's 0.0).
+        user_replies: the ``scripted`` user's replies (default: the task's instruction).
+        max_steps: with a user, steps before the conversation ends as ``max_steps`` (tau2's
+            200); ``max_turns`` does not apply then.
+        max_errors: with a user, failed tool calls before it ends as ``too_many_errors``
+            (tau2's 10).
 
     Configuration is what is passed in: environment variables (``http_proxy``,
     ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``) are not
@@ -675,7 +689,8 @@ class OpenAIAgent(_ChatEndpoint):
 
     # --- the loop ---
     def run(self, task: Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
-        """Converse with the model until it answers without a tool call, or ``max_turns``.
+        """Converse with the model until it answers without a tool call, or ``max_turns``;
+        with a user, run tau2-bench's conversation until it ends (module docstring).
 
         Raises:
             ModelServerError: the server kept failing (an infrastructure error).
