@@ -202,14 +202,27 @@ class Toolbox:
             defined[name] = spec
         return defined
 
-    def _told(
+    def apply_tool_message(
         self,
         name: str,
         arguments: dict[str, Any],
         result: ToolResult,
         error: BaseException | None,
     ) -> None:
-        """Set ``result.text`` from the environment's ``tool_message`` hook, if it has one."""
+        """Set ``result.text`` from the environment's ``tool_message`` hook, if it has one.
+
+        :meth:`call` does this for every call; a toolbox that makes calls its own way (calls
+        the tools bare, answers from a record) calls it to show the model the same words.
+
+        Args:
+            name: The tool called.
+            arguments: The arguments as the agent sent them.
+            result: The call's result; its ``text`` is set (None: the default rendering).
+            error: The exception the call raised (None: it succeeded or never reached a tool).
+
+        Raises:
+            ConfigurationError: The hook returned something other than a string or None.
+        """
         hook = getattr(self.environment, "tool_message", None)
         if not callable(hook):
             return
@@ -270,7 +283,7 @@ class Toolbox:
                     )
                 else:  # a read tool's own error is an answer for the agent
                     result = ToolResult(False, error=f"{exc}", kind="tool_error")
-        self._told(name, arguments, result, error)
+        self.apply_tool_message(name, arguments, result, error)
         self.calls.append(CallRecord(name, arguments, result.ok, result.kind, write))
         return result
 

@@ -379,3 +379,17 @@ def test_upstream_error_is_a_dry_run(env: RetailEnvironment) -> None:
     )
     assert _rows(env) == before
     assert env.backend.cancel_pending_order(**args)["status"] == "cancelled"
+
+
+def test_a_hook_that_returns_no_text_is_a_configuration_error(store_url: str) -> None:
+    """An environment whose ``tool_message`` returns something other than text or None is told
+    what to return, instead of the model being shown it."""
+
+    class Wrong:
+        def tool_message(self, name: str, arguments: Any, result: Any, error: Any) -> Any:
+            return {"text": "no"}
+
+    with hx.Episode(state=hx.DictState({}), store=store_url, clock=FakeClock()) as ep:
+        toolbox = Toolbox({"echo": lambda text: text}, ep, Wrong())
+        with pytest.raises(hx.ConfigurationError, match="tool_message returned dict"):
+            toolbox.call("echo", {"text": "hi"})

@@ -15,12 +15,19 @@ from harness.domains.retail.db import (
     fresh_copy,
     template_path,
 )
-from harness.domains.retail.environment import POLICY, RetailEnvironment
-from harness.domains.retail.tools import READ_TOOLS, WRITE_TOOLS, RetailError, RetailTools
+from harness.domains.retail.environment import POLICY, TOOL_DEFS, RetailEnvironment
+from harness.domains.retail.tools import (
+    READ_TOOLS,
+    WRITE_TOOLS,
+    RetailError,
+    RetailTools,
+    upstream_error,
+)
 
 __all__ = [
     "POLICY",
     "READ_TOOLS",
+    "TOOL_DEFS",
     "WRITE_TOOLS",
     "RetailEnvironment",
     "RetailError",
@@ -32,4 +39,5 @@ __all__ = [
     "export",
     "fresh_copy",
     "template_path",
+    "upstream_error",
 ]
