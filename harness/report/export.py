@@ -117,9 +117,10 @@ def _result_text(txn: TransactionRow) -> str:
     return f"Error: {txn.reason or txn.failure_class or txn.status}"
 
 
-def _content_text(ok: bool, content: Any, error: str | None) -> str:
-    """A recorded read's or bare call's result as the model read it (``ToolResult.as_text``)."""
-    return ToolResult(ok, content, error).as_text()
+def _content_text(ok: bool, content: Any, error: str | None, text: Any = None) -> str:
+    """A recorded read's or bare call's result as the model read it (``ToolResult.as_text``:
+    the environment's words when it chose them)."""
+    return ToolResult(ok, content, error, text=text if isinstance(text, str) else None).as_text()
 
 
 def _tool_steps(store: Store, episode_id: str) -> list[dict[str, Any]]:
@@ -139,9 +140,18 @@ def _tool_steps(store: Store, episode_id: str) -> list[dict[str, Any]]:
         if entry.kind != REMEMBERED:
             continue
         payload = loads_or(entry.payload, {})
-        if not isinstance(payload, dict) or payload.get("what") not in ("read", BARE):
+        if not isinstance(payload, dict):
             continue
-        request, value = payload.get("request") or {}, payload.get("value") or {}
+        request, value = payload.get("request") or {}, payload.get("value")
+        if payload.get("what") == "tool_message" and isinstance(value, str):
+            # The words the model read for a refused write: they replace the harness's reason.
+            for _, step in reversed(steps):
+                if step["name"] == request.get("tool") and step["error"]:
+                    step["content"] = value
+                    break
+            continue
+        if payload.get("what") not in ("read", BARE) or not isinstance(value, dict):
+            continue
         ok = bool(value.get("ok"))
         steps.append(
             (
@@ -150,7 +160,9 @@ def _tool_steps(store: Store, episode_id: str) -> list[dict[str, Any]]:
                     "id": f"call_{episode_id}_{entry.seq}",
                     "name": str(request.get("tool", "")),
                     "arguments": dict(request.get("arguments") or {}),
-                    "content": _content_text(ok, value.get("content"), value.get("error")),
+                    "content": _content_text(
+                        ok, value.get("content"), value.get("error"), value.get("text")
+                    ),
                     "error": not ok,
                     "start": entry.ts,
                     "end": entry.ts,

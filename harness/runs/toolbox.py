@@ -22,6 +22,7 @@ from .._json import canonical, dumps, loads
 from ..action import Action
 from ..agents.base import CallRecord, Session, Toolbox, ToolResult
 from ..episode.cursor import REMEMBERED
+from ..errors import ConfigurationError
 from ..store import LogRow
 from ..transaction import observed_changes
 
@@ -47,7 +48,17 @@ def _result_data(result: ToolResult) -> dict[str, Any]:
         dumps(content)
     except (TypeError, ValueError):
         content = json.dumps(content, default=str)
-    return {"ok": result.ok, "content": content, "error": result.error, "kind": result.kind}
+    return {
+        "ok": result.ok,
+        "content": content,
+        "error": result.error,
+        "kind": result.kind,
+        "text": result.text,
+    }
+
+
+def _from_data(data: dict[str, Any]) -> ToolResult:
+    return ToolResult(data["ok"], data["content"], data["error"], data["kind"], data.get("text"))
 
 
 class RecordingToolbox(Toolbox):
@@ -73,26 +84,28 @@ class RecordingToolbox(Toolbox):
             data = self.episode.remember("read", {"tool": name, "arguments": arguments}, read)
             if not ran:
                 self.calls.append(CallRecord(name, arguments, data["ok"], data["kind"], False))
-            return ToolResult(data["ok"], data["content"], data["error"], data["kind"])
+            return _from_data(data)
         result = super().call(name, arguments)
         if self.episode.diverged is not None:
             raise self.episode.diverged
         return result
 
 
-def _run_bare(tool: Action[Any, Any], arguments: dict[str, Any]) -> ToolResult:
-    """The action's own function on the model's arguments, as a plain environment calls it."""
+def _run_bare(
+    tool: Action[Any, Any], arguments: dict[str, Any]
+) -> tuple[ToolResult, Exception | None]:
+    """The action's own function on the model's arguments, as a plain environment calls it;
+    with the exception it raised (None: it returned)."""
     try:
         value = tool.fn(**arguments)
         if inspect.iscoroutine(value):
             value = asyncio.run(value)
     except TypeError as exc:
-        return ToolResult(
-            False, error=f"invalid arguments for {tool.name!r}: {exc}", kind="invalid"
-        )
+        error = f"invalid arguments for {tool.name!r}: {exc}"
+        return ToolResult(False, error=error, kind="invalid"), exc
     except Exception as exc:  # the tool's own error is the answer, as tau2 gives it
-        return ToolResult(False, error=f"{exc}", kind="tool_error")
-    return ToolResult(True, value)
+        return ToolResult(False, error=f"{exc}", kind="tool_error"), exc
+    return ToolResult(True, value), None
 
 
 class BareToolbox(RecordingToolbox):
@@ -120,19 +133,39 @@ class BareToolbox(RecordingToolbox):
         state: Any = getattr(self.environment, "state", None)
 
         def run() -> dict[str, Any]:
+            changes: dict[str, Any] = {}
             if state is None:
-                return {**_result_data(_run_bare(tool, arguments)), "changes": {}}
-            mark = state.mark()
-            try:
-                result = _run_bare(tool, arguments)
-                changes = {k: after for k, (_, after) in observed_changes(state, mark).items()}
-            finally:
-                state.release(mark)
+                result, error = _run_bare(tool, arguments)
+            else:
+                mark = state.mark()
+                try:
+                    result, error = _run_bare(tool, arguments)
+                    changes = {k: v for k, (_, v) in observed_changes(state, mark).items()}
+                finally:
+                    state.release(mark)
+            result.text = self._message(name, arguments, result, error)
             return {**_result_data(result), "changes": changes}
 
         data = self.episode.remember(BARE, {"tool": name, "arguments": arguments}, run)
         self.calls.append(CallRecord(name, arguments, data["ok"], data["kind"], tool.mutating))
-        return ToolResult(data["ok"], data["content"], data["error"], data["kind"])
+        return _from_data(data)
+
+    def _message(
+        self, name: str, arguments: dict[str, Any], result: ToolResult, error: Exception | None
+    ) -> str | None:
+        """The environment's ``tool_message`` for a bare call (None: the default rendering);
+        kept with the call's record, so a resumed trial shows the model the same words."""
+        hook = getattr(self.environment, "tool_message", None)
+        if not callable(hook):
+            return None
+        text = hook(name, dict(arguments), result, error)
+        if text is not None and not isinstance(text, str):
+            raise ConfigurationError(
+                f"{type(self.environment).__name__}.tool_message returned "
+                f"{type(text).__name__} for {name!r}; return the text the model reads, or None "
+                "for the default"
+            )
+        return text
 
 
 def make_toolbox(
@@ -151,7 +184,8 @@ class BareCall:
     Attributes:
         seq: its place in the episode's log.
         tool, arguments: what was called.
-        ok, content, error, kind: its result, as the agent read it.
+        ok, content, error, kind: its result.
+        text: the environment's words for it, when it chose them (``tool_message``).
         changes: what it changed: key -> value after (None: removed).
         ts: when it was recorded (Unix time).
     """
@@ -165,6 +199,7 @@ class BareCall:
     kind: str | None
     changes: dict[str, Any]
     ts: float
+    text: str | None = None
 
 
 def bare_calls(log: Iterable[LogRow]) -> list[BareCall]:
@@ -188,6 +223,7 @@ def bare_calls(log: Iterable[LogRow]) -> list[BareCall]:
                 kind=value.get("kind"),
                 changes=dict(value.get("changes") or {}),
                 ts=row.ts,
+                text=value.get("text"),
             )
         )
     return out
