@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from enum import StrEnum
 from math import comb
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from harness.cli import main
 from harness.errors import RunNotFound
@@ -106,8 +105,8 @@ def test_taubench_records_carry_verdict_and_a_tool_call_trajectory(toy_run: Path
     calls = [m for m in record.traj if m["role"] == "assistant" and m.get("tool_calls")]
     tools = [m for m in record.traj if m["role"] == "tool"]
     assert calls and len(calls) == len(tools)
-    assert calls[0]["tool_calls"][0]["function"]["name"] == "bump"
-    assert tools[0]["tool_call_id"] == calls[0]["tool_calls"][0]["id"]
+    assert [c["tool_calls"][0]["function"]["name"] for c in calls][:2] == ["look", "bump"]
+    assert [t["tool_call_id"] for t in tools] == [c["tool_calls"][0]["id"] for c in calls]
 
 
 def test_taubench_infra_errors_are_failures_or_left_out(tmp_path: Path):
@@ -129,159 +128,13 @@ def test_taubench_infra_errors_are_failures_or_left_out(tmp_path: Path):
 # --- tau2-bench: its Results models (the fields its metrics read) and its pass^k ---
 
 
-class _Strict(BaseModel):
-    # Upstream ignores unknown fields; forbidding them here catches a misspelt field name.
-    model_config = ConfigDict(extra="forbid")
-
-
-class TerminationReason(StrEnum):
-    """tau2.data_model.simulation.TerminationReason."""
-
-    USER_STOP = "user_stop"
-    AGENT_STOP = "agent_stop"
-    MAX_STEPS = "max_steps"
-    TIMEOUT = "timeout"
-    TOO_MANY_ERRORS = "too_many_errors"
-    AGENT_ERROR = "agent_error"
-    USER_ERROR = "user_error"
-    INFRASTRUCTURE_ERROR = "infrastructure_error"
-    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
-    UNEXPECTED_ERROR = "unexpected_error"
-
-
-class RewardType(StrEnum):
-    """tau2.data_model.tasks.RewardType."""
-
-    DB = "DB"
-    ENV_ASSERTION = "ENV_ASSERTION"
-    NL_ASSERTION = "NL_ASSERTION"
-    ACTION = "ACTION"
-    COMMUNICATE = "COMMUNICATE"
-
-
-class ToolCall(_Strict):
-    id: str = ""
-    name: str
-    arguments: dict[str, Any]
-    requestor: Literal["user", "assistant"] = "assistant"
-
-
-class AssistantMessage(_Strict):
-    role: Literal["assistant"]
-    content: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    turn_idx: int | None = None
-    timestamp: str | None = None
-
-
-class ToolMessage(_Strict):
-    id: str
-    role: Literal["tool"]
-    content: str | None = None
-    requestor: Literal["user", "assistant"] = "assistant"
-    error: bool = False
-    turn_idx: int | None = None
-    timestamp: str | None = None
-
-
-class DBCheck(_Strict):
-    db_match: bool
-    db_reward: float
-
-
-class RewardInfo(_Strict):
-    reward: float
-    db_check: DBCheck | None = None
-    reward_basis: list[RewardType] | None = None
-    info: dict[str, Any] | None = None
-
-
-class SimulationRun(_Strict):
-    id: str
-    task_id: str
-    timestamp: str
-    start_time: str
-    end_time: str
-    duration: float
-    termination_reason: TerminationReason
-    agent_cost: float | None = None
-    user_cost: float | None = None
-    reward_info: RewardInfo | None = None
-    messages: list[AssistantMessage | ToolMessage]
-    trial: int | None = None
-    seed: int | None = None
-
-
-class Action(_Strict):
-    action_id: str
-    requestor: Literal["user", "assistant"] = "assistant"
-    name: str
-    arguments: dict[str, Any]
-
-
-class EvaluationCriteria(_Strict):
-    actions: list[Action] | None = None
-    communicate_info: list[str] | None = None
-    reward_basis: list[RewardType]
-
-    def info(self) -> dict[str, int]:
-        agent = [a for a in self.actions or [] if a.requestor == "assistant"]
-        user = [a for a in self.actions or [] if a.requestor == "user"]
-        return {"num_agent_actions": len(agent), "num_user_actions": len(user)}
-
-
-class StructuredUserInstructions(_Strict):
-    domain: str
-    reason_for_call: str
-    known_info: str | None = None
-    unknown_info: str | None = None
-    task_instructions: str
-
-
-class UserScenario(_Strict):
-    instructions: StructuredUserInstructions | str
-
-
-class Task(_Strict):
-    id: str
-    user_scenario: UserScenario
-    evaluation_criteria: EvaluationCriteria | None = None
-
-
-class AgentInfo(_Strict):
-    implementation: str
-    llm: str | None = None
-    llm_args: dict[str, Any] | None = None
-
-
-class UserInfo(_Strict):
-    implementation: str
-    llm: str | None = None
-
-
-class EnvironmentInfo(_Strict):
-    domain_name: str
-    policy: str
-
-
-class Info(_Strict):
-    git_commit: str
-    num_trials: int
-    max_steps: int
-    max_errors: int
-    user_info: UserInfo
-    agent_info: AgentInfo
-    environment_info: EnvironmentInfo
-    seed: int | None = None
-
-
-class Results(_Strict):
-    """tau2.data_model.simulation.Results (the fields a text run writes)."""
-
-    timestamp: str | None = None
-    info: Info
-    tasks: list[Task]
-    simulations: list[SimulationRun]
+from .test_tau2_export import (  # noqa: E402
+    AssistantMessage,
+    Results,
+    StructuredUserInstructions,
+    ToolMessage,
+    UserMessage,
+)
 
 
 def tau2_pass_hat_ks(results: Results) -> dict[int, float]:
@@ -322,9 +175,10 @@ def test_tau2_results_validate_and_its_pass_k_reproduces_the_report(toy_run: Pat
     sim = next(s for s in results.simulations if s.task_id == "t3")
     assert sim.reward_info is not None and sim.reward_info.db_check is not None
     assert sim.reward_info.db_check.db_match == (sim.reward_info.reward == 1.0)
-    assert isinstance(sim.messages[0], AssistantMessage) and sim.messages[0].tool_calls
-    assert isinstance(sim.messages[1], ToolMessage)
-    assert sim.messages[1].id == sim.messages[0].tool_calls[0].id
+    assert sim.messages is not None and isinstance(sim.messages[0], UserMessage)
+    assert isinstance(sim.messages[1], AssistantMessage) and sim.messages[1].tool_calls
+    assert isinstance(sim.messages[2], ToolMessage)
+    assert sim.messages[2].id == sim.messages[1].tool_calls[0].id
     task = next(t for t in results.tasks if t.id == "t3")
     assert task.evaluation_criteria is not None
     assert task.evaluation_criteria.info()["num_agent_actions"] == 4
