@@ -72,3 +72,18 @@ def judge(
         task, actual=actual, expected=reference.changes, message=message, state=state, steps=steps
     )
     return verdict, steps
+
+
+# How a conversation with a simulated user may end and still be rewarded: as its user or its
+# agent ended it. tau2 gives reward 0 to any other end (max_steps, too_many_errors,
+# agent_error, user_error...), whatever state the conversation left.
+REWARDED_ENDS = frozenset({"user_stop", "agent_stop"})
+
+
+def premature_end(meta: Any) -> str | None:
+    """The termination reason of a conversation cut short (None: not cut short, or no
+    conversation): an agent that records ``termination_reason`` in its output's meta."""
+    ended = meta.get("termination_reason") if isinstance(meta, dict) else None
+    if isinstance(ended, str) and ended not in REWARDED_ENDS:
+        return ended
+    return None

@@ -25,7 +25,7 @@ from ..policy import Policy
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
 from ..store.signing import sign_episode
 from ..suite import Suite, Task, load_suite
-from .judge import Reference, judge, reference_outcome
+from .judge import Reference, judge, premature_end, reference_outcome
 from .layout import episode_id
 from .rebuild import apply_changes, recorded_changes
 from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
@@ -243,8 +243,11 @@ class Worker:
                 if self.transactions
                 else bare_writes(bare_calls(self.store.log(eid)), env.tools),
             )
-            passed = verdict.passed and outcome == EpisodeStatus.COMMITTED
             failures = Counter(c.kind for c in toolbox.calls if c.kind)
+            cut = premature_end(meta)
+            if cut is not None:  # a conversation cut short earns nothing, as in tau2
+                failures[f"ended: {cut}"] += 1
+            passed = verdict.passed and outcome == EpisodeStatus.COMMITTED and cut is None
             if injector is not None and injector.finish(self.store).planned and not passed:
                 # Announced in advance: the trial was interrupted, not failed by the agent.
                 infra, meta = True, {**meta, "interruption": "planned"}
