@@ -12,7 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import HarnessError
-from ..report.export import EXPORT_FORMATS, ExportFormat, export_run, suite_left_out
+from ..report.export import (
+    EXPORT_FORMATS,
+    ExportFormat,
+    export_run,
+    suite_left_out,
+    taubench_ids_note,
+)
 from ..report.gate import (
     BASES,
     EXIT_BELOW_BAR,
@@ -229,6 +235,12 @@ def compare_command(
     help="taubench: write infrastructure errors as reward 0 (fail) or leave them out. "
     "tau2 always marks them infrastructure_error, which tau2's metrics exclude.",
 )
+@click.option(
+    "--require-index",
+    is_flag=True,
+    help="taubench: refuse unless every task has its index in the tasks file it came from "
+    "(instead of numbering tasks in run order).",
+)
 @suite_options
 @verify_options
 def export_command(
@@ -236,6 +248,7 @@ def export_command(
     fmt: ExportFormat,
     out: Path | None,
     infra: InfraPolicy,
+    require_index: bool,
     suite: str | None,
     trust_suite: bool,
     public_key: str | None,
@@ -248,12 +261,17 @@ def export_command(
     """
     verified(run, public_key=public_key, allow=allow_unverified)
     try:
-        target = export_run(run, fmt, out, infra=infra, suite=suite, trust=trust_suite)
-        note = None if fmt == "jsonl" else suite_left_out(run, suite=suite, trust=trust_suite)
+        target = export_run(
+            run, fmt, out, infra=infra, suite=suite, trust=trust_suite, require_index=require_index
+        )
+        notes = [] if fmt == "jsonl" else [suite_left_out(run, suite=suite, trust=trust_suite)]
+        if fmt == "taubench":
+            notes.append(taubench_ids_note(run, suite=suite, trust=trust_suite))
     except HarnessError as exc:
         fail(exc)
-    if note:
-        Console(stderr=True, soft_wrap=True, highlight=False).print(
-            f"[yellow]note:[/] {escape(note)}"
-        )
+    for note in notes:
+        if note:
+            Console(stderr=True, soft_wrap=True, highlight=False).print(
+                f"[yellow]note:[/] {escape(note)}"
+            )
     click.echo(f"wrote {target}")

@@ -135,6 +135,14 @@ def rerun_agent_options(command: Any) -> Any:
     "[default: 10, tau2's].",
 )
 @click.option(
+    "--no-transactions",
+    "bare",
+    is_flag=True,
+    help="Call the agent's tools bare (their own functions: no checks, retries or undo), "
+    "recorded and judged as usual, to compare with a run under transactions "
+    "(harness compare).",
+)
+@click.option(
     "--faults",
     "faults_file",
     default=None,
@@ -161,6 +169,7 @@ def run_command(
     user_base_url: str | None,
     max_steps: int | None,
     max_errors: int | None,
+    bare: bool,
     faults_file: str | None,
     signing_key_file: str | None,
     all_k: bool,
@@ -249,6 +258,7 @@ def run_command(
                 progress=tick,
                 faults=plan,
                 signing_key=key,
+                transactions=not bare,
             )
     except HarnessError as exc:
         fail(exc)

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.agents import AgentOutput, Toolbox
+from harness.cli import main
 from harness.errors import HarnessError
 from harness.report.export import export_run, tau2_index, tau2_reward_basis, taubench_ids_note
 from harness.runs.start import run_trials
@@ -469,6 +471,15 @@ def test_taubench_refuses_to_claim_an_index_for_a_suite_without_a_tasks_file(
     with pytest.raises(HarnessError, match="no index in a tasks file"):
         export_run(folder, "taubench", tmp_path / "x.json", require_index=True)
     assert not (tmp_path / "x.json").exists()
+    # The same from the command line: a note by default, a refusal with --require-index.
+    runner = CliRunner()
+    out = runner.invoke(main, ["export", str(folder), "--format", "taubench", "--allow-unverified"])
+    assert out.exit_code == 0 and "run order" in out.output
+    out = runner.invoke(
+        main,
+        ["export", str(folder), "--format", "taubench", "--require-index", "--allow-unverified"],
+    )
+    assert out.exit_code != 0 and "no index in a tasks file" in out.output
 
 
 # --- what an agent with a simulated user records reaches the export ------------------------

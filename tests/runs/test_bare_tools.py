@@ -182,3 +182,36 @@ def test_a_bare_trial_replays_and_exports_from_its_record(
     assert [c for c in calls if c in writes] == writes and len(calls) > len(writes)
     errors = [m for m in sim["messages"] if m["role"] == "tool" and m["error"]]
     assert errors and errors[0]["content"].startswith("Error: ")
+
+
+def test_harness_run_no_transactions_records_a_bare_run(tmp_path: Path) -> None:
+    """`harness run --no-transactions` calls the tools bare and says so in the run's record."""
+    import harness as hx
+
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "retail",
+            "--agent",
+            "scripted",
+            "--trials",
+            "1",
+            "--task",
+            "retail-001",
+            "--logs",
+            str(tmp_path),
+            "--no-transactions",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    store = hx.Store(f"sqlite:///{folder / 'harness.db'}")
+    try:
+        (trial,) = store.trials()
+        assert trial.passed
+        assert store.transactions(trial.episode_id) == []  # no transaction: the tools ran bare
+    finally:
+        store.close()
+    evidence = json.loads((folder / "evidence.json").read_text())
+    assert evidence["transactions"] is False
