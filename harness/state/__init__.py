@@ -3,6 +3,15 @@
 from .base import Change, ScopeMatcher, StateAdapter, diff
 from .dict import DictState
 from .files import FileState
-from .sql import SQLState
+from .sql import PostgresState, SQLState
 
-__all__ = ["Change", "DictState", "FileState", "SQLState", "ScopeMatcher", "StateAdapter", "diff"]
+__all__ = [
+    "Change",
+    "DictState",
+    "FileState",
+    "PostgresState",
+    "SQLState",
+    "ScopeMatcher",
+    "StateAdapter",
+    "diff",
+]

@@ -41,8 +41,9 @@ from sqlalchemy.exc import ArgumentError
 
 from .._json import digest
 from ..errors import ConfigurationError
+from .postgres import PostgresCapture, is_postgres
 
-__all__ = ["SQLState"]
+__all__ = ["PostgresState", "SQLState"]
 
 CHANGES = "_hx_changes"
 OPEN = "_hx_open"
@@ -201,9 +202,13 @@ class SQLState:
     it as a context manager; one that is garbage-collected or still open at interpreter exit
     is closed then.
 
+    A ``postgresql://`` (or ``postgresql+psycopg://``) URL gives a
+    :class:`PostgresState`: the same resources and windows on Postgres,
+    with :attr:`connection` a psycopg 3 connection in autocommit mode.
+
     Args:
-        url: a SQLAlchemy URL (``sqlite:///path.db``), a path to a SQLite file, or
-            ``":memory:"``.
+        url: a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql://user@host/db``), a path to
+            a SQLite file, or ``":memory:"``.
         create: create the database file when it does not exist (otherwise a missing file is a
             :class:`ConfigurationError`, so a mistyped path is not silently a new database).
         journal_mode: set the database's journal mode (``"wal"``, ``"delete"``, ...), which
@@ -213,6 +218,13 @@ class SQLState:
         ConfigurationError: a missing file without ``create=True``, a wrong journal mode, a URL
             that is not SQLite, or a file that is not a SQLite database.
     """
+
+    def __new__(
+        cls, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
+    ) -> SQLState:
+        if cls is SQLState and is_postgres(url):
+            return super().__new__(PostgresState)
+        return super().__new__(cls)
 
     def __init__(
         self, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
@@ -277,8 +289,8 @@ class SQLState:
             raise ConfigurationError(f"SQLState({url!r}): not a database URL ({exc})") from exc
         if parsed.get_backend_name() != "sqlite":
             raise ConfigurationError(
-                f"SQLState({url!r}): change capture is implemented for SQLite; "
-                "give a sqlite:/// URL or a file path"
+                f"SQLState({url!r}): change capture is implemented for SQLite and Postgres; "
+                "give a sqlite:/// or postgresql:// URL, or a file path"
             )
         return parsed.database or ":memory:"
 
@@ -448,3 +460,16 @@ class SQLState:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+
+class PostgresState(PostgresCapture, SQLState):  # type: ignore[misc]  # connection: psycopg
+    """:class:`SQLState` on Postgres: what ``hx.SQLState("postgresql://...")`` returns.
+
+    Rows of the tables (with a primary key) in the connection's current schema are resources
+    ``table/primary-key``, captured by PL/pgSQL row triggers; :attr:`connection` is a psycopg 3
+    connection in autocommit mode (placeholders ``%s``). See
+    :class:`~harness.state.postgres.PostgresCapture` for how windows are kept apart.
+    """
+
+    def __enter__(self) -> PostgresState:
+        return self
