@@ -726,27 +726,8 @@ class OpenAIAgent(_ChatEndpoint):
         }
         content = ""
         for turn in range(self.max_turns):
-            body = self._request_body(messages, toolbox.specs, seed)
-            request_digest = digest(body)
-            response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
-            message, finish_reason = self._message(response)
-            calls.append(
-                {
-                    "request_digest": request_digest,
-                    "response": {
-                        "id": response.get("id"),
-                        "model": response.get("model"),
-                        "message": message,
-                        "finish_reason": finish_reason,
-                        "usage": response.get("usage"),
-                    },
-                    "attempts": attempts,
-                }
-            )
+            message, _ = self._agent_turn(client, toolbox, messages, seed, calls, usage)
             meta["model_call_count"] = len(calls)
-            for k, v in (response.get("usage") or {}).items():
-                if isinstance(v, int):
-                    usage[k] = usage.get(k, 0) + v
             content = message.get("content") or ""
             if not isinstance(content, str):  # some servers send a list of content parts
                 content = json.dumps(content)
