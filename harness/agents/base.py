@@ -34,6 +34,7 @@ __all__ = [
     "Session",
     "ToolResult",
     "Toolbox",
+    "environment_text",
     "registry",
 ]
 
@@ -113,6 +114,31 @@ class Session(Protocol):
     def remember(self, what: str, request: Any, compute: Callable[[], Any]) -> Any:
         """A value the agent's path depends on, computed once and given back on resume."""
         ...
+
+
+def environment_text(
+    environment: Any,
+    name: str,
+    arguments: dict[str, Any],
+    result: ToolResult,
+    error: BaseException | None,
+) -> str | None:
+    """What the environment's ``tool_message`` hook shows the model for a call (None: it has
+    no hook, or says to render the result the harness's way).
+
+    Raises:
+        ConfigurationError: The hook returned something other than a string or None.
+    """
+    hook = getattr(environment, "tool_message", None)
+    if not callable(hook):
+        return None
+    text = hook(name, dict(arguments), result, error)
+    if text is not None and not isinstance(text, str):
+        raise ConfigurationError(
+            f"{type(environment).__name__}.tool_message returned {type(text).__name__} for "
+            f"{name!r}; return the text the model reads, or None for the default"
+        )
+    return text
 
 
 class Toolbox:
@@ -223,19 +249,11 @@ class Toolbox:
         Raises:
             ConfigurationError: The hook returned something other than a string or None.
         """
-        hook = getattr(self.environment, "tool_message", None)
-        if not callable(hook):
+        if not callable(getattr(self.environment, "tool_message", None)):
             return
 
         def compute() -> str | None:
-            text = hook(name, dict(arguments), result, error)
-            if text is not None and not isinstance(text, str):
-                raise ConfigurationError(
-                    f"{type(self.environment).__name__}.tool_message returned "
-                    f"{type(text).__name__} for {name!r}; return the text the model reads, "
-                    "or None for the default"
-                )
-            return text
+            return environment_text(self.environment, name, arguments, result, error)
 
         refused_action = not result.ok and isinstance(self.tools.get(name), Action)
         if refused_action and getattr(error, "decision", "continue") == "continue":

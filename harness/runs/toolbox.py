@@ -20,9 +20,8 @@ from typing import Any
 
 from .._json import canonical, dumps, loads
 from ..action import Action
-from ..agents.base import CallRecord, Session, Toolbox, ToolResult
+from ..agents.base import CallRecord, Session, Toolbox, ToolResult, environment_text
 from ..episode.cursor import REMEMBERED
-from ..errors import ConfigurationError
 from ..store import LogRow
 from ..transaction import observed_changes
 
@@ -155,17 +154,7 @@ class BareToolbox(RecordingToolbox):
     ) -> str | None:
         """The environment's ``tool_message`` for a bare call (None: the default rendering);
         kept with the call's record, so a resumed trial shows the model the same words."""
-        hook = getattr(self.environment, "tool_message", None)
-        if not callable(hook):
-            return None
-        text = hook(name, dict(arguments), result, error)
-        if text is not None and not isinstance(text, str):
-            raise ConfigurationError(
-                f"{type(self.environment).__name__}.tool_message returned "
-                f"{type(text).__name__} for {name!r}; return the text the model reads, or None "
-                "for the default"
-            )
-        return text
+        return environment_text(self.environment, name, arguments, result, error)
 
 
 def make_toolbox(
