@@ -214,7 +214,7 @@ def _child_window(url: str, row: str, ready: Any, go: Any, out: Any) -> None:
 
 def test_adapters_in_two_processes_keep_their_windows_apart(pg_url: str):
     """Two processes with windows open at once on one database each see only their own write."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")
     ready, go, out = ctx.Barrier(2), ctx.Barrier(2), ctx.Queue()
     procs = [
         ctx.Process(target=_child_window, args=(pg_url, r, ready, go, out)) for r in ("o1", "o2")
