@@ -63,6 +63,10 @@ def _normalise_url(url: str | Path) -> str:
     return text
 
 
+# The Postgres advisory lock the schema's creation holds (a constant: "hx" schema).
+_SCHEMA_LOCK = 0x6878_5343
+
+
 class Store(_Chain, _Leases):
     """A run's records, in SQLite under ``logs/`` by default or any SQLAlchemy URL.
 
@@ -207,6 +211,10 @@ class Store(_Chain, _Leases):
     def _create_schema(self) -> None:
         try:
             with self.engine.begin() as conn:
+                if self.engine.dialect.name == "postgresql":
+                    # Processes creating one new store at once take turns: Postgres's CREATE
+                    # TABLE races on its catalog (a duplicate type), not only on "exists".
+                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 existing = set(inspect(conn).get_table_names())
                 version: int | None = None
                 if "hx_meta" in existing:

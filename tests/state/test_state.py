@@ -139,7 +139,7 @@ def test_sql_state_primary_key_change_reports_both_keys(tmp_path: Path):
 def test_sql_state_refuses_what_it_cannot_track(tmp_path: Path):
     """A non-SQLite URL or a non-database file is a clear ConfigurationError."""
     with pytest.raises(hx.ConfigurationError, match="implemented for SQLite"):
-        hx.SQLState("postgresql://localhost/x")
+        hx.SQLState("mysql://localhost/x")
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"garbage" * 200)
     with pytest.raises(hx.ConfigurationError, match="could not open"):

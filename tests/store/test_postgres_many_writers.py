@@ -174,11 +174,6 @@ def _open_store(url: str, start: Any, out: Any) -> None:
         out.put(repr(exc))
 
 
-@pytest.mark.xfail(
-    reason="stores opening a fresh Postgres database at the same moment race to create its "
-    "tables (duplicate pg_type entry); the store's schema creation needs a lock",
-    strict=False,
-)
 def test_workers_opening_a_fresh_postgres_store_at_once(databases: tuple[str, str]):
     """Four processes opening one fresh Postgres store at the same moment all open it."""
     _, store_url = databases
