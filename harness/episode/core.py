@@ -449,9 +449,7 @@ class Episode:
             return self._nested(action, args, kwargs)
         if action.is_async:
             return self._acall(action, args, kwargs)
-        steps = self._call_steps(action, args, kwargs)
-        if observe.hook is not None:
-            steps = observe.hook.call(self, self._observed, action, steps)
+        steps = self._traced_steps(action, args, kwargs)
         gate = self._gate
         token = gate.enter()
         try:
@@ -484,11 +482,18 @@ class Episode:
     async def _acall(
         self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        steps = self._traced_steps(action, args, kwargs)
+        async with self._gate.aheld():
+            return await adrive(steps, self.clock)
+
+    def _traced_steps(
+        self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Steps:
+        """The call's steps, inside the tracer's span for it when one is installed."""
         steps = self._call_steps(action, args, kwargs)
         if observe.hook is not None:
             steps = observe.hook.call(self, self._observed, action, steps)
-        async with self._gate.aheld():
-            return await adrive(steps, self.clock)
+        return steps
 
     def call_mapping(self, action: Action[Any, Any], arguments: dict[str, Any]) -> Any:
         """Run ``action`` with arguments given as a mapping (a model's tool call)."""
