@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = ["Change", "ScopeMatcher", "StateAdapter", "diff", "escape_glob"]
 
@@ -97,3 +97,29 @@ class ScopeMatcher:
     def outside(self, keys: Iterable[str]) -> list[str]:
         """The keys that no pattern covers, sorted."""
         return sorted(k for k in keys if k not in self)
+
+
+class _Keyed(Protocol):
+    @property
+    def pk(self) -> tuple[str, ...]: ...
+
+
+_T = TypeVar("_T", bound=_Keyed)
+
+
+def split_resource(key: str, tables: Mapping[str, _T]) -> tuple[_T, list[str]]:
+    """The table a ``table/key`` resource names, and its key's values (a composite key is
+    joined with ``,``; a table without a primary key is addressed by one value, its rowid).
+
+    Raises:
+        KeyError: no such table, or a key with another number of values than the table's.
+    """
+    name, _, pk = key.partition("/")
+    table = tables.get(name)
+    if table is None:
+        raise KeyError(f"no table {name!r} for resource {key!r}; tables: {sorted(tables)}")
+    width = max(len(table.pk), 1)
+    parts = pk.split(",") if width > 1 else [pk]
+    if len(parts) != width:
+        raise KeyError(f"resource {key!r}: table {name!r} has key {','.join(table.pk)}")
+    return table, parts

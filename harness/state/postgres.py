@@ -34,6 +34,7 @@ from sqlalchemy.engine import URL
 
 from .._json import digest
 from ..errors import ConfigurationError
+from .base import split_resource
 
 __all__ = ["PostgresCapture", "is_postgres"]
 
@@ -355,16 +356,6 @@ class PostgresCapture:
         """Names of the tracked tables (those with a primary key)."""
         return sorted(self._pg_tables)
 
-    def _pg_split(self, key: str) -> tuple[_PgTable, list[str]]:
-        name, _, pk = key.partition("/")
-        table = self._pg_tables.get(name)
-        if table is None:
-            raise KeyError(f"no table {name!r} for resource {key!r}; tables: {self.tables}")
-        parts = pk.split(",") if len(table.pk) > 1 else [pk]
-        if len(parts) != len(table.pk):
-            raise KeyError(f"resource {key!r}: table {name!r} has key {','.join(table.pk)}")
-        return table, parts
-
     def _select(self, table: _PgTable) -> str:
         cols = ", ".join(map(_quote, table.columns))
         return (
@@ -374,7 +365,7 @@ class PostgresCapture:
 
     # --- adapter interface ---
     def get(self, key: str) -> dict[str, Any] | None:
-        table, pk = self._pg_split(key)
+        table, pk = split_resource(key, self._pg_tables)
         row = self._pg.execute(self._select(table), pk).fetchone()
         return None if row is None else table.decode(row)
 
@@ -466,7 +457,7 @@ class PostgresCapture:
         s = _quote(self.schema)
         with self._pg.transaction():
             for key, value in changes.items():
-                table, pk = self._pg_split(key)
+                table, pk = split_resource(key, self._pg_tables)
                 target = f"{s}.{_quote(table.name)}"
                 if value is None:
                     self._pg.execute(f"DELETE FROM {target} WHERE {table.where(self.schema)}", pk)

@@ -41,6 +41,7 @@ from sqlalchemy.exc import ArgumentError
 
 from .._json import digest
 from ..errors import ConfigurationError
+from .base import split_resource
 from .postgres import PostgresCapture, is_postgres
 
 __all__ = ["PostgresState", "SQLState"]
@@ -353,17 +354,9 @@ class SQLState:
         """Names of the tracked tables."""
         return sorted(self._tables)
 
-    def _split(self, key: str) -> tuple[_Table, list[str]]:
-        name, _, pk = key.partition("/")
-        table = self._tables.get(name)
-        if table is None:
-            raise KeyError(f"no table {name!r} for resource {key!r}; tables: {self.tables}")
-        parts = pk.split(",") if len(table.pk) > 1 else [pk]
-        return table, parts
-
     # --- adapter interface ---
     def get(self, key: str) -> dict[str, Any] | None:
-        table, pk = self._split(key)
+        table, pk = split_resource(key, self._tables)
         row = self.connection.execute(table.select_sql, pk).fetchone()
         return None if row is None else table.decode(row)
 
@@ -439,7 +432,7 @@ class SQLState:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for key, value in changes.items():
-                table, pk = self._split(key)
+                table, pk = split_resource(key, self._tables)
                 if value is None:
                     where = " AND ".join(f"{_quote(c)} = ?" for c in table.pk) or "rowid = ?"
                     conn.execute(f"DELETE FROM {_quote(table.name)} WHERE {where}", pk)

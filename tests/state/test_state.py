@@ -100,6 +100,23 @@ def test_sql_state_reads_rows_and_decodes_json(tmp_path: Path):
         state.get("nope/1")
 
 
+def test_sql_state_addresses_composite_and_keyless_rows(tmp_path: Path):
+    """A composite key is its values joined with ','; a key with another number of values is
+    a KeyError naming the table's key; a table without one is addressed by its rowid."""
+    state = make_db(tmp_path / "s.db")
+    state.connection.execute(
+        "CREATE TABLE lines (order_id TEXT, n INT, qty INT, PRIMARY KEY (order_id, n))"
+    )
+    state.connection.execute("INSERT INTO lines VALUES ('o1', 2, 5)")
+    state.connection.execute("INSERT INTO notes VALUES ('hello')")
+    state.refresh()
+    assert state.get("lines/o1,2") == {"order_id": "o1", "n": 2, "qty": 5}
+    with pytest.raises(KeyError, match="table 'lines' has key order_id,n"):
+        state.get("lines/o1")
+    assert state.get("notes/1") == {"body": "hello"}
+    state.close()
+
+
 def test_sql_state_captures_insert_update_delete(tmp_path: Path):
     """Triggers capture every written row with its value before the window."""
     state = make_db(tmp_path / "s.db")
