@@ -277,24 +277,10 @@ def test_bad_urls_and_unreachable_servers_are_configuration_errors():
 def test_episode_on_postgres_state_commits_and_rolls_back(pg_url: str, tmp_path: Path):
     """Actions on a Postgres SQLState commit (their captured changes inside their declared
     scope); rolling back runs the compensations and the rows are as before."""
+    from ..store.test_postgres_many_writers import cancel_action
+
     state = hx.SQLState(pg_url)
-
-    @hx.action(writes=["orders/{order_id}"], idempotency_key=lambda a: a.order_id)
-    def cancel(order_id: str) -> None:
-        """Cancel an order."""
-        state.connection.execute("UPDATE orders SET status='cancelled' WHERE id=%s", (order_id,))
-
-    @cancel.postcondition
-    def done(ctx: hx.Context) -> bool:
-        return bool(ctx.after[f"orders/{ctx.args.order_id}"]["status"] == "cancelled")
-
-    @cancel.compensation
-    def undo(ctx: hx.Context) -> None:
-        row = ctx.before[f"orders/{ctx.args.order_id}"]
-        state.connection.execute(
-            "UPDATE orders SET status=%s WHERE id=%s", (row["status"], row["id"])
-        )
-
+    cancel = cancel_action(state)
     original = state.fingerprint()
     store_url = f"sqlite:///{tmp_path}/h.db"
     with hx.Episode(state=state, store=store_url, episode_id="e1") as ep:
