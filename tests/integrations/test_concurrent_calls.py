@@ -1,9 +1,11 @@
 """Calls of one episode made at once, from threads and tasks, against a reference model.
 
-Whatever the interleaving, the episode must end as if the calls had run one after another in
-some order: each call's tool ran once, each committed transaction's diff is exactly its own
-account going from one balance to that balance plus its amount, the diffs of one account chain
-(each starts where the previous ended), and the final balances are the sums.
+Whatever the interleaving and the kind of action (keyed and compensable, neither, read-only),
+the episode must end as if the calls had run one after another in some order: each write's
+tool ran once, each committed transaction's diff is exactly its own account going from one
+balance to that balance plus its amount, the diffs of one account chain (each starts where the
+previous ended), a read sees exactly what committed before it, and the final balances are the
+sums.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ import harness as hx
 from ..conftest import restore_before
 
 ACCOUNTS = ("a", "b", "c")
+# How each call is made: an async keyed, compensable deposit as a task; the same sync in a
+# thread; a deposit with neither key nor compensation in a thread; a read-only look.
+HOW = ("task", "thread", "plain", "read")
 calls_strategy = st.lists(
-    st.tuples(st.sampled_from(ACCOUNTS), st.integers(1, 9), st.booleans()), min_size=1, max_size=12
+    st.tuples(st.sampled_from(ACCOUNTS), st.integers(1, 9), st.sampled_from(HOW)),
+    min_size=1,
+    max_size=12,
 )
 
 
-def build() -> tuple[hx.DictState, Any, Any, list[tuple[str, int]]]:
+def build() -> tuple[hx.DictState, Any, Any, list[tuple[str, int]], Any, Any]:
     state = hx.DictState({f"acct/{n}": 0 for n in ACCOUNTS})
     runs: list[tuple[str, int]] = []
 
@@ -60,9 +67,31 @@ def build() -> tuple[hx.DictState, Any, Any, list[tuple[str, int]]]:
         state[f"acct/{name}"] = balance + amount
         return int(balance + amount)
 
+    @hx.action(writes=["acct/{name}"])
+    def plain_deposit(name: str, amount: int, ref: str) -> int:
+        """Deposit, with no idempotency key and no compensation.
+
+        Args:
+            name: The account.
+            amount: How much.
+            ref: The call's reference.
+        """
+        return int(deposit.__wrapped__(name, amount, ref))
+
+    @hx.action
+    def look(name: str, amount: int, ref: str) -> int:
+        """Read a balance (read-only).
+
+        Args:
+            name: The account.
+            amount: Unused.
+            ref: The call's reference.
+        """
+        return int(state[f"acct/{name}"])
+
     for act in (deposit, adeposit):
         act.compensation(functools.partial(restore_before, state))
-    return state, deposit, adeposit, runs
+    return state, deposit, adeposit, runs, plain_deposit, look
 
 
 @settings(
@@ -71,24 +100,26 @@ def build() -> tuple[hx.DictState, Any, Any, list[tuple[str, int]]]:
 @given(calls=calls_strategy)
 def test_threads_and_tasks_at_once_match_a_serial_order(tmp_path_factory: Any, calls: Any) -> None:
     tmp: Path = tmp_path_factory.mktemp("conc")
-    state, deposit, adeposit, runs = build()
+    state, deposit, adeposit, runs, plain_deposit, look = build()
+    sync = {"thread": deposit, "plain": plain_deposit, "read": look}
 
     async def go() -> hx.Episode:
         async with hx.Episode(state=state, store=f"sqlite:///{tmp}/h.db") as ep:
             jobs = [
                 adeposit(name, amount, f"r{i}")
-                if use_task
-                else asyncio.to_thread(deposit, name, amount, f"r{i}")
-                for i, (name, amount, use_task) in enumerate(calls)
+                if how == "task"
+                else asyncio.to_thread(sync[how], name, amount, f"r{i}")
+                for i, (name, amount, how) in enumerate(calls)
             ]
             await asyncio.gather(*jobs)
         return ep
 
     ep = asyncio.run(go())
     assert ep.outcome == "committed"
-    assert sorted(runs) == sorted((n, a) for n, a, _ in calls)  # each tool ran once
+    writes = [(n, a, how) for n, a, how in calls if how != "read"]
+    assert sorted(runs) == sorted((n, a) for n, a, _ in writes)  # each write's tool ran once
     expected = defaultdict(int)
-    for name, amount, _ in calls:
+    for name, amount, _ in writes:
         expected[f"acct/{name}"] += amount
     assert state.to_dict() == {f"acct/{n}": expected[f"acct/{n}"] for n in ACCOUNTS}
     store = hx.Store(f"sqlite:///{tmp}/h.db")
@@ -97,9 +128,13 @@ def test_threads_and_tasks_at_once_match_a_serial_order(tmp_path_factory: Any, c
     finally:
         store.close()
     assert len(txns) == len(calls)
-    amounts = {f"r{i}": (f"acct/{n}", a) for i, (n, a, _) in enumerate(calls)}
+    amounts = {f"r{i}": (f"acct/{n}", a, how) for i, (n, a, how) in enumerate(calls)}
     last: dict[str, int] = defaultdict(int)
     for txn in txns:  # in commit order
-        key, amount = amounts[txn.idem_key.split(":", 1)[1]]
+        key, amount, how = amounts[txn.args["ref"]]
+        if how == "read":
+            assert txn.action == "look" and not txn.diff
+            assert txn.result == last[key]  # what was committed before it, no more
+            continue
         assert txn.diff == {key: [last[key], last[key] + amount]}
         last[key] += amount
