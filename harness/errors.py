@@ -19,6 +19,7 @@ The tree::
     ├── SuiteError              a suite, manifest or task file is malformed
     ├── RunNotFound             a run folder does not exist or holds no run
     ├── ModelServerError        a model server stayed down or rate-limited
+    │   ├── EndpointDown        its circuit is open: it failed without a break for too long
     │   └── ModelRequestError   the server refused the request (wrong model, bad key)
     ├── Rejected                a person rejected this action when resolving an escalation
     ├── Diverged                resumed agent code did not do what its record says (harness.episode)
@@ -41,6 +42,7 @@ __all__ = [
     "CompensationFailed",
     "ConfigurationError",
     "Diverged",
+    "EndpointDown",
     "EpisodeClosed",
     "Escalated",
     "HarnessError",
@@ -305,6 +307,29 @@ class ModelServerError(HarnessError):
     def transient(self) -> bool:
         """Whether another attempt might succeed (no response, 5xx, 408 or 429)."""
         return self.status is None or self.status >= 500 or self.status in RETRYABLE_STATUS
+
+
+class EndpointDown(ModelServerError):
+    """The model server has failed without a break for too long: its circuit is open, and
+    requests to it fail at once instead of burning every trial's retries.
+
+    A run stops on it (the trials left are resumed with ``harness resume`` once the server is
+    back); a trial it ends is an infrastructure error, never the agent's failure.
+
+    Attributes:
+        failures: the failed requests in a row that opened the circuit.
+        down_for: seconds since the first of them.
+    """
+
+    def __init__(self, message: str, *, url: str, failures: int, down_for: float) -> None:
+        self.failures = failures
+        self.down_for = down_for
+        super().__init__(message, url=url)
+
+    @property
+    def transient(self) -> bool:
+        """Never: another attempt now would fail the same way."""
+        return False
 
 
 class ModelRequestError(ModelServerError):

@@ -72,9 +72,16 @@ import tenacity
 
 from .._json import digest
 from ..action import ContextExecutor
-from ..errors import RETRYABLE_STATUS, ConfigurationError, ModelRequestError, ModelServerError
+from ..errors import (
+    RETRYABLE_STATUS,
+    ConfigurationError,
+    EndpointDown,
+    ModelRequestError,
+    ModelServerError,
+)
 from ..suite import Task
 from .base import AgentOutput, Session, Toolbox, ToolResult, registry
+from .endpoint import DOWN_AFTER, DOWN_FAILURES, endpoint
 from .user import (
     SIMULATION_GUIDELINES,
     STOP_TOKENS,
@@ -381,6 +388,9 @@ class _ChatEndpoint:
         max_backoff: float,
         proxy: str | None,
         sleep: Callable[[float], None],
+        max_in_flight: int | None = None,
+        down_after: float = DOWN_AFTER,
+        down_failures: int = DOWN_FAILURES,
     ) -> None:
         """Check and keep the server's settings (errors name the class being built)."""
         who = type(self).__name__
@@ -405,6 +415,13 @@ class _ChatEndpoint:
         self.max_backoff = max_backoff
         self.proxy = proxy
         self._sleep = sleep
+        self.max_in_flight = max_in_flight
+        self.down_after = down_after
+        self.down_failures = down_failures
+        # Shared with every agent and user of this process calling the same server.
+        self.endpoint = endpoint(self.base_url).configure(
+            max_in_flight=max_in_flight, down_after=down_after, down_failures=down_failures
+        )
 
     @staticmethod
     def _message(response: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -455,9 +472,12 @@ class _ChatEndpoint:
 
         def attempt() -> dict[str, Any]:
             try:
-                response = self._post(client, body)
-                self._message(response)
+                with self.endpoint.request(retry=bool(errors)):
+                    response = self._post(client, body)
+                    self._message(response)
                 return response
+            except EndpointDown:
+                raise
             except ModelServerError as exc:
                 errors.append(exc)
                 raise
@@ -479,7 +499,7 @@ class _ChatEndpoint:
         )
         try:
             response: dict[str, Any] = retrying(attempt)
-        except ModelRequestError:
+        except (ModelRequestError, EndpointDown):
             raise
         except ModelServerError as last:
             raise ModelServerError(
@@ -594,6 +614,13 @@ class OpenAIAgent(_ChatEndpoint):
             200); ``max_turns`` does not apply then.
         max_errors: with a user, failed tool calls before it ends as ``too_many_errors``
             (tau2's 10).
+        max_in_flight: requests this process may have in flight to the server at once, over
+            every trial it runs (``--concurrency``) and the user on the same server; None: no
+            limit (:mod:`harness.agents.endpoint`).
+        down_after, down_failures: the server counts as down, and its requests fail at once
+            with :class:`~harness.errors.EndpointDown` (a run stops on it), once it has failed
+            for ``down_after`` seconds and ``down_failures`` requests in a row with no answer
+            between.
 
     Configuration is what is passed in: environment variables (``http_proxy``,
     ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``) are not
@@ -627,6 +654,9 @@ class OpenAIAgent(_ChatEndpoint):
         user_replies: list[str] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         max_errors: int = DEFAULT_MAX_ERRORS,
+        max_in_flight: int | None = None,
+        down_after: float = DOWN_AFTER,
+        down_failures: int = DOWN_FAILURES,
     ) -> None:
         if max_turns < 1:
             raise ConfigurationError("OpenAIAgent: max_turns and attempts must be >= 1")
@@ -640,6 +670,9 @@ class OpenAIAgent(_ChatEndpoint):
             max_backoff=max_backoff,
             proxy=proxy,
             sleep=sleep,
+            max_in_flight=max_in_flight,
+            down_after=down_after,
+            down_failures=down_failures,
         )
         self.temperature = temperature
         self.max_turns = max_turns
@@ -679,6 +712,9 @@ class OpenAIAgent(_ChatEndpoint):
             "max_backoff": self.max_backoff,
             "proxy": self.proxy,
             "parallel_tool_calls": self.parallel_tool_calls,
+            "max_in_flight": self.max_in_flight,
+            "down_after": self.down_after,
+            "down_failures": self.down_failures,
         }
         if self.user is not None:  # a run without a user records what it always did
             config["system_prompt"] = self._conversation_prompt_template()
@@ -701,10 +737,16 @@ class OpenAIAgent(_ChatEndpoint):
         client = self._client()
         try:
             if self.user is not None:
-                return self._converse_with_user(client, task, toolbox, seed, self.user)
-            return self._converse(client, task, toolbox, seed)
+                out = self._converse_with_user(client, task, toolbox, seed, self.user)
+            else:
+                out = self._converse(client, task, toolbox, seed)
         finally:
             client.close()
+        # What the trial cost in model time (answers from the record take none).
+        for calls, key in (("model_calls", "model_seconds"), ("user_calls", "user_seconds")):
+            if calls in out.meta:
+                out.meta[key] = round(sum(c.get("seconds", 0.0) for c in out.meta[calls]), 6)
+        return out
 
     def _converse(
         self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int
@@ -798,6 +840,9 @@ class OpenAIAgent(_ChatEndpoint):
                 "max_backoff": self.max_backoff,
                 "proxy": self.proxy,
                 "sleep": self._sleep,
+                "max_in_flight": self.max_in_flight,
+                "down_after": self.down_after,
+                "down_failures": self.down_failures,
             }
         elif user == "scripted":
             options = {} if user_replies is None else {"replies": user_replies}
@@ -976,7 +1021,9 @@ class OpenAIAgent(_ChatEndpoint):
         """One model call of the agent, recorded as without a user: its message and response."""
         body = self._request_body(history, toolbox.specs, seed)
         request_digest = digest(body)
+        started = time.perf_counter()
         response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
+        seconds = time.perf_counter() - started
         message, finish_reason = self._message(response)
         calls.append(
             {
@@ -989,6 +1036,7 @@ class OpenAIAgent(_ChatEndpoint):
                     "usage": response.get("usage"),
                 },
                 "attempts": attempts,
+                "seconds": round(seconds, 6),
             }
         )
         _add_usage(usage, response.get("usage"))
@@ -1141,6 +1189,9 @@ class OpenAIUser(_ChatEndpoint):
         max_backoff: float = 30.0,
         proxy: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_in_flight: int | None = None,
+        down_after: float = DOWN_AFTER,
+        down_failures: int = DOWN_FAILURES,
     ) -> None:
         self._init_endpoint(
             base_url=base_url,
@@ -1152,6 +1203,9 @@ class OpenAIUser(_ChatEndpoint):
             max_backoff=max_backoff,
             proxy=proxy,
             sleep=sleep,
+            max_in_flight=max_in_flight,
+            down_after=down_after,
+            down_failures=down_failures,
         )
         self.temperature = temperature
         self.guidelines = SIMULATION_GUIDELINES if guidelines is None else guidelines
@@ -1198,9 +1252,11 @@ class OpenAIUser(_ChatEndpoint):
         """
         body = self.request_body(task, messages, seed)
         request_digest = digest(body)
+        started = time.perf_counter()
         response, attempts = session.remember(
             "user_model_call", request_digest, lambda: list(self._complete_once(body))
         )
+        seconds = time.perf_counter() - started
         message, finish_reason = self._message(dict(response))
         content = message.get("content")
         return UserTurn(
@@ -1216,6 +1272,7 @@ class OpenAIUser(_ChatEndpoint):
                     "usage": response.get("usage"),
                 },
                 "attempts": int(attempts),
+                "seconds": round(seconds, 6),
             },
         )
 

@@ -1,0 +1,273 @@
+"""What one process knows of each model server it calls.
+
+Every request of the built-in agent and user goes through its server's :class:`Endpoint`,
+shared by all the trials a process runs at once (``--concurrency``):
+
+- a limit on requests in flight (``max_in_flight``), so hundreds of trials in flight do not
+  send hundreds of requests at once to a server that serves eight;
+- a pause new requests keep when the server answers 429 with ``Retry-After`` (the request
+  that got it waits in its own retry, as retries do; the others hold back instead of
+  hammering);
+- a circuit: when the server has failed for ``down_after`` seconds and ``down_failures``
+  requests in a row, with no answer between (no response, 5xx, a malformed body; a 429 or a
+  refused request is an answer), it opens, and requests fail at once with
+  :class:`~harness.errors.EndpointDown` instead of burning every trial's retries. A run stops on
+  it. After ``down_after`` seconds one request may probe the server; an answer closes the
+  circuit;
+- counters (requests, answers, errors by kind, time waited), which the run's progress shows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError, EndpointDown, ModelRequestError, ModelServerError
+
+__all__ = ["Endpoint", "EndpointStats", "endpoint", "endpoints", "forget_endpoints"]
+
+DOWN_AFTER = 60.0
+DOWN_FAILURES = 10
+
+
+@dataclass(frozen=True)
+class EndpointStats:
+    """A snapshot of one endpoint's counters.
+
+    Attributes:
+        url: the server's API root.
+        requests: requests sent (each attempt counts).
+        answered: requests that got an answer (a 2xx body, a 429, a refusal).
+        errors: failed requests by kind (``429``, ``500``, ``no response``, ``malformed``...).
+        in_flight: requests waiting for an answer now.
+        waiting: requests held back now (by the limit or a ``Retry-After`` pause).
+        seconds: time spent waiting for answers, summed over requests.
+        open: whether the circuit is open (the server counts as down).
+    """
+
+    url: str
+    requests: int
+    answered: int
+    errors: dict[str, int]
+    in_flight: int
+    waiting: int
+    seconds: float
+    open: bool
+
+    @property
+    def error_count(self) -> int:
+        """Failed requests, all kinds."""
+        return sum(self.errors.values())
+
+
+@dataclass
+class Endpoint:
+    """One model server as this process sees it (get it with :func:`endpoint`)."""
+
+    url: str
+    max_in_flight: int | None = None
+    down_after: float = DOWN_AFTER
+    down_failures: int = DOWN_FAILURES
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _in_flight: int = 0
+    _waiting: int = 0
+    _pause_until: float = 0.0
+    _streak: int = 0
+    _streak_since: float = 0.0
+    _opened_at: float | None = None
+    _probing: bool = False
+    _requests: int = 0
+    _answered: int = 0
+    _seconds: float = 0.0
+    _errors: Counter[str] = field(default_factory=Counter)
+
+    def configure(
+        self,
+        *,
+        max_in_flight: int | None = None,
+        down_after: float = DOWN_AFTER,
+        down_failures: int = DOWN_FAILURES,
+    ) -> Endpoint:
+        """Set the limit and the circuit's thresholds (the last caller's settings hold).
+
+        Raises:
+            ConfigurationError: a limit below 1, a negative time, fewer than one failure.
+        """
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ConfigurationError(
+                f"max_in_flight={max_in_flight} for {self.url}: give at least 1, or None for "
+                "no limit"
+            )
+        if down_after < 0 or down_failures < 1:
+            raise ConfigurationError(
+                f"circuit of {self.url}: down_after must be >= 0 seconds and down_failures "
+                f">= 1 (got {down_after}, {down_failures})"
+            )
+        with self._cond:
+            self.max_in_flight = max_in_flight
+            self.down_after = down_after
+            self.down_failures = down_failures
+            self._cond.notify_all()
+        return self
+
+    # --- a request ---
+    @contextmanager
+    def request(self, *, retry: bool = False) -> Iterator[None]:
+        """Send one request inside this block: it waits for a slot and, unless it is a
+        ``retry`` (which has waited its own backoff), for any pause a server's ``Retry-After``
+        asked for; its outcome (the exception leaving the block, or none) feeds the counters
+        and the circuit.
+
+        Raises:
+            EndpointDown: the circuit is open; nothing is sent.
+        """
+        self._enter(retry)
+        started = time.monotonic()
+        try:
+            yield
+        except BaseException as exc:
+            self._leave(started, exc)
+            raise
+        self._leave(started, None)
+
+    def _enter(self, retry: bool) -> None:
+        with self._cond:
+            self._check_circuit()
+            self._waiting += 1
+            try:
+                while True:
+                    now = time.monotonic()
+                    if not retry and self._pause_until > now:
+                        self._cond.wait(self._pause_until - now)
+                    elif self.max_in_flight is not None and self._in_flight >= self.max_in_flight:
+                        self._cond.wait()
+                    else:
+                        break
+                    self._check_circuit()
+            finally:
+                self._waiting -= 1
+            self._in_flight += 1
+            self._requests += 1
+
+    def _check_circuit(self) -> None:
+        """Raise :class:`EndpointDown` while the circuit is open; let one probe through once
+        ``down_after`` has passed since it opened."""
+        if self._opened_at is None:
+            return
+        if not self._probing and time.monotonic() - self._opened_at >= max(self.down_after, 0.0):
+            self._probing = True
+            return
+        down_for = time.monotonic() - self._streak_since
+        raise EndpointDown(
+            f"model server at {self.url} is down: {self._streak} requests in a row failed "
+            f"over {down_for:.0f} s with no answer between; requests to it fail at once for "
+            f"{self.down_after:g} s (the circuit is open)",
+            url=self.url,
+            failures=self._streak,
+            down_for=down_for,
+        )
+
+    def _leave(self, started: float, error: BaseException | None) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self._in_flight -= 1
+            self._seconds += now - started
+            if error is None or isinstance(error, ModelRequestError) or _status(error) == 429:
+                # The server answered (busy or refusing is still up): the circuit closes.
+                self._answered += 1
+                self._streak = 0
+                self._opened_at = None
+            if error is not None:
+                self._errors[_kind(error)] += 1
+                retry_after = getattr(error, "retry_after", None)
+                if isinstance(retry_after, float) and retry_after > 0:
+                    self._pause_until = max(self._pause_until, now + retry_after)
+                if _down_signal(error):
+                    if self._streak == 0:
+                        self._streak_since = now
+                    self._streak += 1
+                    if (
+                        self._streak >= self.down_failures
+                        and now - self._streak_since >= self.down_after
+                    ):
+                        self._opened_at = now
+            self._probing = False
+            self._cond.notify_all()
+
+    # --- what the run shows ---
+    def stats(self) -> EndpointStats:
+        """The counters now."""
+        with self._cond:
+            return EndpointStats(
+                url=self.url,
+                requests=self._requests,
+                answered=self._answered,
+                errors=dict(self._errors),
+                in_flight=self._in_flight,
+                waiting=self._waiting,
+                seconds=self._seconds,
+                open=self._opened_at is not None,
+            )
+
+    @property
+    def open(self) -> bool:
+        """Whether the circuit is open now."""
+        with self._cond:
+            return self._opened_at is not None
+
+
+def _status(error: BaseException) -> int | None:
+    return error.status if isinstance(error, ModelServerError) else None
+
+
+def _kind(error: BaseException) -> str:
+    status = _status(error)
+    if status is not None:
+        return str(status)
+    if isinstance(error, ModelServerError):
+        return "no response"
+    if isinstance(error, ValueError):
+        return "malformed"
+    return type(error).__name__
+
+
+def _down_signal(error: BaseException) -> bool:
+    """Whether a failed request says the server is down (not that it is busy or refuses)."""
+    if isinstance(error, ModelRequestError | EndpointDown):
+        return False
+    status = _status(error)
+    if status is not None:
+        return status >= 500
+    return isinstance(error, ModelServerError | ValueError)
+
+
+_REGISTRY: dict[str, Endpoint] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def endpoint(url: str) -> Endpoint:
+    """The process's :class:`Endpoint` for the server at ``url`` (its API root), made on first
+    use and shared by every agent and user calling it."""
+    key = url.rstrip("/")
+    with _REGISTRY_LOCK:
+        found = _REGISTRY.get(key)
+        if found is None:
+            found = _REGISTRY[key] = Endpoint(key)
+        return found
+
+
+def endpoints() -> list[Endpoint]:
+    """Every endpoint this process has called, in the order first used."""
+    with _REGISTRY_LOCK:
+        return list(_REGISTRY.values())
+
+
+def forget_endpoints() -> None:
+    """Drop every endpoint's state: limits, pauses, circuits and counters (tests; a new
+    process starts without any)."""
+    with _REGISTRY_LOCK:
+        _REGISTRY.clear()
