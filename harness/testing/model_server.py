@@ -5,8 +5,10 @@ from a script: a policy callable ``(request) -> assistant message`` or a list of
 messages. It records every request it receives (the tools offered, the tool results sent back,
 the seed, the headers), checks them as a strict server would (an unknown ``tool_call_id`` or a
 missing ``messages`` is a 400), and injects failures on demand (HTTP 500 or 429, a dropped
-connection, a slow answer). A reply may call several tools at once
-(``tool_reply(("a", {...}), ("b", {...}))``), as models with parallel tool calling do.
+connection, a slow answer). With ``latency`` it answers every request after a fixed wait, as a
+model takes time to answer (many requests wait at once, each on its own thread). A reply may
+call several tools at once (``tool_reply(("a", {...}), ("b", {...}))``), as models with
+parallel tool calling do.
 ``ReplayPolicy`` plays a task's reference actions, one tool call per turn, then answers with the
 task's required outputs, so a whole suite can run with
 :class:`~harness.agents.openai.OpenAIAgent` and no model::
@@ -28,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal
 
+from ..errors import ConfigurationError
 from ..suite import Task
 
 __all__ = [
@@ -141,6 +144,10 @@ def _tokens(value: Any) -> int:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: hundreds of clients connecting at once (a
+    # run with many trials in flight) would have connections dropped and retried a second
+    # later. The kernel caps it at net.core.somaxconn.
+    request_queue_size = 1024
     fake: FakeChatServer
 
 
@@ -186,6 +193,10 @@ class FakeChatServer:
         model: when given, requests for another model get 404 (as vLLM answers).
         api_key: when given, requests without ``Authorization: Bearer <api_key>`` get 401.
         port: 0 picks any free port.
+        latency: seconds every chat-completions request waits before it is answered (a model's
+            time to answer; injected failures wait too, and a :meth:`Failure.delay` adds to
+            it). Requests wait at once, each on its connection's thread, holding no lock, so
+            hundreds in flight each take about ``latency``.
 
     Attributes:
         requests: every request body received, failed ones included, in order.
@@ -203,7 +214,13 @@ class FakeChatServer:
         model: str | None = None,
         api_key: str | None = None,
         port: int = 0,
+        latency: float = 0.0,
     ) -> None:
+        if not latency >= 0:  # also refuses NaN
+            raise ConfigurationError(
+                f"FakeChatServer(latency={latency!r}): latency is seconds, 0 or more"
+            )
+        self.latency = latency
         self.policy: ChatPolicy = script if callable(script) else _Canned(list(script))
         self.model = model
         self.api_key = api_key
@@ -314,6 +331,10 @@ class FakeChatServer:
             failure = self._failures.pop(0) if self._failures else None
         if not handler.path.rstrip("/").endswith("/chat/completions"):
             self._send(handler, 404, _error(f"no route {handler.path}", "not_found"))
+            return
+        # Waits holding no lock (other requests wait at the same time); a stop ends the wait.
+        if self.latency and self._stopping.wait(self.latency):
+            handler.close_connection = True
             return
         if failure is not None:
             if failure.kind == "disconnect":
