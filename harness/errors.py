@@ -321,7 +321,11 @@ class EndpointDown(ModelServerError):
         down_for: seconds since the first of them.
     """
 
-    def __init__(self, message: str, *, url: str, failures: int, down_for: float) -> None:
+    def __init__(
+        self, message: str, *, url: str = "", failures: int = 0, down_for: float = 0.0
+    ) -> None:
+        # (Defaults: an error sent from a worker process is rebuilt from its message, then
+        # its attributes are restored.)
         self.failures = failures
         self.down_for = down_for
         super().__init__(message, url=url)

@@ -26,7 +26,7 @@ from typing import Any
 from .._json import dumps
 from .._version import __version__
 from ..agents import Agent, recorded_spec, registry
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, EndpointDown
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
@@ -35,7 +35,7 @@ from ..store.signing import sign_run
 from ..suite import Suite, load_suite
 from .judge import plain
 from .layout import EVIDENCE_FILE, SUMMARY_FILE, new_run_id, run_row, store_url, write_json
-from .pool import StopOnSigint, run_jobs
+from .pool import EXECUTORS, Executor, StopOnSigint, WorkerLost, run_jobs
 from .worker import Job, TrialResult, Worker
 
 __all__ = [
@@ -151,6 +151,15 @@ class RunResult:
     trials_per_task: int
     results: list[TrialResult]
     interrupted: bool = False
+    stopped: str | None = None
+
+    def usage(self) -> dict[str, float]:
+        """What the trials cost, summed: model calls, seconds waited on the model and tokens,
+        as far as the agent reported them (:func:`~harness.runs.worker.trial_usage`)."""
+        total: Counter[str] = Counter()
+        for r in self.results:
+            total.update(r.usage)
+        return dict(total)
 
     def counts(self) -> tuple[list[str], list[int], list[int]]:
         """Task ids, successes per task, trials per task (infrastructure errors count as fails)."""
@@ -196,6 +205,8 @@ class RunResult:
             "tasks": len(self.counts()[0]),
             "trials": len(self.results),
             "interrupted": self.interrupted,
+            "stopped": self.stopped,
+            "usage": self.usage(),
             "pass_hat_k": {k: self.pass_hat(k).to_dict() for k in range(1, n + 1)},
             "pass_at_k": {k: self.pass_at(k) for k in range(1, n + 1)},
             "failures_by_class": self.failures_by_class(),
@@ -219,6 +230,10 @@ def run_trials(
     faults: FaultPlan | str | Path | None = None,
     signing_key: SigningKey | None = None,
     transactions: bool = True,
+    concurrency: int = 1,
+    executor: Executor = "processes",
+    address: str | None = None,
+    on_start: Callable[[str, int], None] | None = None,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -246,9 +261,30 @@ def run_trials(
             :class:`~harness.runs.toolbox.BareToolbox`). Trials are recorded and judged as with
             transactions, and the run's evidence and configuration say ``transactions: false``,
             so ``harness compare`` of two runs gives the paired difference transactions make.
+        concurrency: trials in flight at once in each worker (threads, each trial in its own
+            episode): for agents that wait on a model server. The agent object is shared by a
+            worker's threads, so its ``run`` must be safe to call at once (the built-in ones
+            are).
+        executor: ``processes`` (worker processes on this machine) or ``ray`` (Ray tasks, on
+            the cluster at ``address``, or on a local one started for the run; needs the
+            ``ray`` extra and a named agent).
+        address: with ``executor="ray"``, the cluster to join (``ray://host:10001`` or
+            ``auto``); None starts a local one.
+        on_start: called with (task id, trial index) as each trial is handed to a worker (in
+            the parent process).
+
+    A model server that is down (:class:`~harness.errors.EndpointDown`, its circuit open)
+    stops the run: the trials in flight end, no new one starts, the run is recorded as
+    interrupted and ``RunResult.stopped`` says why; ``harness resume`` runs the rest.
     """
-    if trials < 1 or workers < 1:
-        raise ConfigurationError("run_trials: trials and workers must be >= 1")
+    if trials < 1 or workers < 1 or concurrency < 1:
+        raise ConfigurationError("run_trials: trials, workers and concurrency must be >= 1")
+    if executor not in EXECUTORS:
+        raise ConfigurationError(
+            f"run_trials: executor {executor!r}: give one of {', '.join(EXECUTORS)}"
+        )
+    if address is not None and executor != "ray":
+        raise ConfigurationError("run_trials: address= names a Ray cluster: add executor='ray'")
     loaded = suite if isinstance(suite, Suite) else load_suite(suite)
     agent_options = dict(agent_options or {})
     policy = policy or Policy()
@@ -260,6 +296,11 @@ def run_trials(
         agent = recorded_spec(agent)
         agent_obj = registry.create(agent, **agent_options)
     else:
+        if executor == "ray":
+            raise ConfigurationError(
+                "run_trials: executor='ray' builds the agent in each Ray worker from its name: "
+                "give a built-in name or module:Class, not an agent object"
+            )
         agent_obj = agent
     wanted = None if tasks is None else list(tasks)
     if wanted is not None:
@@ -291,6 +332,8 @@ def run_trials(
         "agent_options": redact(agent_options),
         "trials": trials,
         "workers": workers,
+        "concurrency": concurrency,
+        "executor": executor,
         "seed": seed,
         "tasks": [t.id for t in selected],
         "transactions": transactions,
@@ -313,6 +356,7 @@ def run_trials(
     ]
     results: list[TrialResult] = []
     interrupted = False
+    stopped: str | None = None
     injection = None if plan is None else plan.for_run(run_id)
     pem = None if signing_key is None else signing_key.pem()
     worker_args = (
@@ -348,17 +392,23 @@ def run_trials(
             in_process=Worker(
                 loaded, agent_obj, {}, url, run_id, policy, injection, 600.0, pem, transactions
             )
-            if workers == 1 or not isinstance(agent, str)
+            if executor == "processes" and (workers == 1 or not isinstance(agent, str))
             else None,
+            concurrency=concurrency,
+            executor=executor,
+            address=address,
+            on_start=None if on_start is None else lambda job: on_start(job[0], job[1]),
         )
     except KeyboardInterrupt:
         interrupted = True
+    except (EndpointDown, WorkerLost) as exc:
+        interrupted, stopped = True, str(exc)
     finally:
         stop.restore()
     record_run(RunStatus.INTERRUPTED if interrupted else RunStatus.FINISHED)
     if signing_key is not None:
         sign_run(store, run_id, signing_key)
-    result = RunResult(run_id, folder, loaded.name, trials, results, interrupted)
+    result = RunResult(run_id, folder, loaded.name, trials, results, interrupted, stopped)
     result.write_summary()
     store.close()
     return result

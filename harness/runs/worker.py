@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import uuid
 from collections import Counter
@@ -19,7 +20,7 @@ from .._json import dumps, loads
 from ..action import Action
 from ..agents import Agent, registry
 from ..episode import Episode
-from ..errors import Escalated, HarnessError, ModelServerError
+from ..errors import EndpointDown, Escalated, HarnessError, ModelServerError
 from ..faults import RunFaults, WorkerCrash
 from ..policy import Policy
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
@@ -30,7 +31,7 @@ from .layout import episode_id
 from .rebuild import apply_changes, recorded_changes
 from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
 
-__all__ = ["Job", "TrialResult", "Worker", "run_job", "start_worker", "trial_state"]
+__all__ = ["Job", "TrialResult", "Worker", "run_job", "start_worker", "trial_state", "trial_usage"]
 
 # One trial to run: task id, trial index, seed, and mode (``new`` or ``auto``).
 Job = tuple[str, int, int, str]
@@ -51,6 +52,7 @@ class TrialResult:
     failures: dict[str, int] = field(default_factory=dict)
     steps: list[bool] = field(default_factory=list)
     duration: float = 0.0
+    usage: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: TrialRow) -> TrialResult:
@@ -67,7 +69,33 @@ class TrialResult:
             loads(row.failures or "{}"),
             loads(row.steps or "[]"),
             row.duration,
+            trial_usage(loads(row.agent_meta or "{}")),
         )
+
+
+# What a trial's agent metadata may say it cost, as the run totals it.
+_TOKENS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def trial_usage(meta: dict[str, Any]) -> dict[str, float]:
+    """What a trial cost, from its agent's metadata, when the agent reports it: model calls,
+    seconds waited on the model (``model_seconds``; the user's in ``user_seconds``), and the
+    tokens the server counted (the agent's and the user's together)."""
+    out: dict[str, float] = {}
+    calls = meta.get("model_calls")
+    if isinstance(calls, list):
+        out["model_calls"] = len(calls)
+    for key in ("model_seconds", "user_seconds"):
+        value = meta.get(key)
+        if isinstance(value, int | float):
+            out[key] = float(value)
+    for usage in (meta.get("usage"), meta.get("user_usage")):
+        if isinstance(usage, dict):
+            for key in _TOKENS:
+                value = usage.get(key)
+                if isinstance(value, int | float):
+                    out[key] = out.get(key, 0) + value
+    return out
 
 
 def trial_state(store: Store, episode: str) -> str:
@@ -129,16 +157,19 @@ class Worker:
         self.policy = policy
         self.faults = faults
         self.references: dict[str, Reference] = {}
+        self._references_lock = threading.Lock()
         # Leases name their holder: host, process and this worker.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_seconds = lease_seconds
         self.transactions = transactions
 
     def reference(self, task: Task) -> Reference:
-        """The task's reference outcome (computed once per worker)."""
-        if task.id not in self.references:
-            self.references[task.id] = reference_outcome(self.suite, task)
-        return self.references[task.id]
+        """The task's reference outcome (computed once per worker, whichever of its threads
+        asks first)."""
+        with self._references_lock:
+            if task.id not in self.references:
+                self.references[task.id] = reference_outcome(self.suite, task)
+            return self.references[task.id]
 
     def _record_verdict(self, episode_id: str, payload: dict[str, Any]) -> None:
         writer = self.store.writer(episode_id)
@@ -161,6 +192,10 @@ class Worker:
 
         Returns:
             The result, or None when another process holds the lease or nothing is to be done.
+
+        Raises:
+            EndpointDown: the model server is down (its circuit is open): the trial stopped,
+                with no verdict and no trial row, so that resuming the run runs it again.
         """
         eid = episode_id(self.run_id, task_id, trial)
         with self.store.lease(eid, owner=self.owner, seconds=self.lease_seconds) as held:
@@ -179,6 +214,7 @@ class Worker:
         env = self.suite.new_environment()
         injector = None if self.faults is None else self.faults.injector(env, task_id, trial, eid)
         message, infra, meta = "", False, {}
+        down: EndpointDown | None = None
         try:
             mark = env.state.mark()
             if resume:
@@ -214,6 +250,8 @@ class Worker:
                         message, meta = out.message, out.meta
                 except Escalated:
                     pass
+                except EndpointDown as exc:
+                    down = exc
                 except HarnessError as exc:
                     # A server that is down or rate-limiting is infrastructure; a request it
                     # refuses (wrong model, bad key) is a configuration the run must not count
@@ -230,6 +268,8 @@ class Worker:
                         ep = toolbox.episode = episode(resume=True)
                         continue
                 break
+            if down is not None:
+                raise down  # (the run stops; the trial is left for resume)
             outcome = ep.outcome
             verdict, steps = judge(
                 self.suite,
@@ -267,6 +307,7 @@ class Worker:
             dict(failures),
             steps,
             time.perf_counter() - started,
+            trial_usage(meta),
         )
         # The verdict joins the episode's hash chain, after its end: the trial row is checked
         # against it, and the head is signed again now that the record is final.
