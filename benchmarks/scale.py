@@ -1,0 +1,492 @@
+"""Trials per second of model-bound runs by trials in flight, and the harness's CPU per trial.
+
+    python benchmarks/scale.py [--trials 2000] [--levels 1,8,64,256] [--latency 0.2]
+                               [--caps 1=100,8=500] [--workers 2] [--suite retail]
+
+The built-in ``openai`` agent runs the suite's tasks against the fake chat-completions server
+(:class:`~harness.testing.model_server.FakeChatServer` playing each task's reference actions,
+:class:`~harness.testing.model_server.ReplayPolicy`), which answers every call after
+``--latency`` seconds, as a model would. The server runs in a process of its own, so its CPU is
+not counted as the harness's. Settings, each a run of ``--trials`` trials (the suite's tasks,
+the same number of trials each):
+
+- ``concurrency N``: one process, N trials in flight (threads), for each of ``--levels``; by
+  default concurrency 1 runs only about 100 trials and concurrency 8 about 500 (``--caps``), as
+  2,000 trials at 1 in flight take over half an hour and at 8 several minutes;
+- ``processes``, ``ray``: ``--workers`` worker processes (or Ray workers), each with
+  ``--worker-concurrency`` trials in flight (default: the highest level shared among them).
+
+For each it prints the trials, the seconds, trials per second, the ideal (trials in flight /
+(model calls per trial x latency), calls per trial counted by the server), the share of the
+ideal reached, the CPU seconds per trial of the harness's processes (this one and the workers
+it starts; not the server) and that as a share of a trial's wall time. One core runs at most
+1 / (CPU seconds per trial) trials a second: the ceiling a single process meets, reported
+beside the 80%-of-ideal target at 256 in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import inspect
+import multiprocessing
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+# Imported before any trial (spawned workers import this file too): a thread whose first
+# client is built while another thread is still importing httpx in the agent's first request
+# fails with "partially initialized module 'httpx'" (the openai agent imports both lazily).
+import httpx  # noqa: F401
+
+from harness.runs.start import run_trials
+from harness.suite import Suite, load_suite
+from harness.testing.model_server import FakeChatServer, ReplayPolicy
+
+TARGET = 0.80  # of the ideal throughput, at 256 in flight
+TARGET_LEVEL = 256
+
+
+# --- the fake model server, in a process of its own ---
+
+
+def _serve(suite_path: str, latency: float, conn: Connection) -> None:
+    """Serve the suite's reference actions with ``latency`` until told to stop.
+
+    Commands on ``conn``: ``("stats",)`` answers (requests received, errors, CPU seconds of
+    this process); ``("latency", s)`` changes the latency; ``("stop",)`` ends. Requests the
+    server keeps are dropped after each ``stats`` (counted first), so 10,000 recorded
+    conversations do not pile up in memory.
+    """
+    suite = load_suite(suite_path, check_references=False)
+    server = FakeChatServer(ReplayPolicy(suite.tasks), latency=latency).start()
+    conn.send(server.port)
+    dropped = 0
+    try:
+        while True:
+            command = conn.recv()
+            if command[0] == "stop":
+                break
+            if command[0] == "latency":
+                server.latency = float(command[1])
+                conn.send(server.latency)
+            elif command[0] == "stats":
+                # Each del removes only what was there when counted (appends go on behind).
+                n = len(server.requests)
+                del server.requests[:n], server.headers[:n]
+                del server.responses[: len(server.responses)]
+                dropped += n
+                conn.send((dropped, len(server.errors), time.process_time()))
+    finally:
+        server.stop()
+
+
+class ServerProcess:
+    """The fake server in a spawned process, and the questions the benchmark asks it."""
+
+    def __init__(self, suite_path: Path, latency: float) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=_serve, args=(str(suite_path), latency, child), daemon=True
+        )
+        self.process.start()
+        if not self._conn.poll(120):
+            raise RuntimeError("the fake model server did not start within 120 s")
+        self.port: int = self._conn.recv()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def stats(self) -> tuple[int, int, float]:
+        """Requests received so far, errors the server recorded, its CPU seconds."""
+        self._conn.send(("stats",))
+        result: tuple[int, int, float] = self._conn.recv()
+        return result
+
+    def set_latency(self, seconds: float) -> None:
+        """Answer every later request after ``seconds``."""
+        self._conn.send(("latency", seconds))
+        self._conn.recv()
+
+    def stop(self) -> None:
+        """End the server's process."""
+        with contextlib.suppress(OSError):
+            self._conn.send(("stop",))
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+# --- CPU of the harness's processes ---
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_table() -> dict[int, tuple[int, str, float]]:
+    """Every process /proc shows: pid -> (parent pid, start time, CPU seconds). Empty where
+    there is no /proc (not Linux)."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read().decode("ascii", "replace")
+        except OSError:  # (it ended meanwhile)
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()
+        # After the name: state, ppid (1), ..., utime (11), stime (12), ..., starttime (19).
+        ppid, utime, stime, start = int(fields[1]), int(fields[11]), int(fields[12]), fields[19]
+        table[int(name)] = (ppid, start, (utime + stime) / _TICK)
+    return table
+
+
+def descendants_cpu(exclude: set[int]) -> dict[tuple[int, str], float]:
+    """CPU seconds of each live process descending from this one, keyed by (pid, start time);
+    the processes in ``exclude`` and their descendants left out."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {}
+    todo = [p for p in children.get(os.getpid(), []) if p not in exclude]
+    while todo:
+        pid = todo.pop()
+        _, start, cpu = table[pid]
+        out[(pid, start)] = cpu
+        todo.extend(p for p in children.get(pid, []) if p not in exclude)
+    return out
+
+
+def _rusage_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+class HarnessCPU:
+    """CPU seconds the harness's processes spend between :meth:`start` and :meth:`stop`.
+
+    This process (every thread) from its rusage; worker processes that ended and were waited
+    for from the children's rusage; worker processes still alive (and, with ``sample``, ones
+    that ended under a parent other than this process, as Ray's workers do) from /proc, read
+    at the start, at the end and, with ``sample``, every 0.2 s. ``exclude``: the fake server.
+    """
+
+    def __init__(self, exclude: set[int], *, sample: bool = False) -> None:
+        self.exclude = exclude
+        self.sample = sample
+        self._seen: dict[tuple[int, str], float] = {}
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Take the starting readings (and start sampling, if asked)."""
+        self._self0 = _rusage_seconds(resource.RUSAGE_SELF)
+        self._children0 = _rusage_seconds(resource.RUSAGE_CHILDREN)
+        self._live0 = descendants_cpu(self.exclude)
+        if self.sample:
+            self._thread = threading.Thread(target=self._sampler, daemon=True)
+            self._thread.start()
+
+    def _sampler(self) -> None:
+        while not self._done.wait(0.2):
+            self._seen.update(descendants_cpu(self.exclude))
+
+    def stop(self) -> float:
+        """CPU seconds since :meth:`start`."""
+        live = descendants_cpu(self.exclude)
+        own = _rusage_seconds(resource.RUSAGE_SELF) - self._self0
+        if self.sample:
+            self._done.set()
+            if self._thread is not None:
+                self._thread.join()
+            self._seen.update(live)
+            # Ended processes count as last seen (their children's rusage is not ours to read).
+            return own + sum(cpu - self._live0.get(k, 0.0) for k, cpu in self._seen.items())
+        reaped = _rusage_seconds(resource.RUSAGE_CHILDREN) - self._children0
+        alive = sum(cpu - self._live0.get(k, 0.0) for k, cpu in live.items())
+        # A process alive at the start and waited for since: rusage counts its whole life.
+        gone = sum(cpu for k, cpu in self._live0.items() if k not in live)
+        return own + reaped + alive - gone
+
+
+# --- one setting ---
+
+
+@dataclass
+class Row:
+    """One setting's measurements."""
+
+    setting: str
+    in_flight: int
+    trials: int = 0
+    seconds: float = 0.0
+    calls: int = 0
+    cpu: float = 0.0
+    server_cpu: float = 0.0
+    trial_seconds: float = 0.0  # mean wall time of one trial
+    passed: int = 0
+    infra: int = 0
+    server_errors: int = 0
+    note: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.trials / self.seconds
+
+    def ideal(self, latency: float) -> float:
+        """Trials per second if every trial took only its model calls' latency."""
+        return self.in_flight / (self.calls / self.trials * latency)
+
+    @property
+    def cpu_per_trial(self) -> float:
+        return self.cpu / self.trials
+
+
+def supported() -> set[str]:
+    """Which of run_trials's options for trials in flight this harness has."""
+    return set(inspect.signature(run_trials).parameters) & {"concurrency", "executor"}
+
+
+def measure(
+    row: Row,
+    suite: Suite,
+    server: ServerProcess,
+    *,
+    trials_per_task: int,
+    logs: Path,
+    workers: int = 1,
+    concurrency: int = 1,
+    executor: str | None = None,
+    attempts: int = 4,
+) -> Row:
+    """Run one setting and fill ``row`` with what it measured."""
+    # Passed only when set, so concurrency 1 runs on a harness without these options too.
+    extra: dict[str, Any] = {}
+    if concurrency != 1:
+        extra["concurrency"] = concurrency
+    if executor is not None:
+        extra["executor"] = executor
+    requests0, errors0, server_cpu0 = server.stats()
+    cpu = HarnessCPU({server.process.pid or -1}, sample=executor == "ray")
+    cpu.start()
+    started = time.perf_counter()
+    result = run_trials(
+        suite,
+        agent="openai",
+        agent_options={"base_url": server.base_url, "model": "fake", "attempts": attempts},
+        trials=trials_per_task,
+        workers=workers,
+        logs=logs,
+        **extra,
+    )
+    row.seconds = time.perf_counter() - started
+    row.cpu = cpu.stop()
+    requests1, errors1, server_cpu1 = server.stats()
+    row.trials = len(result.results)
+    row.calls = requests1 - requests0
+    row.server_errors = errors1 - errors0
+    row.server_cpu = server_cpu1 - server_cpu0
+    row.passed = sum(r.passed for r in result.results)
+    row.infra = sum(r.infra_error for r in result.results)
+    row.trial_seconds = statistics.fmean(r.duration for r in result.results)
+    return row
+
+
+# --- the report ---
+
+HEADER = (
+    f"{'setting':<26} {'trials':>6} {'seconds':>8} {'trials/s':>9} {'ideal/s':>8} "
+    f"{'% ideal':>8} {'calls/trial':>11} {'CPU s/trial':>11} {'CPU share':>9}"
+)
+
+
+def line(row: Row, latency: float) -> str:
+    """One row of the table."""
+    if row.note:
+        return f"{row.setting:<26} {row.note}"
+    return (
+        f"{row.setting:<26} {row.trials:>6} {row.seconds:>8.1f} {row.rate:>9.2f} "
+        f"{row.ideal(latency):>8.1f} {100 * row.rate / row.ideal(latency):>7.0f}% "
+        f"{row.calls / row.trials:>11.2f} {row.cpu_per_trial * 1000:>9.1f}ms "
+        f"{100 * row.cpu_per_trial / row.trial_seconds:>8.1f}%"
+    )
+
+
+def verdict(rows: list[Row], latency: float) -> list[str]:
+    """What the measurements say against the target: 80% of ideal at 256 in flight, until a
+    core is saturated (its ceiling: 1 / CPU seconds per trial)."""
+    out: list[str] = []
+    one = [r for r in rows if not r.note and r.setting.startswith("concurrency")]
+    if not one:
+        return out
+    cpu = statistics.median(r.cpu_per_trial for r in one)
+    ceiling = 1 / cpu
+    out.append(
+        f"harness CPU per trial (median over one-process settings): {cpu * 1000:.1f} ms, so "
+        f"one core runs at most {ceiling:.1f} trials/s; with {one[0].calls / one[0].trials:.2f} "
+        f"calls x {latency * 1000:.0f} ms a trial, the ideal reaches that at about "
+        f"{ceiling * one[0].calls / one[0].trials * latency:.0f} trials in flight"
+    )
+    for r in one:
+        bound = min(r.ideal(latency), ceiling)
+        what = "ideal" if r.ideal(latency) <= ceiling else "one core's ceiling"
+        mark = "meets" if r.rate >= TARGET * bound else "misses"
+        target = " (the target's level)" if r.in_flight == TARGET_LEVEL else ""
+        out.append(
+            f"  {r.in_flight:>4} in flight{target}: {r.rate:.2f} trials/s = "
+            f"{100 * r.rate / bound:.0f}% of {what} ({bound:.1f}/s): {mark} {TARGET:.0%}"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=2000, help="trials per setting")
+    parser.add_argument("--levels", default="1,8,64,256", help="trials in flight, one process")
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds per model call")
+    parser.add_argument(
+        "--caps",
+        default="1=100,8=500",
+        help="fewer trials at these levels, LEVEL=TRIALS,... ('' runs --trials at every level)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="processes / Ray workers")
+    parser.add_argument(
+        "--worker-concurrency",
+        type=int,
+        default=None,
+        help="trials in flight per worker process (default: the highest level / --workers)",
+    )
+    parser.add_argument(
+        "--executors", default="processes,ray", help="multi-process settings ('' for none)"
+    )
+    parser.add_argument("--suite", default="retail", help="a suite folder or built-in name")
+    args = parser.parse_args(argv)
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    if args.trials < 1 or args.latency <= 0 or any(n < 1 for n in levels) or args.workers < 1:
+        parser.error("--trials, --latency, --levels and --workers must be positive")
+    try:
+        caps = {
+            int(level): int(n)
+            for level, n in (item.split("=") for item in args.caps.split(",") if item.strip())
+        }
+    except ValueError:
+        parser.error(f"--caps {args.caps!r}: give LEVEL=TRIALS pairs, e.g. 1=100,8=500")
+    executors = [x.strip() for x in args.executors.split(",") if x.strip()]
+    per_worker = args.worker_concurrency or max(1, max(levels, default=2) // args.workers)
+
+    suite = load_suite(args.suite)
+    tasks = len(suite.tasks)
+
+    def per_task(n: int) -> int:
+        return max(1, round(n / tasks))
+
+    have = supported()
+    print(
+        f"suite {suite.name}: {tasks} tasks, "
+        f"{statistics.fmean(len(t.reference_actions) for t in suite.tasks):.2f} reference "
+        f"actions a task; latency {args.latency * 1000:.0f} ms per model call; "
+        f"{os.cpu_count()} CPUs; Python {sys.version.split()[0]}"
+    )
+    capped = [
+        f"{n} in flight: {per_task(caps[n]) * tasks}"
+        for n in levels
+        if caps.get(n, args.trials) < args.trials
+    ]
+    print(
+        f"{per_task(args.trials) * tasks} trials a setting"
+        + (f"; capped (--caps): {', '.join(capped)}" if capped else "")
+    )
+    server = ServerProcess(suite.path, args.latency)
+    rows: list[Row] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="harness-scale-") as tmp:
+            logs = Path(tmp)
+            # Warm-up, not timed: imports, the first client, every task once, at no latency.
+            server.set_latency(0.0)
+            warm: dict[str, Any] = (
+                {"concurrency": min(max(levels), 64)} if "concurrency" in have else {}
+            )
+            run_trials(
+                suite,
+                agent="openai",
+                agent_options={"base_url": server.base_url, "model": "fake"},
+                trials=1,
+                logs=logs / "warm-up",
+                **warm,
+            )
+            server.set_latency(args.latency)
+            # Each setting: its row, and run_trials's arguments (None: it cannot run here).
+            plan: list[tuple[Row, dict[str, Any] | None]] = []
+            for n in levels:
+                row = Row(f"concurrency {n}", n)
+                if n > 1 and "concurrency" not in have:
+                    row.note = "not run: run_trials has no concurrency= in this harness"
+                trials = per_task(min(caps.get(n, args.trials), args.trials))
+                plan.append(
+                    (row, None if row.note else {"trials_per_task": trials, "concurrency": n})
+                )
+            for executor in executors:
+                row = Row(f"{executor} {args.workers}x{per_worker}", args.workers * per_worker)
+                if "executor" not in have:
+                    row.note = "not run: run_trials has no executor= in this harness"
+                elif executor == "ray" and importlib.util.find_spec("ray") is None:
+                    row.note = "ray: not installed (pip install ray)"
+                spread: dict[str, Any] = {
+                    "trials_per_task": per_task(args.trials),
+                    "workers": args.workers,
+                    "concurrency": per_worker,
+                    "executor": executor,
+                }
+                plan.append((row, None if row.note else spread))
+            print(HEADER)
+            for row, options in plan:
+                if options is not None:
+                    folder = logs / row.setting.replace(" ", "-")
+                    measure(row, suite, server, logs=folder, **options)
+                rows.append(row)
+                print(line(row, args.latency), flush=True)
+    finally:
+        server.stop()
+    print()
+    for r in rows:
+        if r.trials and r.trials < per_task(args.trials) * tasks:
+            print(
+                f"{r.setting} ran {r.trials} trials, not {per_task(args.trials) * tasks}: capped "
+                f"by --caps {args.caps} to keep the run short (--caps '' runs them all)"
+            )
+    for r in rows:
+        if not r.note and (r.passed != r.trials or r.server_errors):
+            print(
+                f"{r.setting}: {r.trials - r.passed} trial(s) failed ({r.infra} infrastructure), "
+                f"{r.server_errors} server error(s)"
+            )
+    measured = [r for r in rows if not r.note]
+    if measured:
+        cpu = sum(r.server_cpu for r in measured) / sum(r.calls for r in measured)
+        print(f"fake server CPU per model call (its own process): {cpu * 1000:.2f} ms")
+    print(
+        "ideal = in flight / (calls per trial x latency); CPU = the harness's processes "
+        "(this one and its workers; not the server), per trial and as a share of a trial's "
+        "mean wall time"
+    )
+    for text in verdict(rows, args.latency):
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
