@@ -418,6 +418,14 @@ class _ChatEndpoint:
         self.max_in_flight = max_in_flight
         self.down_after = down_after
         self.down_failures = down_failures
+        # The client is imported now, once: trials started at once in threads would import it
+        # side by side, and the client reads a half-imported httpx (no URL yet).
+        import httpx  # noqa: F401
+        import openai  # noqa: F401
+
+        self._client_lock = threading.Lock()
+        self._shared_client: openai.OpenAI | None = None
+
         # Shared with every agent and user of this process calling the same server.
         self.endpoint = endpoint(self.base_url).configure(
             max_in_flight=max_in_flight, down_after=down_after, down_failures=down_failures
@@ -435,6 +443,15 @@ class _ChatEndpoint:
         return dict(message), reason if isinstance(reason, str) else None
 
     def _client(self) -> openai.OpenAI:
+        """The ``openai`` client on ``base_url``, made on first use and shared by every trial
+        this object runs (threads included: the client is thread-safe, and making one costs
+        tens of milliseconds of CPU, mostly its TLS context)."""
+        with self._client_lock:
+            if self._shared_client is None:
+                self._shared_client = self._new_client()
+            return self._shared_client
+
+    def _new_client(self) -> openai.OpenAI:
         """An ``openai`` client on ``base_url`` that retries nothing itself (we do) and reads
         no environment variable (no proxy but ``proxy``, no key but ``api_key``)."""
         import openai
@@ -735,13 +752,10 @@ class OpenAIAgent(_ChatEndpoint):
                 other calls of the same reply have finished by then.
         """
         client = self._client()
-        try:
-            if self.user is not None:
-                out = self._converse_with_user(client, task, toolbox, seed, self.user)
-            else:
-                out = self._converse(client, task, toolbox, seed)
-        finally:
-            client.close()
+        if self.user is not None:
+            out = self._converse_with_user(client, task, toolbox, seed, self.user)
+        else:
+            out = self._converse(client, task, toolbox, seed)
         # What the trial cost in model time (answers from the record take none).
         for calls, key in (("model_calls", "model_seconds"), ("user_calls", "user_seconds")):
             if calls in out.meta:
@@ -1277,12 +1291,8 @@ class OpenAIUser(_ChatEndpoint):
         )
 
     def _complete_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """Ask the server (a client of its own for this call; a resumed call makes none)."""
-        client = self._client()
-        try:
-            return self._complete(client, body)
-        finally:
-            client.close()
+        """Ask the server (a resumed call does not)."""
+        return self._complete(self._client(), body)
 
 
 registry.register("openai", OpenAIAgent)

@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from ..agents import AgentSpec, is_agent_spec, registry
+from ..agents.endpoint import endpoints
 from ..errors import HarnessError, SuiteError
 from ..faults import FaultPlan
 from ..report.gate import Bar, Basis, exit_status
 from ..report.model import Report, load_report
 from ..report.terminal import render_gate, render_summary
 from ..runs import TrialResult, replay_episode, resume_run, run_trials
-from ..runs.pool import Tally
+from ..runs.pool import EXECUTORS, Tally
 from ..suite import load_suite, resolve_suite
 from ._common import (
     console,
@@ -84,6 +96,27 @@ def rerun_agent_options(command: Any) -> Any:
 )
 @click.option("--trials", default=4, show_default=True, type=click.IntRange(1))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Trials in flight at once in each worker (threads): for agents that wait on a model "
+    "server.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="processes",
+    show_default=True,
+    help="Where workers run: processes on this machine, or Ray tasks (the ray extra).",
+)
+@click.option(
+    "--address",
+    default=None,
+    help="--executor ray: the Ray cluster to join (ray://host:10001, or auto); "
+    "default: a local one for the run.",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--logs", default="logs", show_default=True, type=click.Path(file_okay=False))
 @click.option(
@@ -103,6 +136,21 @@ def rerun_agent_options(command: Any) -> Any:
 @click.option("--task", "tasks", multiple=True, help="Only this task id (repeatable).")
 @click.option("--base-url", default=None, help="openai agent: server URL (…/v1).")
 @click.option("--model", default=None, help="openai agent: model name.")
+@click.option(
+    "--max-in-flight",
+    default=None,
+    type=click.IntRange(1),
+    help="openai agent: requests in flight to the server at once, per worker [default: no limit].",
+)
+@click.option(
+    "--infra",
+    type=click.Choice(["fail", "exclude"]),
+    default="fail",
+    show_default=True,
+    help="How the summary counts trials ended by an infrastructure error (server down, "
+    "rate-limited past its retries): fail, as failed trials (tau-bench); exclude, left out of "
+    "the counts (tau2-bench). Never as the agent's failures by class.",
+)
 @click.option(
     "--user",
     type=click.Choice(["openai", "scripted"]),
@@ -157,6 +205,9 @@ def run_command(
     agent: str,
     trials: int,
     workers: int,
+    concurrency: int,
+    executor: str,
+    address: str | None,
     seed: int,
     logs: str,
     error_rate: float,
@@ -164,6 +215,8 @@ def run_command(
     tasks: tuple[str, ...],
     base_url: str | None,
     model: str | None,
+    max_in_flight: int | None,
+    infra: str,
     user: str | None,
     user_model: str | None,
     user_base_url: str | None,
@@ -196,6 +249,17 @@ def run_command(
         options = {"error_rate": error_rate, "self_conditioning": self_conditioning}
     elif agent == "openai":
         options = openai_settings(base_url, model)
+        if max_in_flight is not None:
+            options["max_in_flight"] = max_in_flight
+    if max_in_flight is not None and agent != "openai":
+        raise click.BadParameter(
+            f"--max-in-flight limits the openai agent's requests, not {agent!r}'s",
+            param_hint="'--max-in-flight'",
+        )
+    if address is not None and executor != "ray":
+        raise click.BadParameter(
+            "--address names a Ray cluster: add --executor ray", param_hint="'--address'"
+        )
     conversation = {
         "--user-model": user_model,
         "--user-base-url": user_base_url,
@@ -230,11 +294,13 @@ def run_command(
         loaded = load_suite(path)
         selected = [t for t in loaded.tasks if not tasks or t.id in tasks]
         total = len(selected) * trials
+        flight = Flight()
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("done, {task.fields[tally]}"),
+            flight,
             TimeElapsedColumn(),
             console=console,
             transient=False,
@@ -244,6 +310,7 @@ def run_command(
 
             def tick(r: TrialResult) -> None:
                 tally.add(r)
+                flight.finished(r)
                 progress.update(task_bar, advance=1, tally=tally)
 
             result = run_trials(
@@ -259,12 +326,16 @@ def run_command(
                 faults=plan,
                 signing_key=key,
                 transactions=not bare,
+                concurrency=concurrency,
+                executor=executor,  # type: ignore[arg-type]
+                address=address,
+                on_start=flight.started,
             )
     except HarnessError as exc:
         fail(exc)
     status = 0
     if result.results:
-        report = _summary(result.folder, all_k)
+        report = _summary(result.folder, all_k, infra=infra)
         if plan is not None:
             from ..report.reliability import load_reliability, render_reliability
 
@@ -273,7 +344,13 @@ def run_command(
             judgements = judge_bars(report, bars, fail_under_on)
             render_gate(judgements, fail_under_on, console)
             status = exit_status(report, judgements)
-    if result.interrupted:
+    if result.stopped is not None:
+        console.print(
+            f"[red]stopped[/red] after {len(result.results)} trials: {escape(result.stopped)}\n"
+            f"the store is consistent; `harness resume {result.folder}` runs the rest"
+        )
+        status = 3
+    elif result.interrupted:
         console.print(
             f"[yellow]interrupted[/yellow] after {len(result.results)} trials; "
             "the store is consistent"
@@ -284,10 +361,64 @@ def run_command(
         sys.exit(status)
 
 
-def _summary(folder: Path, all_k: bool) -> Report:
+class Flight(ProgressColumn):
+    """The progress bar's view of the work in flight: trials started and not finished, the
+    model server's request rate and its errors so far.
+
+    In a run in this process the counts come live from the process's model endpoints
+    (:func:`~harness.agents.endpoint.endpoints`); with worker processes or Ray, from the
+    finished trials' usage (requests per second of the run so far, retried attempts).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._since = time.monotonic()
+        self._base = {e.url: e.stats() for e in endpoints()}
+        self.in_flight = 0
+        self.calls = 0.0
+        self.retries = 0.0
+        self.infra = 0
+
+    def started(self, _task_id: str, _trial: int) -> None:
+        """A trial was handed to a worker."""
+        with self._lock:
+            self.in_flight += 1
+
+    def finished(self, result: TrialResult) -> None:
+        """A trial finished."""
+        with self._lock:
+            self.in_flight = max(self.in_flight - 1, 0)
+            self.calls += result.usage.get("model_calls", 0)
+            self.retries += result.usage.get("model_retries", 0)
+            self.infra += result.infra_error
+
+    def text(self) -> str:
+        """What the column shows now."""
+        elapsed = max(time.monotonic() - self._since, 1e-9)
+        live = [e.stats() for e in endpoints()]
+        requests = errors = 0
+        for stats in live:  # (counted from when the bar started)
+            base = self._base.get(stats.url)
+            requests += stats.requests - (base.requests if base else 0)
+            errors += stats.error_count - (base.error_count if base else 0)
+        with self._lock:
+            if not requests:
+                requests, errors = int(self.calls + self.retries), int(self.retries)
+            line = f"in flight {self.in_flight}"
+        if requests:
+            line += f", model {requests / elapsed:.1f} req/s, {errors} errors"
+        return line
+
+    def render(self, task: Task) -> Text:
+        """The column's cell."""
+        return Text(self.text())
+
+
+def _summary(folder: Path, all_k: bool, *, infra: str = "fail") -> Report:
     """Print a run's pass^k, failures and infrastructure failures; its report."""
     try:
-        report = load_report(folder)
+        report = load_report(folder, infra=infra)  # type: ignore[arg-type]
     except HarnessError as exc:
         fail(exc)
     render_summary(report, console, all_k=all_k)
@@ -357,6 +488,13 @@ def replay_command(
 @click.command("resume")
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Trials in flight at once in each worker (threads).",
+)
 @suite_options
 @rerun_agent_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -365,6 +503,7 @@ def replay_command(
 def resume_command(
     run: Path,
     workers: int,
+    concurrency: int,
     suite: str | None,
     trust_suite: bool,
     agent: str | None,
@@ -387,6 +526,7 @@ def resume_command(
             run,
             signing_key=signing_key(signing_key_file),
             workers=workers,
+            concurrency=concurrency,
             secrets=secrets(),
             suite=suite,
             trust=trust_suite,
@@ -405,7 +545,11 @@ def resume_command(
     )
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
+    if result.run.stopped is not None:
+        console.print(f"[red]stopped[/red]: {escape(result.run.stopped)}")
     if result.pending:
         console.print(f"resolve them with `harness escalations {run}`, then resume again")
     if result.run.results:
         _summary(result.run.folder, all_k=False)
+    if result.run.stopped is not None:
+        sys.exit(3)

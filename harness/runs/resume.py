@@ -23,13 +23,13 @@ from typing import Any
 from .._json import dumps
 from .._version import __version__
 from ..agents import Agent, is_agent_spec, recorded_spec, registry
-from ..errors import ConfigurationError, HarnessError, SuiteError
+from ..errors import ConfigurationError, EndpointDown, HarnessError, SuiteError
 from ..policy import Policy, Retry
 from ..store import EpisodeStatus, RunStatus, SigningKey, Store
 from ..store.signing import sign_run
 from ..suite import Suite, is_builtin_suite, load_suite
 from .layout import EVIDENCE_FILE, OpenRun, episode_id, open_run, run_row, store_url, write_json
-from .pool import run_jobs
+from .pool import WorkerLost, run_jobs
 from .start import REDACTED, RunResult, trial_seed
 from .worker import Job, TrialResult, Worker, trial_state
 
@@ -254,6 +254,7 @@ def resume_run(
     trust: bool = False,
     trust_agent: bool = False,
     signing_key: SigningKey | None = None,
+    concurrency: int = 1,
 ) -> ResumeResult:
     """Finish the run in ``folder``: keep finished trials, resume interrupted ones, run the rest.
 
@@ -277,6 +278,10 @@ def resume_run(
             and the run's manifest again at the end. A run signed with another key is refused;
             a signed run resumed without its key gets a note (its new heads go unsigned, and
             an audit with the public key names them).
+        concurrency: trials in flight at once in each worker (threads).
+
+    A model server that is down, or a worker process that dies, stops the resume as it stops
+    a run: the run stays interrupted and ``run.stopped`` says why.
 
     Raises:
         RunNotFound: the folder is not a run folder.
@@ -287,8 +292,8 @@ def resume_run(
             ``trust_agent`` is given, or it does not build; or ``signing_key`` is not the key
             the run was signed with.
     """
-    if workers < 1:
-        raise ConfigurationError("resume_run: workers must be >= 1")
+    if workers < 1 or concurrency < 1:
+        raise ConfigurationError("resume_run: workers and concurrency must be >= 1")
     with open_run(folder, writable=True) as run:
         store: Store = run.store
         config = run.config
@@ -355,37 +360,59 @@ def resume_run(
             if progress:
                 progress(result)
 
-        run_jobs(
-            jobs,
-            workers=workers,
-            worker_args=(
-                str(loaded.path),
-                spec,
-                agent_options(run, secrets),
-                url,
-                run_id,
-                policy,
-                None,
-                lease_seconds,
-                pem,
-                transactions,
-            ),
-            on_result=finished,
-            in_process=Worker(
-                loaded, agent_obj, {}, url, run_id, policy, None, lease_seconds, pem, transactions
+        stopped: str | None = None
+        try:
+            run_jobs(
+                jobs,
+                workers=workers,
+                worker_args=(
+                    str(loaded.path),
+                    spec,
+                    agent_options(run, secrets),
+                    url,
+                    run_id,
+                    policy,
+                    None,
+                    lease_seconds,
+                    pem,
+                    transactions,
+                ),
+                on_result=finished,
+                in_process=Worker(
+                    loaded,
+                    agent_obj,
+                    {},
+                    url,
+                    run_id,
+                    policy,
+                    None,
+                    lease_seconds,
+                    pem,
+                    transactions,
+                )
+                if workers == 1 or not isinstance(spec, str)
+                else None,
+                concurrency=concurrency,
             )
-            if workers == 1 or not isinstance(spec, str)
-            else None,
-        )
+        except (EndpointDown, WorkerLost) as exc:
+            stopped = str(exc)
         rows = store.trial_rows(run_id)
-        complete = len(rows) == trials * len(tasks) and not any(
-            r.outcome == EpisodeStatus.ESCALATED for r in rows
+        complete = (
+            stopped is None
+            and len(rows) == trials * len(tasks)
+            and not any(r.outcome == EpisodeStatus.ESCALATED for r in rows)
         )
         record_run(RunStatus.FINISHED if complete else RunStatus.INTERRUPTED)
         if signing_key is not None:
             sign_run(store, run_id, signing_key)
         out.run = RunResult(
-            run_id, run.folder, loaded.name, trials, [TrialResult.from_row(r) for r in rows]
+            run_id,
+            run.folder,
+            loaded.name,
+            trials,
+            [TrialResult.from_row(r) for r in rows],
+            interrupted=stopped is not None,
+            stopped=stopped,
         )
         out.run.write_summary()
         write_json(run.folder, EVIDENCE_FILE, evidence)

@@ -78,13 +78,17 @@ _TOKENS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def trial_usage(meta: dict[str, Any]) -> dict[str, float]:
-    """What a trial cost, from its agent's metadata, when the agent reports it: model calls,
-    seconds waited on the model (``model_seconds``; the user's in ``user_seconds``), and the
+    """What a trial cost, from its agent's metadata, when the agent reports it: model calls
+    (and the failed attempts they retried), seconds waited on the model (``model_seconds``; the user's in ``user_seconds``), and the
     tokens the server counted (the agent's and the user's together)."""
     out: dict[str, float] = {}
     calls = meta.get("model_calls")
     if isinstance(calls, list):
         out["model_calls"] = len(calls)
+        # Failed attempts the calls needed before their answer (429s, 5xx, no response).
+        out["model_retries"] = sum(
+            max(int(c.get("attempts", 1)) - 1, 0) for c in calls if isinstance(c, dict)
+        )
     for key in ("model_seconds", "user_seconds"):
         value = meta.get(key)
         if isinstance(value, int | float):
