@@ -1,0 +1,374 @@
+"""Running a run's jobs on a Ray cluster (``harness run --executor ray``).
+
+Each Ray worker is an actor that builds one :class:`~.worker.Worker` when it starts and keeps
+it, running up to ``concurrency`` trials at once in its threads. Every trial runs in mode
+``auto``, under its episode's lease: a trial handed out again, after the process running it
+was killed, resumes its episode from the records (in-doubt calls probed, nothing committed runs
+a second time); one whose episode finished meanwhile is not run again.
+
+A worker that dies is restarted by Ray, and the driver hands its trials out again, to whichever
+worker has room. A lease is free at once when its holder ran on the same host and its process
+is gone; a holder on another machine is waited for until its lease expires, which is why trials
+on Ray hold :data:`RAY_LEASE_SECONDS`-second leases (renewed every third of that) instead of the
+ten minutes of a local run: a dead machine delays its trials' second attempt by at most that.
+
+Where the workers find the code: a Ray instance this function starts runs on this machine with
+this interpreter. Each worker enters the driver's working directory and adds the folders of the
+driver's own code on ``sys.path`` (not the interpreter's or installed packages), as a process
+of a local pool would have them, so relative run folders, suites, environments and agents named
+``module:Class`` resolve alike. A cluster given by address gets this harness's packages shipped
+with the job (Ray's ``runtime_env`` ``py_modules``), so its workers run the same harness as the
+driver; the suite, the agent's code and the store must be reachable from every node at the same
+paths (a shared filesystem, and a Postgres store for nodes on other machines).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import importlib.util
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError, HarnessError
+from ..store import TrialRow
+from .layout import episode_id
+from .worker import Job, TrialResult, Worker, trial_state
+
+if TYPE_CHECKING:
+    from .pool import StopOnSigint
+
+__all__ = [
+    "LOST_WORKER_LIMIT",
+    "RAY_LEASE_SECONDS",
+    "RayWorker",
+    "check_store_reach",
+    "run_jobs_on_ray",
+]
+
+RAY_LEASE_SECONDS = 60.0
+"""The longest episode lease a trial on Ray holds (a shorter one given by the caller is kept)."""
+
+LOST_WORKER_LIMIT = 3
+"""How many times a trial is handed out again after the worker running it died."""
+
+# What a worker says of a job it did not run: another process holds the episode's lease (the
+# driver hands the job out again later), or there is nothing to do.
+_HELD = "held"
+_DONE = "done"
+_INSTALL = "pip install 'transactional-harness[ray]'"
+_TICK = 0.5  # seconds between looks at a stop request while trials run
+
+
+def _import_ray() -> Any:
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the Ray executor needs Ray, which is not installed ({exc}): {_INSTALL}"
+        ) from exc
+
+
+def _code_paths() -> list[str]:
+    """The folders on this process's ``sys.path`` that hold code of the user's own: not the
+    interpreter's library or installed packages, which a worker has of its own."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p}
+    out: list[str] = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if (
+            not os.path.isdir(path)
+            or "site-packages" in path
+            or "dist-packages" in path
+            or any(path == p or path.startswith(p + os.sep) for p in prefixes)
+            or path in out
+        ):
+            continue
+        out.append(path)
+    return out
+
+
+def _shipped_packages() -> list[str]:
+    """The folders of this harness's packages, to ship to a cluster's workers."""
+    out = []
+    for name in ("harness", "verifiers"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            out.append(next(iter(spec.submodule_search_locations)))
+    return out
+
+
+def _lease_capped(worker_args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``worker_args`` with the episode lease at most :data:`RAY_LEASE_SECONDS`."""
+    args = list(worker_args)
+    if len(args) == 6:  # no fault injection given
+        args.append(None)
+    if len(args) == 7:
+        args.append(RAY_LEASE_SECONDS)
+    else:
+        args[7] = min(float(args[7]), RAY_LEASE_SECONDS)
+    return tuple(args)
+
+
+def check_store_reach(store_url: str, hosts: Sequence[str]) -> None:
+    """Refuse a SQLite store for workers on more than one machine.
+
+    A SQLite file is one machine's: workers elsewhere would each write a file of their own at
+    the same path (or share one over a network filesystem, which SQLite's locks do not survive).
+
+    Raises:
+        ConfigurationError: the store is SQLite and ``hosts`` names more than one machine.
+    """
+    machines = sorted(set(hosts))
+    if store_url.startswith("sqlite") and len(machines) > 1:
+        raise ConfigurationError(
+            f"the run's store is a SQLite file ({store_url}) and its Ray workers run on "
+            f"{len(machines)} machines ({', '.join(machines)}): a SQLite file is written by one "
+            "machine; give the run a Postgres store, or run on Ray without --address (this "
+            "machine only)"
+        )
+
+
+class RayWorker:
+    """What runs in one Ray worker process: one :class:`~.worker.Worker`, kept for every trial.
+
+    Args:
+        cwd: the driver's working directory, entered when it exists here (and the job gave no
+            working directory of its own).
+        paths: folders of the driver's code to add to ``sys.path`` when they exist here.
+        worker_args: ``Worker(*worker_args)`` builds the worker.
+    """
+
+    def __init__(self, cwd: str, paths: list[str], worker_args: tuple[Any, ...]) -> None:
+        if os.path.isdir(cwd) and not _job_working_dir():
+            os.chdir(cwd)
+        for path in paths:
+            if path not in sys.path and os.path.isdir(path):
+                sys.path.append(path)
+        self.where = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker: Worker | None = None
+        self.error: str | None = None
+        try:
+            self.worker = Worker(*worker_args)
+        except Exception as exc:  # said to the driver, which stops the run with it
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def ready(self) -> tuple[str, str, str | None]:
+        """The worker's host, its host and process, and why it could not build its worker."""
+        return socket.gethostname(), self.where, self.error
+
+    def trial(self, job: Job, again: bool) -> tuple[str, TrialResult | None]:
+        """Run ``job`` in mode ``auto``: new, resumed from its records, or left when done.
+
+        Args:
+            again: the job was handed out before and its worker died: when the trial has
+                finished since, its recorded result is given (it was lost on the way).
+
+        Returns:
+            ``("done", result)``; ``("done", None)``: nothing to do (finished, or waiting for a
+            person); ``("held", None)``: another process holds the episode's lease.
+        """
+        if self.worker is None:
+            raise HarnessError(f"Ray worker {self.where} could not build its worker: {self.error}")
+        task_id, trial, seed, _mode = job
+        result = self.worker.trial(task_id, trial, seed, "auto")
+        if result is not None:
+            return _DONE, result
+        eid = episode_id(self.worker.run_id, task_id, trial)
+        state = trial_state(self.worker.store, eid)
+        if state in ("new", "resume"):
+            return _HELD, None
+        if again and state == "done":
+            with self.worker.store.session() as s:
+                row = s.get(TrialRow, eid)
+            return _DONE, None if row is None else TrialResult.from_row(row)
+        return _DONE, None
+
+
+def _job_working_dir() -> bool:
+    """Whether this Ray job gave its workers a working directory (``runtime_env``)."""
+    try:
+        ray = importlib.import_module("ray")
+        return bool(ray.get_runtime_context().runtime_env.get("working_dir"))
+    except Exception:  # no Ray context: nothing was given
+        return False
+
+
+def run_jobs_on_ray(
+    jobs: Sequence[Job],
+    *,
+    workers: int,
+    concurrency: int,
+    worker_args: tuple[Any, ...],
+    on_result: Callable[[Job, TrialResult | None], None],
+    stop: StopOnSigint | None = None,
+    address: str | None = None,
+    on_start: Callable[[Job], None] | None = None,
+) -> None:
+    """Run ``jobs`` as Ray tasks on ``workers`` Ray workers, ``concurrency`` trials each at once.
+
+    Ray is started here on this machine (and stopped after) when no ``address`` is given and
+    this process is not connected to Ray yet; with an ``address`` (``ray.init(address=...)``:
+    ``auto``, ``host:port`` or ``ray://host:port``) the run connects to that cluster and
+    disconnects after, leaving it running. A process already connected to Ray uses that
+    connection as it is. Each job runs in mode ``auto``, whatever mode it names (a job handed
+    out again must resume its episode, not start it anew).
+
+    Args:
+        jobs: the trials to run: (task id, trial, seed, mode).
+        workers: Ray workers (actors, each a process) to start; Ray spreads them over the
+            cluster's nodes.
+        concurrency: trials each worker runs at once (threads), >= 1.
+        worker_args: ``Worker(*worker_args)`` builds each worker's
+            :class:`~harness.runs.worker.Worker`; its lease is capped at
+            :data:`RAY_LEASE_SECONDS`.
+        on_result: called here with each finished job and its result as it finishes (None:
+            nothing was to be done, or another process ran the trial).
+        stop: once it is requested, no job is handed out any more; the trials running finish
+            (and are reported), then KeyboardInterrupt is raised.
+        address: the Ray cluster to connect to.
+        on_start: called here when a job is first handed out to a worker.
+
+    Raises:
+        ConfigurationError: Ray is not installed, ``workers`` or ``concurrency`` is below 1, a
+            worker could not build its run worker (a suite, agent or store it cannot reach), or
+            a SQLite store would be written from several machines.
+        HarnessError: a trial's worker died more than :data:`LOST_WORKER_LIMIT` times (raised
+            after the other trials finished; ``harness resume`` finishes it).
+        KeyboardInterrupt: a stop was requested.
+    """
+    if workers < 1 or concurrency < 1:
+        raise ConfigurationError(
+            f"the Ray executor needs workers >= 1 and concurrency >= 1 (got workers={workers}, "
+            f"concurrency={concurrency})"
+        )
+    ray = _import_ray()
+    if not jobs:
+        return
+    connected_here = not ray.is_initialized()
+    if connected_here:
+        if address is None:
+            ray.init(include_dashboard=False, logging_level=logging.WARNING)
+        else:
+            ray.init(
+                address=address,
+                logging_level=logging.WARNING,
+                runtime_env={
+                    "py_modules": _shipped_packages(),
+                    "excludes": ["__pycache__", "*.pyc"],
+                },
+            )
+    actors: list[Any] = []
+    try:
+        remote = ray.remote(
+            num_cpus=0,  # a worker waits on models and stores; it can always be (re)placed
+            max_concurrency=concurrency,
+            max_restarts=-1,
+            max_task_retries=0,  # the driver hands a lost trial out again itself
+            scheduling_strategy="SPREAD",
+        )(RayWorker)
+        args = (os.getcwd(), _code_paths(), _lease_capped(worker_args))
+        actors = [remote.remote(*args) for _ in range(min(workers, len(jobs)))]
+        hosts = []
+        for host, where, error in ray.get([a.ready.remote() for a in actors]):
+            if error is not None:
+                raise ConfigurationError(
+                    f"Ray worker {where} could not build the run's worker: {error}; every Ray "
+                    "node needs the run's suite, agent code and store at the same paths as here"
+                )
+            hosts.append(host)
+        check_store_reach(str(worker_args[3]), hosts)
+        _drive(
+            ray,
+            actors,
+            jobs,
+            concurrency=concurrency,
+            on_result=on_result,
+            on_start=on_start,
+            stop=stop,
+            poll=min(5.0, _lease_capped(worker_args)[7] / 3),
+        )
+    finally:
+        for actor in actors:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(actor, no_restart=True)
+        if connected_here:
+            ray.shutdown()
+
+
+def _drive(
+    ray: Any,
+    actors: list[Any],
+    jobs: Sequence[Job],
+    *,
+    concurrency: int,
+    on_result: Callable[[Job, TrialResult | None], None],
+    on_start: Callable[[Job], None] | None,
+    stop: StopOnSigint | None,
+    poll: float,
+) -> None:
+    """Hand jobs to the least busy worker, keep at most ``concurrency`` in flight on each,
+    report results as they come, and hand a job out again when its worker died or another
+    process held its lease."""
+    exceptions = ray.exceptions
+    queue: collections.deque[tuple[Job, int]] = collections.deque((j, 0) for j in jobs)
+    waiting: list[tuple[float, Job, int]] = []  # (when to try again, job, workers lost)
+    running: dict[Any, tuple[Job, int, int]] = {}  # ref -> (job, actor index, workers lost)
+    load = [0] * len(actors)
+    handed: set[Job] = set()
+    lost: list[tuple[Job, str]] = []
+    stopping = False
+    while queue or waiting or running:
+        stopping = stopping or (stop is not None and stop.requested)
+        now = time.monotonic()
+        if stopping:
+            queue.clear()
+            waiting.clear()
+        due = [w for w in waiting if w[0] <= now]
+        waiting = [w for w in waiting if w[0] > now]
+        queue.extend((job, losses) for _, job, losses in due)
+        while queue and min(load) < concurrency:
+            job, losses = queue.popleft()
+            i = load.index(min(load))
+            if on_start is not None and job not in handed:
+                on_start(job)
+            handed.add(job)
+            running[actors[i].trial.remote(job, losses > 0)] = (job, i, losses)
+            load[i] += 1
+        if not running:
+            if waiting:
+                time.sleep(max(0.0, min(w[0] for w in waiting) - time.monotonic()))
+            continue
+        done, _ = ray.wait(list(running), num_returns=1, timeout=_TICK)
+        for ref in done:
+            job, i, losses = running.pop(ref)
+            load[i] -= 1
+            try:
+                said, result = ray.get(ref)
+            except exceptions.RayTaskError:
+                raise  # the trial's own error (a RayTaskError is also one of its cause's type)
+            except exceptions.RayError as exc:  # the worker died, or its answer was lost
+                if losses >= LOST_WORKER_LIMIT:
+                    lost.append((job, str(exc).splitlines()[0] if str(exc) else repr(exc)))
+                else:
+                    queue.appendleft((job, losses + 1))
+                continue
+            if said == _HELD:
+                waiting.append((time.monotonic() + poll, job, losses))
+                continue
+            on_result(job, result)
+    if stopping:
+        raise KeyboardInterrupt
+    if lost:
+        names = ", ".join(f"{task} trial {trial}" for (task, trial, _s, _m), _ in lost)
+        raise HarnessError(
+            f"{len(lost)} trial(s) lost their Ray worker {LOST_WORKER_LIMIT + 1} times and were "
+            f"given up: {names} (last: {lost[-1][1]}); the run's records keep what they did: "
+            "`harness resume` on the run's folder finishes them"
+        )

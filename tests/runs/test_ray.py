@@ -1,0 +1,246 @@
+"""Runs on Ray: trials as Ray tasks on a local Ray instance, all writing one run.
+
+One small Ray instance serves the module (two CPUs, no dashboard); each test makes its own run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import harness as hx  # noqa: E402
+from harness.runs.layout import run_row, store_url  # noqa: E402
+from harness.runs.ray_pool import (  # noqa: E402
+    RAY_LEASE_SECONDS,
+    check_store_reach,
+    run_jobs_on_ray,
+)
+from harness.runs.start import run_trials, trial_seed  # noqa: E402
+from harness.runs.worker import Job, TrialResult  # noqa: E402
+
+from ..toy_env import write_suite  # noqa: E402
+from .ray_agents import ledger_lines  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A local Ray instance for the module; its address."""
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def jobs_of(tasks: list[str], trials: int, seed: int) -> list[Job]:
+    """The jobs of a run, as run_trials makes them."""
+    return [(t, i, trial_seed(seed, t, i), "new") for i in range(trials) for t in tasks]
+
+
+def worker_args(
+    suite: Path, folder: Path, run_id: str, agent: str, options: Any
+) -> tuple[Any, ...]:
+    """What builds a run's workers (the suite, agent, store, run, policy...), as run_trials
+    gives them; the run's store and its row are created here."""
+    folder.mkdir(parents=True, exist_ok=True)
+    url = store_url(folder)
+    store = hx.Store(url, create=True)
+    store.add(run_row(run_id, suite="toy", status="running", config="{}", evidence="{}"))
+    store.close()
+    return (str(suite), agent, options, url, run_id, hx.Policy(), None, 600.0, None, True)
+
+
+def successes(results: list[TrialResult]) -> dict[str, int]:
+    """Passed trials per task."""
+    out: Counter[str] = Counter()
+    for r in results:
+        out[r.task_id] += r.passed
+    return dict(out)
+
+
+def test_a_run_on_ray_counts_what_a_sequential_run_counts(cluster: str, tmp_path: Path):
+    """Trials split over Ray workers (two trials at once in each) give every task the success
+    count the same seeds give in one process, and the store holds one trial row per trial."""
+    suite = write_suite(tmp_path / "suite", [1, 2, 3, 4])
+    options = {"error_rate": 0.25}
+    sequential = run_trials(
+        suite, agent="simulated", agent_options=options, trials=4, seed=11, logs=tmp_path / "seq"
+    )
+    folder = tmp_path / "logs" / "r"
+    got: list[TrialResult] = []
+    started: list[Job] = []
+    jobs = jobs_of(["t0", "t1", "t2", "t3"], 4, 11)
+    run_jobs_on_ray(
+        jobs,
+        workers=2,
+        concurrency=2,
+        worker_args=worker_args(suite, folder, "r", "simulated", options),
+        on_result=lambda _job, r: got.append(r) if r is not None else None,
+        on_start=started.append,
+    )
+    assert sorted(started) == sorted(jobs)
+    assert len(got) == 16
+    expected = successes(sequential.results)
+    assert 0 < sum(expected.values()) < 16  # some trials fail: the counts say something
+    assert successes(got) == expected
+    store = hx.Store(store_url(folder))
+    rows = store.trial_rows("r")
+    assert sorted(r.episode_id for r in rows) == sorted(f"r-{t}-{i}" for t, i, *_ in jobs)
+    assert successes([TrialResult.from_row(r) for r in rows]) == expected
+    assert store.verify().ok
+    store.close()
+    assert ray.is_initialized()  # a Ray connection the caller made stays
+
+
+def test_a_killed_ray_worker_repeats_nothing(cluster: str, tmp_path: Path):
+    """A Ray worker process killed right after a trial's first write committed: the run still
+    finishes every trial once, the killed trial's episode is resumed from its records, and its
+    write (like every other) happened and committed exactly once; every chain verifies."""
+    suite = write_suite(tmp_path / "suite", [2, 3])
+    ledger, marker = tmp_path / "ledger.txt", tmp_path / "crashed"
+    spec = json.loads((suite / "suite.json").read_text())
+    spec["environment"] = "tests.runs.ray_agents:LedgerEnvironment"
+    spec["environment_options"] = {"ledger": str(ledger)}
+    (suite / "suite.json").write_text(json.dumps(spec))
+    folder = tmp_path / "logs" / "r"
+    got: list[TrialResult] = []
+    jobs = jobs_of(["t0", "t1"], 3, 0)
+    run_jobs_on_ray(
+        jobs,
+        workers=2,
+        concurrency=2,
+        worker_args=worker_args(
+            suite,
+            folder,
+            "r",
+            "tests.runs.ray_agents:CrashOnce",
+            {"marker": str(marker), "task": "t1"},
+        ),
+        on_result=lambda _job, r: got.append(r) if r is not None else None,
+    )
+    crashed = marker.read_text()
+    assert crashed.startswith("r-t1-")
+    assert sorted(r.episode_id for r in got) == sorted(f"r-{t}-{i}" for t, i, *_ in jobs)
+    assert all(r.passed for r in got)  # the final states equal the reference's: bumped once
+
+    store = hx.Store(store_url(folder))
+    try:
+        assert len(store.trial_rows("r")) == len(jobs)
+        assert "resume" in [r.kind for r in store.log(crashed)]
+        for row in store.trial_rows("r"):
+            txns = [t for t in store.transactions(row.episode_id) if t.mutating]
+            keys = [t.idem_key for t in txns]
+            assert [t.status for t in txns] == ["committed"] * len(txns)
+            assert len(keys) == len(set(keys)) == (2 if row.task_id == "t0" else 3)
+        report = store.verify()
+        assert report.ok and not report.findings, report.findings
+    finally:
+        store.close()
+    # Each trial's bumps ran once: t0 has two, t1 three, in each of the three trials (the
+    # ledger also has the bumps of the workers' reference runs, in episodes of their own).
+    effects = Counter(line for line in ledger_lines(ledger) if line.startswith("r-"))
+    assert set(effects.values()) == {1}
+    assert len(effects) == 3 * 2 + 3 * 3
+    assert sum(line.startswith(crashed + " ") for line in effects) == 3
+
+
+CLI_RUN = """
+from pathlib import Path
+
+import harness as hx
+from harness.runs.layout import run_row, store_url
+from harness.runs.ray_pool import run_jobs_on_ray
+from harness.runs.start import trial_seed
+
+import ray
+
+address = {address!r}
+store = hx.Store(store_url(Path("logs/r")), create=True)
+store.add(run_row("r", suite="toy", status="running", config="{{}}", evidence="{{}}"))
+store.close()
+jobs = [(t, i, trial_seed(0, t, i), "new") for i in range(2) for t in ("t0", "t1")]
+done = []
+seen = set()
+
+
+def finished(job, r):
+    done.append(r.passed)
+    seen.add(ray.get_runtime_context().gcs_address)
+
+
+run_jobs_on_ray(
+    jobs,
+    workers=2,
+    concurrency=1,
+    worker_args=("suite", "scripted", {{}}, store_url(Path("logs/r")), "r", hx.Policy()),
+    on_result=finished,
+    address=address,
+)
+print("RESULT", sum(done), len(done), ray.is_initialized(), *seen)
+"""
+
+
+def run_fresh(cwd: Path, address: str | None) -> str:
+    """Run jobs on Ray from a new Python process in ``cwd``, with a relative suite and run
+    folder, as the command line would; its output."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT)  # where the suite's environment module is, as a user's
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CLI_RUN.format(address=address))],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_a_new_process_runs_on_a_cluster_by_address_and_leaves_it_running(
+    cluster: str, tmp_path: Path
+):
+    """A new process given the cluster's address runs its trials there (the harness shipped
+    with the job; relative paths resolved in the driver's folder, not the cluster's) and only
+    disconnects: the cluster still runs work after."""
+    write_suite(tmp_path / "suite", [1, 2])
+    assert f"RESULT 4 4 False {cluster}" in run_fresh(tmp_path, cluster)
+    assert len(hx.Store(store_url(tmp_path / "logs" / "r")).trial_rows("r")) == 4
+    assert not (ROOT / "logs" / "r").exists()
+    assert ray.get(ray.remote(lambda: 7).remote()) == 7
+
+
+def test_a_new_process_without_an_address_starts_ray_of_its_own(cluster: str, tmp_path: Path):
+    """A new process given no address starts a Ray instance of its own on this machine (not
+    the one running), runs its trials on it, and is disconnected from it at the end."""
+    write_suite(tmp_path / "suite", [1, 2])
+    said = run_fresh(tmp_path, None).split()
+    assert said[said.index("RESULT") :][:4] == ["RESULT", "4", "4", "False"]
+    assert said[said.index("RESULT") + 4] != cluster
+    assert len(hx.Store(store_url(tmp_path / "logs" / "r")).trial_rows("r")) == 4
+
+
+def test_bad_input_is_refused_with_the_fix(tmp_path: Path):
+    """Workers or concurrency below one, and a SQLite store for workers on two machines, are
+    configuration errors that say what to do."""
+    with pytest.raises(hx.ConfigurationError, match="concurrency >= 1"):
+        run_jobs_on_ray([], workers=1, concurrency=0, worker_args=(), on_result=print)
+    with pytest.raises(hx.ConfigurationError, match="Postgres store"):
+        check_store_reach("sqlite:///logs/r/harness.db", ["a", "b", "a"])
+    check_store_reach("sqlite:///logs/r/harness.db", ["a", "a"])
+    check_store_reach("postgresql+psycopg://u@h/db", ["a", "b"])
+    assert RAY_LEASE_SECONDS < 600.0
