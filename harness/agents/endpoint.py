@@ -12,8 +12,8 @@ shared by all the trials a process runs at once (``--concurrency``):
   requests in a row, with no answer between (no response, 5xx, a malformed body; a 429 or a
   refused request is an answer), it opens, and requests fail at once with
   :class:`~harness.errors.EndpointDown` instead of burning every trial's retries. A run stops on
-  it. After ``down_after`` seconds one request may probe the server; an answer closes the
-  circuit;
+  it. After ``down_after`` seconds (at least :data:`PROBE_AFTER`) one request may probe the
+  server; an answer closes the circuit;
 - counters (requests, answers, errors by kind, time waited), which the run's progress shows.
 """
 
@@ -32,6 +32,7 @@ __all__ = ["Endpoint", "EndpointStats", "endpoint", "endpoints", "forget_endpoin
 
 DOWN_AFTER = 60.0
 DOWN_FAILURES = 10
+PROBE_AFTER = 1.0  # the least time an open circuit refuses requests before a probe
 
 
 @dataclass(frozen=True)
@@ -155,17 +156,18 @@ class Endpoint:
 
     def _check_circuit(self) -> None:
         """Raise :class:`EndpointDown` while the circuit is open; let one probe through once
-        ``down_after`` has passed since it opened."""
+        ``down_after`` (at least :data:`PROBE_AFTER`) has passed since it opened."""
         if self._opened_at is None:
             return
-        if not self._probing and time.monotonic() - self._opened_at >= max(self.down_after, 0.0):
+        wait = max(self.down_after, PROBE_AFTER)
+        if not self._probing and time.monotonic() - self._opened_at >= wait:
             self._probing = True
             return
         down_for = time.monotonic() - self._streak_since
         raise EndpointDown(
             f"model server at {self.url} is down: {self._streak} requests in a row failed "
             f"over {down_for:.0f} s with no answer between; requests to it fail at once for "
-            f"{self.down_after:g} s (the circuit is open)",
+            f"{max(self.down_after, PROBE_AFTER):g} s (the circuit is open)",
             url=self.url,
             failures=self._streak,
             down_for=down_for,

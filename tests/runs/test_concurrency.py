@@ -1,0 +1,290 @@
+"""Many trials in flight: the same verdicts as a sequential run, a model server's 429s obeyed
+and never counted as the agent's failures, and a server that is down stopping the run so that
+resume finishes it without repeating anything."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import harness as hx
+from harness.agents.endpoint import forget_endpoints
+from harness.agents.openai import OpenAIAgent
+from harness.cli import main
+from harness.report.model import load_report
+from harness.runs import resume_run
+from harness.runs.start import RunResult, run_trials
+from harness.suite import Suite, load_suite
+from harness.testing.model_server import Failure, FakeChatServer, ReplayPolicy
+
+from ..toy_env import write_suite
+
+
+@pytest.fixture(autouse=True)
+def _fresh_endpoints() -> Any:
+    forget_endpoints()
+    yield
+    forget_endpoints()
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Suite:
+    """Six tasks of one to three writes each."""
+    return load_suite(write_suite(tmp_path_factory.mktemp("toy") / "suite", [1, 2, 3, 1, 2, 3]))
+
+
+class Overlap:
+    """A replay script that takes ``seconds`` to answer and counts requests answered at once."""
+
+    def __init__(self, suite: Suite, seconds: float) -> None:
+        self.policy = ReplayPolicy(suite.tasks)
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.now = self.peak = 0
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            time.sleep(self.seconds)
+            return self.policy(request)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def by_trial(result: RunResult) -> dict[tuple[str, int], bool]:
+    return {(r.task_id, r.trial): r.passed for r in result.results}
+
+
+def successes(result: RunResult) -> dict[str, int]:
+    ids, counts, _ = result.counts()
+    return dict(zip(ids, counts, strict=True))
+
+
+def test_trials_in_flight_give_the_sequential_verdicts(toy: Suite, tmp_path: Path) -> None:
+    """Threads in one process, and threads in two worker processes, give the verdicts a
+    sequential run gives with the same seeds, trial for trial."""
+    opts = {"error_rate": 0.3}
+    runs = {
+        name: run_trials(
+            toy, agent="simulated", agent_options=opts, trials=4, seed=5, logs=tmp_path / name, **kw
+        )
+        for name, kw in {
+            "sequential": {},
+            "threads": {"concurrency": 8},
+            "processes": {"workers": 2, "concurrency": 3},
+        }.items()
+    }
+    first = by_trial(runs["sequential"])
+    assert 0 < sum(first.values()) < len(first) == 24  # (some trials fail: a real comparison)
+    for name, result in runs.items():
+        assert by_trial(result) == first, name
+        assert successes(result) == successes(runs["sequential"])
+        store = hx.Store(result.folder / "harness.db")
+        assert store.verify_chain().ok
+        assert Counter(r.episode_id for r in store.trial_rows()) == {
+            r.episode_id: 1 for r in result.results
+        }
+
+
+def test_the_openai_agent_keeps_trials_in_flight_and_records_their_cost(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """Sixteen trials at once against a slow server: their requests overlap, every trial
+    passes as it does alone, and each records its model calls and model time."""
+    script = Overlap(toy, 0.05)
+    with FakeChatServer(script) as server:
+        opts = {"base_url": server.base_url, "model": "fake"}
+        alone = run_trials(
+            toy, agent="openai", agent_options=opts, trials=2, logs=tmp_path / "a", seed=1
+        )
+        assert script.peak == 1
+        many = run_trials(
+            toy,
+            agent="openai",
+            agent_options=opts,
+            trials=2,
+            logs=tmp_path / "b",
+            seed=1,
+            concurrency=12,
+        )
+    assert script.peak > 1
+    assert by_trial(many) == by_trial(alone) == {k: True for k in by_trial(alone)}
+    for r in many.results:
+        assert r.usage["model_calls"] >= 2 and r.usage["model_seconds"] >= 0.05
+        assert r.usage["model_retries"] == 0
+    total = many.summary()["usage"]
+    assert total["model_calls"] == sum(r.usage["model_calls"] for r in many.results)
+    row = hx.Store(many.folder / "harness.db").trials()[0]
+    assert row.agent_meta["model_seconds"] > 0  # (the trial's row keeps it)
+
+
+def test_max_in_flight_caps_the_requests_at_the_server(toy: Suite, tmp_path: Path) -> None:
+    """Twelve trials in flight, at most three requests at the server at once."""
+    script = Overlap(toy, 0.03)
+    with FakeChatServer(script) as server:
+        result = run_trials(
+            toy,
+            agent="openai",
+            agent_options={"base_url": server.base_url, "model": "fake", "max_in_flight": 3},
+            trials=2,
+            logs=tmp_path,
+            concurrency=12,
+        )
+    assert all(r.passed for r in result.results)
+    assert 1 < script.peak <= 3
+
+
+def test_429_retry_after_is_obeyed_and_is_never_the_agents_failure(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """Rate-limited requests wait the server's Retry-After and succeed: the trials pass. A
+    request rate-limited past its retries ends its trial as an infrastructure error, which
+    the report counts as a failed trial (tau-bench) or leaves out (tau2-bench), and never as
+    a failure of the agent's."""
+    sleeps: list[float] = []
+    lock = threading.Lock()
+
+    def sleep(seconds: float) -> None:
+        with lock:
+            sleeps.append(seconds)
+
+    with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
+        server.fail_next(*[Failure.rate_limited(retry_after=0.25)] * 3)
+        agent = OpenAIAgent(
+            base_url=server.base_url, model="fake", backoff=0.01, attempts=4, sleep=sleep
+        )
+        good = run_trials(toy, agent=agent, trials=1, logs=tmp_path / "good", concurrency=4)
+        assert sleeps == [0.25] * 3  # each retried after the Retry-After, not the backoff
+        assert all(r.passed and not r.infra_error for r in good.results)
+        assert sum(r.usage["model_retries"] for r in good.results) == 3
+        server.fail_next(*[Failure.rate_limited(retry_after=0.01)] * 4)
+        bad = run_trials(toy, agent=agent, tasks=["t0"], trials=2, logs=tmp_path / "bad")
+    assert [(r.passed, r.infra_error) for r in bad.results] == [(False, True), (True, False)]
+    assert bad.failures_by_class() == {}
+    failing = load_report(bad.folder, infra="fail")
+    excluding = load_report(bad.folder, infra="exclude")
+    assert (failing.tasks[0].trials, failing.tasks[0].successes) == (2, 1)
+    assert (excluding.tasks[0].trials, excluding.tasks[0].successes) == (1, 1)
+    assert "tau2" in excluding.to_dict()["infra_policy"]["description"]
+
+
+def test_a_server_going_down_stops_the_run_and_resume_finishes_it(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """The server fails every request from the third on: its circuit opens, the run stops
+    (interrupted, saying why) instead of burning every trial, and the trial caught mid-way
+    has no row. With the server back, resume finishes the run: the stopped trial continues
+    from its record, each write committed once."""
+    policy = ReplayPolicy(toy.tasks)
+    with FakeChatServer(policy) as server:
+        port = server.port
+        base_url = server.base_url
+
+        def down_after_two(request: dict[str, Any]) -> dict[str, Any]:
+            if len(server.responses) >= 1:  # the second answer is the last
+                server.fail_next(*[Failure.http(503)] * 100)
+            return policy(request)
+
+        server.policy = down_after_two
+        opts = {
+            "base_url": base_url,
+            "model": "fake",
+            "attempts": 3,
+            "backoff": 0.0,
+            "down_after": 0.0,
+            "down_failures": 2,
+        }
+        stopped = run_trials(
+            toy, agent="openai", agent_options=opts, tasks=["t2", "t4"], trials=2, logs=tmp_path
+        )
+    assert stopped.interrupted and stopped.stopped is not None
+    assert "is down" in stopped.stopped and base_url in stopped.stopped
+    assert stopped.results == []  # (the first trial stopped mid-way; none other began)
+    store = hx.Store(stopped.folder / "harness.db")
+    assert store.runs()[0].status == "interrupted"
+    (episode,) = store.episodes()
+    assert episode.status == "failed" and store.trial_rows() == []
+    committed = [t for t in store.transaction_rows(episode.id) if t.status == "committed"]
+    assert len(committed) == 1  # the write the first answer asked for
+
+    forget_endpoints()  # (as a new process resuming it would start)
+    with FakeChatServer(ReplayPolicy(toy.tasks), port=port):
+        resumed = resume_run(stopped.folder, suite=toy.path, concurrency=2)
+    assert resumed.run.stopped is None
+    assert [r.passed for r in resumed.run.results] == [True] * 4
+    assert episode.id in resumed.resumed
+    store = hx.Store(stopped.folder / "harness.db")
+    assert store.verify_chain().ok
+    writes = Counter(
+        (e.id, t.idem_key)
+        for e in store.episodes()
+        for t in store.transaction_rows(e.id)
+        if t.status == "committed" and t.action == "bump"
+    )
+    assert set(writes.values()) == {1}  # nothing done twice
+    assert sum(1 for k in writes if k[0] == episode.id) == 3  # t2's three writes, once each
+
+
+def test_cli_runs_trials_in_flight_and_checks_its_flags(toy: Suite, tmp_path: Path) -> None:
+    """--concurrency runs and is recorded; --address without Ray and --max-in-flight for an
+    agent without a model server are refused before anything runs."""
+    runner = CliRunner()
+    base = ["run", str(toy.path), "--agent", "simulated", "--trials", "2"]
+    out = runner.invoke(main, [*base, "--concurrency", "4", "--logs", str(tmp_path / "ok")])
+    assert out.exit_code == 0, out.output
+    (folder,) = (tmp_path / "ok").iterdir()
+    config = json.loads(hx.Store(folder / "harness.db").runs()[0].config or "{}")
+    assert (config["concurrency"], config["executor"]) == (4, "processes")
+    for extra, words in (
+        (["--address", "auto"], "--executor ray"),
+        (["--max-in-flight", "2"], "openai agent"),
+    ):
+        out = runner.invoke(main, [*base, *extra, "--logs", str(tmp_path / "no")])
+        assert out.exit_code == 2 and words in out.output, out.output
+    assert not (tmp_path / "no").exists()
+
+
+def test_cli_says_why_a_run_stopped_and_exits_3(
+    toy: Suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped by a down server prints the reason and how to finish it, and exits 3."""
+    import harness.cli.run as cli_run
+
+    def stopped_run(*args: Any, **kwargs: Any) -> RunResult:
+        result = run_trials(*args, **kwargs)
+        result.interrupted = True
+        result.stopped = "model server at http://127.0.0.1:9/v1 is down"
+        return result
+
+    monkeypatch.setattr(cli_run, "run_trials", stopped_run)
+    out = CliRunner().invoke(
+        main, ["run", str(toy.path), "--agent", "simulated", "--logs", str(tmp_path)]
+    )
+    assert out.exit_code == 3
+    assert "stopped" in out.output and "is down" in out.output
+    assert "harness resume" in out.output
+
+
+def test_bad_concurrency_and_executor_are_refused(toy: Suite, tmp_path: Path) -> None:
+    """A concurrency below 1, an unknown executor, an address without Ray, or Ray with an
+    agent object are clear errors, and no run folder is made."""
+    cases: list[dict[str, Any]] = [
+        {"concurrency": 0},
+        {"executor": "threads"},
+        {"address": "auto"},
+        {"executor": "ray", "agent": OpenAIAgent(base_url="http://127.0.0.1:9/v1", model="m")},
+    ]
+    for kwargs in cases:
+        with pytest.raises(hx.ConfigurationError):
+            run_trials(toy, logs=tmp_path / "logs", **kwargs)
+    assert not (tmp_path / "logs").exists()
