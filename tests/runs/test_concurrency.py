@@ -288,3 +288,40 @@ def test_bad_concurrency_and_executor_are_refused(toy: Suite, tmp_path: Path) ->
         with pytest.raises(hx.ConfigurationError):
             run_trials(toy, logs=tmp_path / "logs", **kwargs)
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_worker_process_dying_stops_the_run_with_the_store_consistent(
+    toy: Suite, tmp_path: Path, concurrency: int
+) -> None:
+    """A worker process that dies mid-trial stops the run (interrupted, saying so) instead of
+    hanging or raising from deep inside; the store verifies and resume can take over."""
+    agent = f"{Path(__file__).with_name('dying_agent.py')}:DyingAgent"
+    result = run_trials(
+        toy, agent=agent, trials=1, workers=2, concurrency=concurrency, logs=tmp_path
+    )
+    assert result.interrupted and result.stopped is not None
+    assert "worker process died" in result.stopped and "harness resume" in result.stopped
+    store = hx.Store(result.folder / "harness.db")
+    assert store.runs()[0].status == "interrupted" and store.trial_rows() == []
+    assert store.verify_chain().ok
+
+
+def test_the_progress_column_shows_what_is_in_flight() -> None:
+    """Trials in flight, and the model's request rate and errors: live from this process's
+    endpoints, or from the finished trials' usage when they ran elsewhere."""
+    from harness.agents.endpoint import endpoint
+    from harness.cli.run import Flight
+    from harness.runs.worker import TrialResult
+
+    flight = Flight()
+    assert flight.text() == "in flight 0"
+    for i in range(3):
+        flight.started("t", i)
+    result = TrialResult("t", 0, 0, "e", True, None, "committed")
+    result.usage = {"model_calls": 4, "model_retries": 2}
+    flight.finished(result)
+    assert flight.text().startswith("in flight 2, model ") and flight.text().endswith(" 2 errors")
+    with endpoint("http://127.0.0.1:9/v1").request():
+        pass
+    assert flight.text().endswith(", 0 errors")  # (live counts win)
