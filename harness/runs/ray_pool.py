@@ -313,47 +313,82 @@ def _drive(
     stop: StopOnSigint | None,
     poll: float,
 ) -> None:
-    """Hand jobs to the least busy worker, keep at most ``concurrency`` in flight on each,
-    report results as they come, and hand a job out again when its worker died or another
-    process held its lease."""
-    exceptions = ray.exceptions
+    """Hand jobs to the least busy live worker, at most ``concurrency`` at once on each; report
+    results as they come; hand a job out again when its worker died or another process held
+    its lease.
+
+    A worker whose call failed is not handed anything until it answers again (Ray restarts it):
+    a call sent while it restarts would fail at once, and count as a lost attempt it never made.
+    """
+    errors = ray.exceptions
     queue: collections.deque[tuple[Job, int]] = collections.deque((j, 0) for j in jobs)
-    waiting: list[tuple[float, Job, int]] = []  # (when to try again, job, workers lost)
-    running: dict[Any, tuple[Job, int, int]] = {}  # ref -> (job, actor index, workers lost)
+    waiting: list[tuple[float, Job, int]] = []  # (when to hand it out again, job, workers lost)
+    running: dict[Any, tuple[Job, int, int]] = {}  # ref -> (job, worker index, workers lost)
+    pings: dict[Any, int] = {}  # ref of a restarted worker's ready() -> its index
+    repings: list[tuple[float, int]] = []  # (when to ask again, worker index)
     load = [0] * len(actors)
+    live = [True] * len(actors)
     handed: set[Job] = set()
     lost: list[tuple[Job, str]] = []
     stopping = False
+
+    def ping(i: int) -> None:
+        live[i] = False
+        pings[actors[i].ready.remote()] = i
+
     while queue or waiting or running:
         stopping = stopping or (stop is not None and stop.requested)
         now = time.monotonic()
         if stopping:
             queue.clear()
             waiting.clear()
-        due = [w for w in waiting if w[0] <= now]
+        queue.extend((job, losses) for when, job, losses in waiting if when <= now)
         waiting = [w for w in waiting if w[0] > now]
-        queue.extend((job, losses) for _, job, losses in due)
-        while queue and min(load) < concurrency:
+        for i in [i for when, i in repings if when <= now]:
+            ping(i)
+        repings = [r for r in repings if r[0] > now]
+        free = [i for i in range(len(actors)) if live[i] and load[i] < concurrency]
+        while queue and free:
             job, losses = queue.popleft()
-            i = load.index(min(load))
+            i = min(free, key=load.__getitem__)
             if on_start is not None and job not in handed:
                 on_start(job)
             handed.add(job)
             running[actors[i].trial.remote(job, losses > 0)] = (job, i, losses)
             load[i] += 1
-        if not running:
-            if waiting:
-                time.sleep(max(0.0, min(w[0] for w in waiting) - time.monotonic()))
+            if load[i] >= concurrency:
+                free.remove(i)
+        if not running and not pings:
+            later = [w[0] for w in waiting] + [r[0] for r in repings]
+            if later:
+                time.sleep(max(0.0, min(later) - time.monotonic()))
             continue
-        done, _ = ray.wait(list(running), num_returns=1, timeout=_TICK)
+        done, _ = ray.wait([*running, *pings], num_returns=1, timeout=_TICK)
         for ref in done:
+            if ref in pings:
+                i = pings.pop(ref)
+                try:
+                    _host, where, error = ray.get(ref)
+                except errors.RayError:  # still restarting
+                    repings.append((time.monotonic() + 0.2, i))
+                    continue
+                if error is not None:
+                    raise ConfigurationError(
+                        f"Ray worker {where} (restarted) could not build the run's worker: "
+                        f"{error}; every Ray node needs the run's suite, agent code and store "
+                        "at the same paths as here"
+                    )
+                live[i] = True
+                continue
             job, i, losses = running.pop(ref)
             load[i] -= 1
             try:
                 said, result = ray.get(ref)
-            except exceptions.RayTaskError:
+            except errors.RayTaskError:
                 raise  # the trial's own error (a RayTaskError is also one of its cause's type)
-            except exceptions.RayError as exc:  # the worker died, or its answer was lost
+            except errors.RayError as exc:  # the worker died, or its answer was lost
+                if live[i]:
+                    ping(i)
                 if losses >= LOST_WORKER_LIMIT:
                     lost.append((job, str(exc).splitlines()[0] if str(exc) else repr(exc)))
                 else:
@@ -366,7 +401,7 @@ def _drive(
     if stopping:
         raise KeyboardInterrupt
     if lost:
-        names = ", ".join(f"{task} trial {trial}" for (task, trial, _s, _m), _ in lost)
+        names = ", ".join(f"{task} trial {trial}" for (task, trial, _s, _m), _ in sorted(lost))
         raise HarnessError(
             f"{len(lost)} trial(s) lost their Ray worker {LOST_WORKER_LIMIT + 1} times and were "
             f"given up: {names} (last: {lost[-1][1]}); the run's records keep what they did: "

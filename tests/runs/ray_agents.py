@@ -47,13 +47,16 @@ class CrashOnce:
     run, kills its own process (SIGKILL) right after its first write committed.
 
     ``marker``: a file whose creation says "already crashed once" (it holds the episode's id).
+    ``always``: every trial of ``task`` does it, every time it runs (and appends its episode's
+    id to ``marker`` first, a line per crash).
     """
 
     name = "crash-once"
 
-    def __init__(self, marker: str, task: str) -> None:
+    def __init__(self, marker: str, task: str, always: bool = False) -> None:
         self.marker = marker
         self.task = task
+        self.always = always
 
     def config(self) -> dict[str, Any]:
         return {"name": self.name, "task": self.task}
@@ -69,6 +72,11 @@ class CrashOnce:
 
     def _first(self) -> bool:
         """Claim the crash (once per run, whichever process gets here first)."""
+        if self.always:
+            episode = hx.current_episode()
+            with open(self.marker, "a") as f:
+                f.write(f"{episode.id if episode else '?'}\n")
+            return True
         try:
             fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:

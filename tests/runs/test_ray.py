@@ -21,6 +21,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import harness as hx  # noqa: E402
+from harness.runs import ray_pool  # noqa: E402
 from harness.runs.layout import run_row, store_url  # noqa: E402
 from harness.runs.ray_pool import (  # noqa: E402
     RAY_LEASE_SECONDS,
@@ -110,12 +111,8 @@ def test_a_killed_ray_worker_repeats_nothing(cluster: str, tmp_path: Path):
     """A Ray worker process killed right after a trial's first write committed: the run still
     finishes every trial once, the killed trial's episode is resumed from its records, and its
     write (like every other) happened and committed exactly once; every chain verifies."""
-    suite = write_suite(tmp_path / "suite", [2, 3])
-    ledger, marker = tmp_path / "ledger.txt", tmp_path / "crashed"
-    spec = json.loads((suite / "suite.json").read_text())
-    spec["environment"] = "tests.runs.ray_agents:LedgerEnvironment"
-    spec["environment_options"] = {"ledger": str(ledger)}
-    (suite / "suite.json").write_text(json.dumps(spec))
+    suite, ledger = crash_suite(tmp_path, [2, 3])
+    marker = tmp_path / "crashed"
     folder = tmp_path / "logs" / "r"
     got: list[TrialResult] = []
     jobs = jobs_of(["t0", "t1"], 3, 0)
@@ -156,6 +153,65 @@ def test_a_killed_ray_worker_repeats_nothing(cluster: str, tmp_path: Path):
     assert set(effects.values()) == {1}
     assert len(effects) == 3 * 2 + 3 * 3
     assert sum(line.startswith(crashed + " ") for line in effects) == 3
+
+
+def crash_suite(tmp_path: Path, steps: list[int]) -> tuple[Path, Path]:
+    """A toy suite whose bumps each note their effect in a ledger file; the suite, the ledger."""
+    suite = write_suite(tmp_path / "suite", steps)
+    ledger = tmp_path / "ledger.txt"
+    spec = json.loads((suite / "suite.json").read_text())
+    spec["environment"] = "tests.runs.ray_agents:LedgerEnvironment"
+    spec["environment_options"] = {"ledger": str(ledger)}
+    (suite / "suite.json").write_text(json.dumps(spec))
+    return suite, ledger
+
+
+def test_a_trial_whose_worker_dies_every_time_is_given_up_after_the_others(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A trial that kills its worker each time it runs is handed out LOST_WORKER_LIMIT + 1
+    times, then given up with an error naming it and the fix, after every other trial finished;
+    its write still happened once."""
+    monkeypatch.setattr(ray_pool, "LOST_WORKER_LIMIT", 1)
+    suite, ledger = crash_suite(tmp_path, [1, 2, 1])
+    folder = tmp_path / "logs" / "r"
+    got: list[TrialResult] = []
+    options = {"marker": str(tmp_path / "m"), "task": "t1", "always": True}
+    with pytest.raises(hx.HarnessError, match=r"given up: t1 trial 0 .*harness resume"):
+        run_jobs_on_ray(
+            jobs_of(["t0", "t1", "t2"], 1, 0),
+            workers=2,
+            concurrency=1,
+            worker_args=worker_args(suite, folder, "r", "tests.runs.ray_agents:CrashOnce", options),
+            on_result=lambda _job, r: got.append(r) if r is not None else None,
+        )
+    assert sorted(r.episode_id for r in got) == ["r-t0-0", "r-t2-0"]
+    assert (tmp_path / "m").read_text().splitlines() == ["r-t1-0"] * 2
+    assert Counter(ledger_lines(ledger))["r-t1-0 a:0"] == 1
+
+
+def test_a_trial_whose_lease_another_process_holds_runs_when_it_expires(
+    cluster: str, tmp_path: Path
+):
+    """A trial whose episode lease is held by a live process elsewhere is not dropped: it is
+    handed out again until the lease expires, then runs, and its result is reported."""
+    suite = write_suite(tmp_path / "suite", [1])
+    folder = tmp_path / "logs" / "r"
+    args = list(worker_args(suite, folder, "r", "scripted", {}))
+    args[7] = 2.0  # the lease: the other holder's expires after two seconds
+    store = hx.Store(store_url(folder))
+    assert store.acquire_lease("r-t0-0", owner="elsewhere", seconds=2.0)
+    got: list[TrialResult | None] = []
+    run_jobs_on_ray(
+        jobs_of(["t0"], 2, 0),
+        workers=1,
+        concurrency=2,
+        worker_args=tuple(args),
+        on_result=lambda _job, r: got.append(r),
+    )
+    assert sorted(r.episode_id for r in got if r is not None) == ["r-t0-0", "r-t0-1"]
+    assert len(store.trial_rows("r")) == 2
+    store.close()
 
 
 CLI_RUN = """
