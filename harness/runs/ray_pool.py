@@ -116,22 +116,28 @@ def _lease_capped(worker_args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(args)
 
 
-def check_store_reach(store_url: str, hosts: Sequence[str]) -> None:
-    """Refuse a SQLite store for workers on more than one machine.
+def check_store_reach(store_url: str, hosts: Sequence[str], here: str | None = None) -> None:
+    """Refuse a SQLite store for workers on another machine than this one.
 
     A SQLite file is one machine's: workers elsewhere would each write a file of their own at
-    the same path (or share one over a network filesystem, which SQLite's locks do not survive).
+    the same path (or share one over a network filesystem, which SQLite's locks do not survive),
+    and this process would read none of it.
+
+    Args:
+        store_url: the run's store.
+        hosts: the host names of the run's Ray workers.
+        here: this machine's host name (default: ``socket.gethostname()``).
 
     Raises:
-        ConfigurationError: the store is SQLite and ``hosts`` names more than one machine.
+        ConfigurationError: the store is SQLite and a worker runs on another machine.
     """
-    machines = sorted(set(hosts))
-    if store_url.startswith("sqlite") and len(machines) > 1:
+    here = socket.gethostname() if here is None else here
+    elsewhere = sorted(set(hosts) - {here})
+    if store_url.startswith("sqlite") and elsewhere:
         raise ConfigurationError(
-            f"the run's store is a SQLite file ({store_url}) and its Ray workers run on "
-            f"{len(machines)} machines ({', '.join(machines)}): a SQLite file is written by one "
-            "machine; give the run a Postgres store, or run on Ray without --address (this "
-            "machine only)"
+            f"the run's store is a SQLite file on this machine ({here}: {store_url}) and Ray "
+            f"workers run on {', '.join(elsewhere)}: a SQLite file is written by one machine; "
+            "give the run a Postgres store, or run on Ray without --address (this machine only)"
         )
 
 

@@ -229,6 +229,39 @@ def test_a_trial_whose_lease_another_process_holds_runs_when_it_expires(
     store.close()
 
 
+def test_a_stop_hands_out_nothing_more_and_lets_the_trials_in_flight_finish(
+    cluster: str, tmp_path: Path
+):
+    """Once a stop is requested (Ctrl-C), no trial is handed out any more; the one running
+    finishes and is reported, then the run raises KeyboardInterrupt."""
+
+    class Stop:
+        requested = False
+
+    stop = Stop()
+    suite = write_suite(tmp_path / "suite", [1])
+    folder = tmp_path / "logs" / "r"
+    got: list[TrialResult | None] = []
+
+    def finished(_job: Job, r: TrialResult | None) -> None:
+        got.append(r)
+        stop.requested = True
+
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs_on_ray(
+            jobs_of(["t0"], 6, 0),
+            workers=1,
+            concurrency=1,
+            worker_args=worker_args(suite, folder, "r", "scripted", {}),
+            on_result=finished,
+            stop=stop,
+        )
+    assert [r.episode_id for r in got if r is not None] == ["r-t0-0"]
+    store = hx.Store(store_url(folder))
+    assert [r.episode_id for r in store.trial_rows("r")] == ["r-t0-0"]
+    store.close()
+
+
 def harness_run(cwd: Path, *options: str) -> Path:
     """``harness run suite --executor ray ...`` in a new process in ``cwd``, with the suite and
     the run folder given relative to it, as a user would; the run's folder."""
@@ -276,12 +309,12 @@ def test_harness_run_on_ray_without_an_address(cluster: str, tmp_path: Path):
 
 
 def test_bad_input_is_refused_with_the_fix(tmp_path: Path):
-    """Workers or concurrency below one, and a SQLite store for workers on two machines, are
-    configuration errors that say what to do."""
+    """Workers or concurrency below one, and a SQLite store of this machine for workers on
+    others, are configuration errors that say what to do."""
     with pytest.raises(hx.ConfigurationError, match="concurrency >= 1"):
         run_jobs_on_ray([], workers=1, concurrency=0, worker_args=(), on_result=print)
-    with pytest.raises(hx.ConfigurationError, match="Postgres store"):
-        check_store_reach("sqlite:///logs/r/harness.db", ["a", "b", "a"])
-    check_store_reach("sqlite:///logs/r/harness.db", ["a", "a"])
-    check_store_reach("postgresql+psycopg://u@h/db", ["a", "b"])
+    with pytest.raises(hx.ConfigurationError, match="workers run on b, c: .* Postgres store"):
+        check_store_reach("sqlite:///logs/r/harness.db", ["a", "c", "b", "a"], here="a")
+    check_store_reach("sqlite:///logs/r/harness.db", ["a", "a"], here="a")
+    check_store_reach("postgresql+psycopg://u@h/db", ["a", "b"], here="a")
     assert RAY_LEASE_SECONDS < 600.0
