@@ -126,18 +126,19 @@ class Endpoint:
         Raises:
             EndpointDown: the circuit is open; nothing is sent.
         """
-        self._enter(retry)
+        probe = self._enter(retry)
         started = time.monotonic()
         try:
             yield
         except BaseException as exc:
-            self._leave(started, exc)
+            self._leave(started, exc, probe)
             raise
-        self._leave(started, None)
+        self._leave(started, None, probe)
 
-    def _enter(self, retry: bool) -> None:
+    def _enter(self, retry: bool) -> bool:
+        """Wait for a slot (and the pause); whether this request is the circuit's probe."""
         with self._cond:
-            self._check_circuit()
+            probe = self._check_circuit()
             self._waiting += 1
             try:
                 while True:
@@ -148,32 +149,40 @@ class Endpoint:
                         self._cond.wait()
                     else:
                         break
-                    self._check_circuit()
+                    if not probe:  # (the probe holds its turn while it waits)
+                        probe = self._check_circuit()
+            except BaseException:
+                if probe:
+                    self._probing = False
+                raise
             finally:
                 self._waiting -= 1
             self._in_flight += 1
             self._requests += 1
+            return probe
 
-    def _check_circuit(self) -> None:
+    def _check_circuit(self) -> bool:
         """Raise :class:`EndpointDown` while the circuit is open; let one probe through once
-        ``down_after`` (at least :data:`PROBE_AFTER`) has passed since it opened."""
+        ``down_after`` (at least :data:`PROBE_AFTER`) has passed since it opened (True: this
+        request is the probe)."""
         if self._opened_at is None:
-            return
+            return False
         wait = max(self.down_after, PROBE_AFTER)
         if not self._probing and time.monotonic() - self._opened_at >= wait:
             self._probing = True
-            return
+            return True
         down_for = time.monotonic() - self._streak_since
         raise EndpointDown(
             f"model server at {self.url} is down: {self._streak} requests in a row failed "
             f"over {down_for:.0f} s with no answer between; requests to it fail at once for "
-            f"{max(self.down_after, PROBE_AFTER):g} s (the circuit is open)",
+            f"{max(self.down_after, PROBE_AFTER):g} s (the circuit is open). Check the server; "
+            "`harness resume` runs the trials left once it is back",
             url=self.url,
             failures=self._streak,
             down_for=down_for,
         )
 
-    def _leave(self, started: float, error: BaseException | None) -> None:
+    def _leave(self, started: float, error: BaseException | None, probe: bool) -> None:
         now = time.monotonic()
         with self._cond:
             self._in_flight -= 1
@@ -186,7 +195,7 @@ class Endpoint:
             if error is not None:
                 self._errors[_kind(error)] += 1
                 retry_after = getattr(error, "retry_after", None)
-                if isinstance(retry_after, float) and retry_after > 0:
+                if isinstance(retry_after, int | float) and retry_after > 0:
                     self._pause_until = max(self._pause_until, now + retry_after)
                 if _down_signal(error):
                     if self._streak == 0:
@@ -197,7 +206,8 @@ class Endpoint:
                         and now - self._streak_since >= self.down_after
                     ):
                         self._opened_at = now
-            self._probing = False
+            if probe:
+                self._probing = False
             self._cond.notify_all()
 
     # --- what the run shows ---

@@ -348,13 +348,6 @@ def test_requests_waiting_for_a_slot_are_refused_when_the_circuit_opens() -> Non
     assert ep.stats().requests == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=EndpointDown,
-    reason="endpoint.py: a probe that waits out a Retry-After pause re-checks the circuit, "
-    "finds its own probe flag set and is refused; the flag stays set, so every later request "
-    "is refused too until some request in flight leaves",
-)
 def test_a_probe_held_back_by_a_retry_after_pause_is_sent_when_the_pause_ends(
     probe_after: float,
 ) -> None:
@@ -372,12 +365,6 @@ def test_a_probe_held_back_by_a_retry_after_pause_is_sent_when_the_pause_ends(
     assert ran and not ep.open
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="endpoint.py: _leave clears the probe flag whichever request leaves, so a request "
-    "sent before the circuit opened that ends with neither an answer nor a down signal (a "
-    "408) lets a second probe through while the first still runs",
-)
 def test_only_one_probe_at_a_time_whatever_else_leaves(probe_after: float) -> None:
     """A request from before the circuit opened, ending during the probe, lets no second one
     through."""
