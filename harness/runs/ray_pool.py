@@ -30,8 +30,10 @@ import importlib
 import importlib.util
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -258,6 +260,9 @@ def run_jobs_on_ray(
     if not jobs:
         return
     connected_here = not ray.is_initialized()
+    # ray.init sets a SIGTERM handler of its own in the main thread; put ours back after.
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
     if connected_here:
         if address is None:
             ray.init(include_dashboard=False, logging_level=logging.WARNING)
@@ -306,6 +311,8 @@ def run_jobs_on_ray(
                 ray.kill(actor, no_restart=True)
         if connected_here:
             ray.shutdown()
+            if sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)
 
 
 def _drive(
