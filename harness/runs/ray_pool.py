@@ -416,7 +416,8 @@ def _drive(
     if lost:
         names = ", ".join(f"{task} trial {trial}" for (task, trial, _s, _m), _ in sorted(lost))
         raise HarnessError(
-            f"{len(lost)} trial(s) lost their Ray worker {LOST_WORKER_LIMIT + 1} times and were "
-            f"given up: {names} (last: {lost[-1][1]}); the run's records keep what they did: "
+            f"{len(lost)} trial(s) given up, their Ray worker having died under them "
+            f"{LOST_WORKER_LIMIT + 1} time(s): {names} (last: {lost[-1][1]}); the run's records "
+            "keep what they did: "
             "`harness resume` on the run's folder finishes them"
         )
