@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from ..errors import ConfigurationError, EndpointDown, HarnessError
-from .worker import Job, TrialResult, Worker, run_job, start_worker
+from ..errors import ConfigurationError, EndpointDown
+from .worker import Job, TrialResult, Worker, WorkerLost, run_job, start_worker
 
 __all__ = ["EXECUTORS", "Executor", "Stop", "StopOnSigint", "Tally", "WorkerLost", "run_jobs"]
 
@@ -59,11 +59,6 @@ class Tally:
 
     def __str__(self) -> str:
         return f"passed {self.passed}, failed {self.failed}, infrastructure {self.infra}"
-
-
-class WorkerLost(HarnessError):
-    """A worker process died mid-run (killed, out of memory): the run stops; its trials in
-    flight are resumed, not repeated, by ``harness resume``."""
 
 
 class Stop(Protocol):

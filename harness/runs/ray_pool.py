@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError, HarnessError
 from ..store import TrialRow
 from .layout import episode_id
-from .worker import Job, TrialResult, Worker, trial_state
+from .worker import Job, TrialResult, Worker, WorkerLost, trial_state
 
 if TYPE_CHECKING:
     from .pool import StopOnSigint
@@ -247,7 +247,7 @@ def run_jobs_on_ray(
         ConfigurationError: Ray is not installed, ``workers`` or ``concurrency`` is below 1, a
             worker could not build its run worker (a suite, agent or store it cannot reach), or
             a SQLite store would be written from several machines.
-        HarnessError: a trial's worker died more than :data:`LOST_WORKER_LIMIT` times (raised
+        WorkerLost: a trial's worker died more than :data:`LOST_WORKER_LIMIT` times (raised
             after the other trials finished; ``harness resume`` finishes it).
         KeyboardInterrupt: a stop was requested.
     """
@@ -415,7 +415,7 @@ def _drive(
         raise KeyboardInterrupt
     if lost:
         names = ", ".join(f"{task} trial {trial}" for (task, trial, _s, _m), _ in sorted(lost))
-        raise HarnessError(
+        raise WorkerLost(
             f"{len(lost)} trial(s) given up, their Ray worker having died under them "
             f"{LOST_WORKER_LIMIT + 1} time(s): {names} (last: {lost[-1][1]}); the run's records "
             "keep what they did: "

@@ -31,10 +31,25 @@ from .layout import episode_id
 from .rebuild import apply_changes, recorded_changes
 from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
 
-__all__ = ["Job", "TrialResult", "Worker", "run_job", "start_worker", "trial_state", "trial_usage"]
+__all__ = [
+    "Job",
+    "TrialResult",
+    "Worker",
+    "WorkerLost",
+    "run_job",
+    "start_worker",
+    "trial_state",
+    "trial_usage",
+]
 
 # One trial to run: task id, trial index, seed, and mode (``new`` or ``auto``).
 Job = tuple[str, int, int, str]
+
+
+class WorkerLost(HarnessError):
+    """A worker died mid-run (killed, out of memory, its machine gone) and its trials could
+    not be finished elsewhere: the run stops; ``harness resume`` resumes, and does not repeat,
+    the trials it had in flight."""
 
 
 @dataclass
@@ -79,8 +94,9 @@ _TOKENS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 def trial_usage(meta: dict[str, Any]) -> dict[str, float]:
     """What a trial cost, from its agent's metadata, when the agent reports it: model calls
-    (and the failed attempts they retried), seconds waited on the model (``model_seconds``; the user's in ``user_seconds``), and the
-    tokens the server counted (the agent's and the user's together)."""
+    (and the failed attempts they retried), seconds waited on the model (``model_seconds``;
+    the user's in ``user_seconds``), and the tokens the server counted (the agent's and the
+    user's together)."""
     out: dict[str, float] = {}
     calls = meta.get("model_calls")
     if isinstance(calls, list):

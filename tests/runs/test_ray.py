@@ -28,7 +28,7 @@ from harness.runs.ray_pool import (  # noqa: E402
     run_jobs_on_ray,
 )
 from harness.runs.start import run_trials, trial_seed  # noqa: E402
-from harness.runs.worker import Job, TrialResult  # noqa: E402
+from harness.runs.worker import Job, TrialResult, WorkerLost  # noqa: E402
 
 from ..toy_env import write_suite  # noqa: E402
 from .ray_agents import ledger_lines  # noqa: E402
@@ -177,9 +177,7 @@ def test_a_trial_whose_worker_dies_every_time_is_given_up_after_the_others(
     folder = tmp_path / "logs" / "r"
     got: list[TrialResult] = []
     options = {"marker": str(tmp_path / "m"), "task": "t1", "always": True}
-    with pytest.raises(
-        hx.HarnessError, match=r"given up, .* 1 time\(s\): t1 trial 0 .*harness resume"
-    ):
+    with pytest.raises(WorkerLost, match=r"given up, .* 1 time\(s\): t1 trial 0 .*harness resume"):
         run_jobs_on_ray(
             jobs_of(["t0", "t1"], 1, 0),
             workers=2,
