@@ -190,7 +190,7 @@ def test_cli_run_rejects_a_missing_suite(tmp_path: Path):
 def test_run_rejects_bad_arguments(tmp_path: Path):
     """Zero trials, an unknown agent or bad agent options fail before anything runs."""
     suite = write_suite(tmp_path / "suite", [1])
-    with pytest.raises(hx.ConfigurationError, match="trials and workers"):
+    with pytest.raises(hx.ConfigurationError, match="trials, workers and concurrency"):
         run_trials(suite, trials=0, logs=tmp_path / "logs")
     with pytest.raises(hx.ConfigurationError, match="unknown agent 'nobody'"):
         run_trials(suite, agent="nobody", logs=tmp_path / "logs")
