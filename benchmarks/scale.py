@@ -57,16 +57,27 @@ def _serve(suite_path: str, latency: float, conn: Connection) -> None:
     """Serve the suite's reference actions with ``latency`` until told to stop.
 
     Commands on ``conn``: ``("stats",)`` answers (requests received, errors, CPU seconds of
-    this process); ``("latency", s)`` changes the latency; ``("stop",)`` ends. Requests the
-    server keeps are dropped after each ``stats`` (counted first), so 10,000 recorded
+    this process); ``("latency", s)`` changes the latency; ``("stop",)`` ends. What the server
+    records of each request is counted and dropped every second, so 10,000 recorded
     conversations do not pile up in memory.
     """
     suite = load_suite(suite_path, check_references=False)
     server = FakeChatServer(ReplayPolicy(suite.tasks), latency=latency).start()
     conn.send(server.port)
     dropped = 0
+
+    def drop() -> int:
+        # Each del removes only what was there when counted (appends go on behind it).
+        n = len(server.requests)
+        del server.requests[:n], server.headers[:n]
+        del server.responses[: len(server.responses)]
+        return n
+
     try:
         while True:
+            if not conn.poll(1.0):
+                dropped += drop()
+                continue
             command = conn.recv()
             if command[0] == "stop":
                 break
@@ -74,11 +85,7 @@ def _serve(suite_path: str, latency: float, conn: Connection) -> None:
                 server.latency = float(command[1])
                 conn.send(server.latency)
             elif command[0] == "stats":
-                # Each del removes only what was there when counted (appends go on behind).
-                n = len(server.requests)
-                del server.requests[:n], server.headers[:n]
-                del server.responses[: len(server.responses)]
-                dropped += n
+                dropped += drop()
                 conn.send((dropped, len(server.errors), time.process_time()))
     finally:
         server.stop()
@@ -165,6 +172,19 @@ def descendants_cpu(exclude: set[int]) -> dict[tuple[int, str], float]:
     return out
 
 
+def machine_busy() -> float | None:
+    """CPU seconds every core of the machine has been busy since boot (None without
+    /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+    # (guest time is counted in user time already)
+    return (sum(fields[:8]) - idle) / _TICK
+
+
 def _rusage_seconds(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
@@ -236,6 +256,7 @@ class Row:
     passed: int = 0
     infra: int = 0
     server_errors: int = 0
+    others: float | None = None  # cores busy with other work: neither harness nor server
     note: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -287,19 +308,23 @@ def measure(
         extra["executor"] = executor
     requests0, errors0, server_cpu0 = server.stats()
     cpu = HarnessCPU({server.process.pid or -1}, sample=executor == "ray")
+    busy0 = machine_busy()
     cpu.start()
     started = time.perf_counter()
-    result = run_trials(
-        suite,
-        agent="openai",
-        agent_options={"base_url": server.base_url, "model": "fake", "attempts": attempts},
-        trials=trials_per_task,
-        workers=workers,
-        logs=logs,
-        **extra,
-    )
-    row.seconds = time.perf_counter() - started
-    row.cpu = cpu.stop()
+    try:
+        result = run_trials(
+            suite,
+            agent="openai",
+            agent_options={"base_url": server.base_url, "model": "fake", "attempts": attempts},
+            trials=trials_per_task,
+            workers=workers,
+            logs=logs,
+            **extra,
+        )
+    finally:
+        row.seconds = time.perf_counter() - started
+        row.cpu = cpu.stop()
+    busy1 = machine_busy()
     requests1, errors1, server_cpu1 = server.stats()
     row.trials = len(result.results)
     row.calls = requests1 - requests0
@@ -308,6 +333,10 @@ def measure(
     row.passed = sum(r.passed for r in result.results)
     row.infra = sum(r.infra_error for r in result.results)
     row.trial_seconds = statistics.fmean(r.duration for r in result.results)
+    if busy0 is not None and busy1 is not None:
+        row.others = max(0.0, busy1 - busy0 - row.cpu - row.server_cpu) / row.seconds
+    if result.interrupted:
+        row.notes.append("the run was interrupted")
     return row
 
 
@@ -315,7 +344,8 @@ def measure(
 
 HEADER = (
     f"{'setting':<26} {'trials':>6} {'seconds':>8} {'trials/s':>9} {'ideal/s':>8} "
-    f"{'% ideal':>8} {'calls/trial':>11} {'CPU s/trial':>11} {'CPU share':>9} {'cores':>6}"
+    f"{'% ideal':>8} {'calls/trial':>11} {'CPU s/trial':>11} {'CPU share':>9} {'cores':>6} "
+    f"{'others':>6}"
 )
 
 
@@ -327,7 +357,8 @@ def line(row: Row, latency: float) -> str:
         f"{row.setting:<26} {row.trials:>6} {row.seconds:>8.1f} {row.rate:>9.2f} "
         f"{row.ideal(latency):>8.1f} {100 * row.rate / row.ideal(latency):>7.0f}% "
         f"{row.calls / row.trials:>11.2f} {row.cpu_per_trial:>11.4f} "
-        f"{100 * row.cpu_per_trial / row.trial_seconds:>8.1f}% {row.cpu / row.seconds:>6.2f}"
+        f"{100 * row.cpu_per_trial / row.trial_seconds:>8.1f}% {row.cpu / row.seconds:>6.2f} "
+        + ("     ?" if row.others is None else f"{row.others:>6.2f}")
     )
 
 
@@ -471,7 +502,11 @@ def main(argv: list[str] | None = None) -> None:
             for row, options in plan:
                 if options is not None:
                     folder = logs / row.setting.replace(" ", "-")
-                    measure(row, suite, server, logs=folder, **options)
+                    try:
+                        measure(row, suite, server, logs=folder, **options)
+                    except Exception as exc:  # (an executor that cannot run here: go on)
+                        first = str(exc).splitlines()[0] if str(exc) else ""
+                        row.note = f"failed: {type(exc).__name__}: {first}"
                 rows.append(row)
                 print(line(row, args.latency), flush=True)
     finally:
@@ -484,6 +519,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"by --caps {args.caps} to keep the run short (--caps '' runs them all)"
             )
     for r in rows:
+        for text in r.notes:
+            print(f"{r.setting}: {text}")
         if not r.note and (r.passed != r.trials or r.server_errors):
             print(
                 f"{r.setting}: {r.trials - r.passed} trial(s) failed ({r.infra} infrastructure), "
@@ -496,7 +533,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "ideal = in flight / (calls per trial x latency); CPU = the harness's processes "
         "(this one and its workers; not the server): seconds per trial, their share of a "
-        "trial's mean wall time, and cores busy (CPU seconds / wall seconds)"
+        "trial's mean wall time, and cores busy (CPU seconds / wall seconds); others = cores "
+        "busy with neither the harness nor the server (other work on the machine)"
     )
     print(f"at the end: {load()} (other work on the machine lowers every figure)")
     for text in verdict(rows, args.latency):
