@@ -325,3 +325,90 @@ def test_the_progress_column_shows_what_is_in_flight() -> None:
     with endpoint("http://127.0.0.1:9/v1").request():
         pass
     assert flight.text().endswith(", 0 errors")  # (live counts win)
+
+
+@pytest.mark.parametrize(("workers", "concurrency"), [(1, 3), (2, 2)])
+def test_a_server_down_from_the_start_stops_trials_in_flight_too(
+    toy: Suite, tmp_path: Path, workers: int, concurrency: int
+) -> None:
+    """Nothing listens: the first failures open each worker's circuit and the run stops
+    without trying the rest. The trials that got a failure are infrastructure errors, the ones
+    stopped have no row (resume runs them), and nothing is counted as the agent's."""
+    with FakeChatServer([]) as gone:
+        base_url = gone.base_url  # (a port nothing listens on once it stops)
+    opts = {
+        "base_url": base_url,
+        "model": "fake",
+        "attempts": 1,
+        "down_after": 0.0,
+        "down_failures": 1,
+    }
+    result = run_trials(
+        toy,
+        agent="openai",
+        agent_options=opts,
+        trials=4,
+        workers=workers,
+        concurrency=concurrency,
+        logs=tmp_path,
+    )
+    assert result.stopped is not None and "is down" in result.stopped
+    assert 0 < len(result.results) < 24
+    assert all(r.infra_error and not r.failures for r in result.results)
+    store = hx.Store(result.folder / "harness.db")
+    assert store.runs()[0].status == "interrupted"
+    assert len(store.trial_rows()) == len(result.results)
+    assert store.verify_chain().ok
+
+
+class AskAfter:
+    """A stop asked for once ``n`` results are in."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.seen = 0
+
+    @property
+    def requested(self) -> bool:
+        return self.seen >= self.n
+
+
+@pytest.mark.parametrize(("workers", "concurrency"), [(1, 4), (2, 2)])
+def test_a_stop_ends_the_trials_in_flight_and_starts_no_more(
+    toy: Suite, tmp_path: Path, workers: int, concurrency: int
+) -> None:
+    """Asked to stop (Ctrl-C) after the first result: the trials in flight end and are
+    reported, no new one starts, and KeyboardInterrupt is raised; every reported trial has its
+    row and nothing else ran."""
+    from harness.policy import Policy
+    from harness.runs.layout import run_row, store_url
+    from harness.runs.pool import run_jobs
+    from harness.store import Store
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    url = store_url(folder)
+    Store(url, create=True).add(
+        run_row("r", suite=toy.name, status="running", config="{}", evidence="{}")
+    )
+    args = (str(toy.path), "simulated", {}, url, "r", Policy(), None, 600.0, None, True)
+    jobs = [(t.id, i, i, "new") for i in range(4) for t in toy.tasks]
+    stop = AskAfter(1)
+    got: list[Any] = []
+
+    def on_result(_job: Any, result: Any) -> None:
+        got.append(result)
+        stop.seen += 1
+
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(
+            jobs,
+            workers=workers,
+            worker_args=args,
+            on_result=on_result,
+            stop=stop,
+            concurrency=concurrency,
+        )
+    assert 1 <= len(got) <= workers * concurrency + workers  # (in flight, not all 24)
+    rows = Store(url).trial_rows()
+    assert sorted(r.episode_id for r in rows) == sorted(r.episode_id for r in got)
