@@ -364,7 +364,10 @@ def line(row: Row, latency: float) -> str:
 
 def verdict(rows: list[Row], latency: float) -> list[str]:
     """What the measurements say against the target: at least 80% of the ideal until the
-    harness's cores are saturated; past that, the ceiling they set (cores / CPU s per trial)."""
+    harness's cores are saturated; past that, the ceiling they set (cores / CPU s per trial).
+
+    A process uses at most one core; on a shared machine, at most the cores the server and
+    other work left free during the setting."""
     out: list[str] = []
     measured = [r for r in rows if not r.note]
     if not measured:
@@ -377,13 +380,18 @@ def verdict(rows: list[Row], latency: float) -> list[str]:
         f"with {calls:.2f} calls x {latency * 1000:.0f} ms a trial the ideal reaches that at "
         f"about {calls * latency / first.cpu_per_trial:.0f} trials in flight"
     )
+    cpus = os.cpu_count() or 1
     for r in measured:
-        cores = r.workers
+        # The harness's processes can use one core each, of the cores neither the server nor
+        # other work on the machine kept busy meanwhile.
+        cores = float(r.workers)
+        if r.others is not None:
+            cores = min(cores, max(0.1, cpus - r.others - r.server_cpu / r.seconds))
         ceiling = cores / r.cpu_per_trial
         bound, what = (
             (r.ideal(latency), "ideal")
             if r.ideal(latency) <= ceiling
-            else (ceiling, f"the ceiling of {cores} core{'s' if cores > 1 else ''}")
+            else (ceiling, f"the ceiling of {cores:.2f} free core(s)")
         )
         mark = "meets" if r.rate >= TARGET * bound else "misses"
         out.append(
