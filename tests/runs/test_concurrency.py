@@ -80,7 +80,7 @@ def test_trials_in_flight_give_the_sequential_verdicts(toy: Suite, tmp_path: Pat
         )
         for name, kw in {
             "sequential": {},
-            "threads": {"concurrency": 8},
+            "threads": {"concurrency": 24},  # (every trial at once),
             "processes": {"workers": 2, "concurrency": 3},
         }.items()
     }
