@@ -45,7 +45,7 @@ from ._common import (
     verified,
     verify_options,
 )
-from .report import GATE_HELP, all_k_option, fail_under_options, judge_bars
+from .report import GATE_HELP, INFRA_OPTION, all_k_option, fail_under_options, judge_bars
 
 __all__ = ["replay_command", "resume_command", "run_command"]
 
@@ -142,15 +142,7 @@ def rerun_agent_options(command: Any) -> Any:
     type=click.IntRange(1),
     help="openai agent: requests in flight to the server at once, per worker [default: no limit].",
 )
-@click.option(
-    "--infra",
-    type=click.Choice(["fail", "exclude"]),
-    default="fail",
-    show_default=True,
-    help="How the summary counts trials ended by an infrastructure error (server down, "
-    "rate-limited past its retries): fail, as failed trials (tau-bench); exclude, left out of "
-    "the counts (tau2-bench). Never as the agent's failures by class.",
-)
+@INFRA_OPTION
 @click.option(
     "--user",
     type=click.Choice(["openai", "scripted"]),

@@ -361,35 +361,15 @@ def resume_run(
                 progress(result)
 
         stopped: str | None = None
+        # What every worker of the run shares, after its suite and agent.
+        shared = (url, run_id, policy, None, lease_seconds, pem, transactions)
         try:
             run_jobs(
                 jobs,
                 workers=workers,
-                worker_args=(
-                    str(loaded.path),
-                    spec,
-                    agent_options(run, secrets),
-                    url,
-                    run_id,
-                    policy,
-                    None,
-                    lease_seconds,
-                    pem,
-                    transactions,
-                ),
+                worker_args=(str(loaded.path), spec, agent_options(run, secrets), *shared),
                 on_result=finished,
-                in_process=Worker(
-                    loaded,
-                    agent_obj,
-                    {},
-                    url,
-                    run_id,
-                    policy,
-                    None,
-                    lease_seconds,
-                    pem,
-                    transactions,
-                )
+                in_process=Worker(loaded, agent_obj, {}, *shared)
                 if workers == 1 or not isinstance(spec, str)
                 else None,
                 concurrency=concurrency,
