@@ -100,13 +100,33 @@ def test_fresh_copies_are_independent(tmp_path: Path, pristine: dict[str, Any]) 
         connection.close()
 
 
-def test_template_is_built_once_and_rebuilt_when_missing() -> None:
-    """template_path returns the same file each time and rebuilds it if it was deleted."""
+def test_template_is_built_once_and_rebuilt_when_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """template_path returns the same file each time and rebuilds it if it was deleted; a copy
+    made while it is gone rebuilds it too. (In a temporary folder of its own: the shared
+    template is in use by every other process of the machine.)"""
+    monkeypatch.setattr(db.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(db, "_templates", {})
     path = db.template_path()
+    assert path.is_relative_to(tmp_path)
     assert db.template_path() == path
     path.unlink()
     assert db.template_path() == path
     assert path.exists()
+    real = db.template_path
+    calls = []
+
+    def vanishing(json_path: Any = None) -> Path:
+        found = real(json_path)
+        if not calls:
+            found.unlink()  # (gone between finding it and copying it)
+        calls.append(found)
+        return found
+
+    monkeypatch.setattr(db, "template_path", vanishing)
+    copy = db.fresh_copy(tmp_path / "copy.sqlite")
+    assert len(calls) == 2 and copy.stat().st_size == path.stat().st_size
 
 
 def test_json_columns_are_declared_json(conn: sqlite3.Connection) -> None:

@@ -285,7 +285,12 @@ def fresh_copy(
         ``dest_path`` as a :class:`~pathlib.Path`.
     """
     dest = Path(dest_path)
-    shutil.copyfile(template_path(db_json_path), dest)
+    try:
+        shutil.copyfile(template_path(db_json_path), dest)
+    except FileNotFoundError:
+        # The shared template was removed after it was found (another process cleaning the
+        # temporary folder): build it again, once.
+        shutil.copyfile(template_path(db_json_path), dest)
     return dest
 
 
