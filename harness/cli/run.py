@@ -51,6 +51,20 @@ __all__ = ["replay_command", "resume_command", "run_command"]
 
 _SIGNED = "each episode's head as it ends and the run's manifest"
 
+EXECUTOR_OPTION = click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="processes",
+    show_default=True,
+    help="Where workers run: processes on this machine, or Ray tasks (the ray extra).",
+)
+ADDRESS_OPTION = click.option(
+    "--address",
+    default=None,
+    help="--executor ray: the Ray cluster to join (ray://host:10001, or auto); "
+    "default: a local one for the run.",
+)
+
 
 def check_agent(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """``--agent``, checked before anything runs: a registered name, or a spec whose class
@@ -104,19 +118,8 @@ def rerun_agent_options(command: Any) -> Any:
     help="Trials in flight at once in each worker (threads): for agents that wait on a model "
     "server.",
 )
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="processes",
-    show_default=True,
-    help="Where workers run: processes on this machine, or Ray tasks (the ray extra).",
-)
-@click.option(
-    "--address",
-    default=None,
-    help="--executor ray: the Ray cluster to join (ray://host:10001, or auto); "
-    "default: a local one for the run.",
-)
+@EXECUTOR_OPTION
+@ADDRESS_OPTION
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--logs", default="logs", show_default=True, type=click.Path(file_okay=False))
 @click.option(
@@ -487,6 +490,8 @@ def replay_command(
     type=click.IntRange(1),
     help="Trials in flight at once in each worker (threads).",
 )
+@EXECUTOR_OPTION
+@ADDRESS_OPTION
 @suite_options
 @rerun_agent_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -496,6 +501,8 @@ def resume_command(
     run: Path,
     workers: int,
     concurrency: int,
+    executor: str,
+    address: str | None,
     suite: str | None,
     trust_suite: bool,
     agent: str | None,
@@ -519,6 +526,8 @@ def resume_command(
             signing_key=signing_key(signing_key_file),
             workers=workers,
             concurrency=concurrency,
+            executor=executor,  # type: ignore[arg-type]
+            address=address,
             secrets=secrets(),
             suite=suite,
             trust=trust_suite,

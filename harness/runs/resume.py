@@ -29,7 +29,7 @@ from ..store import EpisodeStatus, RunStatus, SigningKey, Store
 from ..store.signing import sign_run
 from ..suite import Suite, is_builtin_suite, load_suite
 from .layout import EVIDENCE_FILE, OpenRun, episode_id, open_run, run_row, store_url, write_json
-from .pool import WorkerLost, run_jobs
+from .pool import EXECUTORS, Executor, WorkerLost, run_jobs
 from .start import REDACTED, RunResult, trial_seed
 from .worker import Job, TrialResult, Worker, trial_state
 
@@ -255,6 +255,8 @@ def resume_run(
     trust_agent: bool = False,
     signing_key: SigningKey | None = None,
     concurrency: int = 1,
+    executor: Executor = "processes",
+    address: str | None = None,
 ) -> ResumeResult:
     """Finish the run in ``folder``: keep finished trials, resume interrupted ones, run the rest.
 
@@ -279,6 +281,9 @@ def resume_run(
             a signed run resumed without its key gets a note (its new heads go unsigned, and
             an audit with the public key names them).
         concurrency: trials in flight at once in each worker (threads).
+        executor: ``processes`` or ``ray`` (Ray tasks; ``address`` names the cluster, None
+            starts a local one), as for :func:`~harness.runs.start.run_trials`.
+        address: with ``executor="ray"``, the cluster to join.
 
     A model server that is down, or a worker process that dies, stops the resume as it stops
     a run: the run stays interrupted and ``run.stopped`` says why.
@@ -294,6 +299,12 @@ def resume_run(
     """
     if workers < 1 or concurrency < 1:
         raise ConfigurationError("resume_run: workers and concurrency must be >= 1")
+    if executor not in EXECUTORS:
+        raise ConfigurationError(
+            f"resume_run: executor {executor!r}: give one of {', '.join(EXECUTORS)}"
+        )
+    if address is not None and executor != "ray":
+        raise ConfigurationError("resume_run: address= names a Ray cluster: add executor='ray'")
     with open_run(folder, writable=True) as run:
         store: Store = run.store
         config = run.config
@@ -304,6 +315,11 @@ def resume_run(
         notes += _signing_notes(store, run.run.id, signing_key)
         spec = agent_spec(run, agent, trust=trust_agent)
         agent_obj = run_agent(run, spec, secrets=secrets)
+        if executor == "ray" and not isinstance(spec, str):
+            raise ConfigurationError(
+                "resume_run: executor='ray' builds the agent in each Ray worker from its name: "
+                "give a built-in name or module:Class, not an agent object"
+            )
         run_id = run.run.id
         tasks = list(config.get("tasks") or [t.id for t in loaded.tasks])
         trials = int(config.get("trials") or 1)
@@ -370,9 +386,11 @@ def resume_run(
                 worker_args=(str(loaded.path), spec, agent_options(run, secrets), *shared),
                 on_result=finished,
                 in_process=Worker(loaded, agent_obj, {}, *shared)
-                if workers == 1 or not isinstance(spec, str)
+                if executor == "processes" and (workers == 1 or not isinstance(spec, str))
                 else None,
                 concurrency=concurrency,
+                executor=executor,
+                address=address,
             )
         except (EndpointDown, WorkerLost) as exc:
             stopped = str(exc)

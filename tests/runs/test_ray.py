@@ -316,3 +316,36 @@ def test_bad_input_is_refused_with_the_fix(tmp_path: Path):
     check_store_reach("sqlite:///logs/r/harness.db", ["a", "a"], here="a")
     check_store_reach("postgresql+psycopg://u@h/db", ["a", "b"], here="a")
     assert RAY_LEASE_SECONDS < 600.0
+
+
+def test_a_stopped_run_resumes_on_ray(cluster: str, tmp_path: Path):
+    """A run stopped by a worker process dying (interrupted) is finished on Ray by
+    resume_run(executor="ray"): every trial gets one row, and the counts are a sequential
+    run's."""
+    from harness.runs import resume_run
+
+    suite = write_suite(tmp_path / "suite", [1, 2, 3])
+    dying = f"{Path(__file__).with_name('dying_agent.py')}:DyingAgent"
+    options = {"marker": str(tmp_path / "died"), "error_rate": 0.3}
+    stopped = run_trials(
+        suite, agent=dying, agent_options=options, trials=4, workers=2, logs=tmp_path / "logs"
+    )
+    assert stopped.stopped is not None and len(stopped.results) < 12
+    done = resume_run(
+        stopped.folder,
+        suite=suite,
+        trust_agent=True,
+        executor="ray",
+        address=cluster,
+        concurrency=2,
+    )
+    sequential = run_trials(
+        suite, agent=dying, agent_options=options, trials=4, logs=tmp_path / "seq"
+    )
+    assert done.run.stopped is None and len(done.run.results) == 12
+    assert successes(done.run.results) == successes(sequential.results)
+    store = hx.Store(stopped.folder / "harness.db")
+    assert Counter(r.episode_id for r in store.trial_rows()) == {
+        r.episode_id: 1 for r in done.run.results
+    }
+    assert store.verify_chain().ok
