@@ -373,7 +373,6 @@ class Flight(ProgressColumn):
         self.in_flight = 0
         self.calls = 0.0
         self.retries = 0.0
-        self.infra = 0
 
     def started(self, _task_id: str, _trial: int) -> None:
         """A trial was handed to a worker."""
@@ -386,7 +385,6 @@ class Flight(ProgressColumn):
             self.in_flight = max(self.in_flight - 1, 0)
             self.calls += result.usage.get("model_calls", 0)
             self.retries += result.usage.get("model_retries", 0)
-            self.infra += result.infra_error
 
     def text(self) -> str:
         """What the column shows now."""

@@ -28,7 +28,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import URL
 
@@ -203,6 +203,10 @@ class PostgresCapture:
         ConfigurationError: psycopg missing, a server that cannot be reached, or a database
             the user may not create tables and functions in.
     """
+
+    if TYPE_CHECKING:  # provided by SQLState
+
+        def _close_window(self, mark: int) -> bool: ...
 
     def __init__(
         self, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
@@ -418,11 +422,8 @@ class PostgresCapture:
         return out
 
     def release(self, mark: int) -> None:
-        if mark not in self._windows:
+        if not self._close_window(mark):
             return
-        self._windows[mark] -= 1
-        if self._windows[mark] == 0:
-            del self._windows[mark]
         s = _quote(self.schema)
         with self._pg.transaction():
             left = self._pg.execute(

@@ -394,12 +394,18 @@ class SQLState:
             out[key] = table.restore(json.loads(before))
         return out
 
-    def release(self, mark: int) -> None:
+    def _close_window(self, mark: int) -> bool:
+        """Count one window on ``mark`` closed; False when none was open (nothing to do)."""
         if mark not in self._windows:
-            return
+            return False
         self._windows[mark] -= 1
         if self._windows[mark] == 0:
             del self._windows[mark]
+        return True
+
+    def release(self, mark: int) -> None:
+        if not self._close_window(mark):
+            return
         with _atomic(self.connection) as c:
             c.execute(
                 f"UPDATE {OPEN} SET windows = MAX(windows - 1, 0) WHERE owner = ?", (self._owner,)
