@@ -12,12 +12,12 @@ every other one's server session has ended).
 
 Windows are scoped per adapter by an owner token in a session variable: the adapter's own
 connection runs ``set_config('hx.owner', <token>)``, so the trigger records a row written on
-that session for that adapter alone, and only while it has a window open. Several processes,
-each with its adapter on the same database, therefore never see each other's changes. A write
-on a session without a token (another connection a tool opened) is recorded for every window
-open at the time, as on SQLite; :meth:`PostgresState.attribute` gives such a connection the
-adapter's token so that its writes are the adapter's alone. Adapters whose server session has
-ended (their process died) are cleaned up by the next adapter to open.
+that session for that adapter alone while it has a window open: its :meth:`changes`. A write
+on any other session (another program, another adapter, a connection a tool opened without
+:meth:`PostgresState.attribute`) is another writer's: recorded as nobody's (or its adapter's)
+and seen through :meth:`others`, never as a change of this adapter's window, as on SQLite.
+Adapters whose server session has ended (their process died) are cleaned up by the next adapter
+to open.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class _PgTable:
 
 def _function_sql(schema: str) -> str:
     """The trigger function: records a written row's key and value before the write, once per
-    window, for the session's adapter (or for every open window when the session has none)."""
+    window, for the session's adapter, or as nobody's (another writer's, seen by every open
+    window) when the session has no adapter with a window open."""
     s = _quote(schema)
     return f"""
 CREATE OR REPLACE FUNCTION {s}.{FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $hx$
@@ -89,8 +90,10 @@ DECLARE
 BEGIN
     IF me <> '' THEN
         SELECT mark INTO since FROM {s}.{OPEN} WHERE owner = me AND windows > 0;
-        IF NOT FOUND THEN RETURN NULL; END IF;
-    ELSE
+        -- An adapter's session writing with no window of its own open is another writer.
+        IF NOT FOUND THEN me := ''; END IF;
+    END IF;
+    IF me = '' THEN
         SELECT max(mark) INTO since FROM {s}.{OPEN} WHERE windows > 0;
         IF since IS NULL THEN RETURN NULL; END IF;
     END IF;
@@ -188,9 +191,9 @@ class PostgresCapture:
 
     Tools write through :attr:`connection`, a psycopg 3 connection in autocommit mode (a tool
     may open ``with state.connection.transaction():`` for several statements; placeholders are
-    ``%s``), or through any other connection: row triggers capture every write. Writes on
-    :attr:`connection` (and on connections passed to :meth:`attribute`) belong to this adapter
-    alone; writes on other sessions are seen by every adapter's window open at the time.
+    ``%s``), or through connections passed to :meth:`attribute`: those writes belong to this
+    adapter alone. Writes on other sessions are other writers': every open window sees them
+    through :meth:`others`, and they are never a window's :meth:`changes`.
     ``TRUNCATE`` is not captured, and tables without a primary key are not tracked.
 
     Args:
@@ -392,10 +395,19 @@ class PostgresCapture:
         return mark
 
     def changes(self, mark: int) -> dict[str, Any]:
+        return self._recorded(mark, mine=True)
+
+    def others(self, mark: int) -> dict[str, Any]:
+        """Rows other sessions (other writers: connections without this adapter's token, and
+        other adapters) wrote since ``mark``, each with its value before their first write."""
+        return self._recorded(mark, mine=False)
+
+    def _recorded(self, mark: int, *, mine: bool) -> dict[str, Any]:
         s = _quote(self.schema)
+        op = "=" if mine else "<>"
         recorded = self._pg.execute(
             f"SELECT seq, tbl, pk, before IS NULL FROM {s}.{CHANGES} "
-            "WHERE seq > %s AND owner IN (%s, '') ORDER BY seq",
+            f"WHERE seq > %s AND owner {op} %s ORDER BY seq",
             (mark, self._owner),
         ).fetchall()
         out: dict[str, Any] = {}
@@ -410,7 +422,9 @@ class PostgresCapture:
         for tbl, seqs in images.items():
             if tbl not in self._pg_tables:  # created, and captured, by another adapter
                 self._pg_tables = self._load_pg_tables()
-            table = self._pg_tables[tbl]
+            table = self._pg_tables.get(tbl)
+            if table is None:  # dropped since: its rows are gone
+                continue
             cols = ", ".join(f"r.{_quote(c)}" for c in table.columns)
             for row in self._pg.execute(
                 f"SELECT c.pk, {cols} FROM {s}.{CHANGES} c, "

@@ -1,24 +1,35 @@
 """``SQLState``: rows of a SQL database as resources ``table/primary-key``.
 
 Changes are captured by triggers into a side table (``_hx_changes``) that records each written
-row's key and its value before the write, so the diff of one action reads only the rows that
-action touched, whatever the size of the database.
+row's key, its value before the write, and *who* wrote it, so the diff of one action reads only
+the rows that action touched, whatever the size of the database, and a write another program
+made meanwhile is never taken for the action's.
 
-What the adapter adds to the user's database is kept small and taken away again:
+Who wrote a row: the adapter puts ``TEMP`` triggers on its own :attr:`SQLState.connection` (and
+on connections given to :meth:`SQLState.attribute`). SQLite's ``TEMP`` triggers fire only for
+writes through the connection that created them, so before each row write on it they flag the
+adapter as the writer, and the database-wide trigger that records the write takes the flag (and
+clears it). A write through any other connection is recorded as nobody's: another writer's.
+SQLite lets one connection write at a time, so a flag is never read by another writer's write.
 
-- ``_hx_open`` has one row per open adapter: who it is and how many change windows it has
-  open. The triggers fire only while some adapter has a window open, so the application's own
-  writes between actions cost nothing and leave nothing.
-- A trigger records a row at most once per window: a write to a row already recorded since the
-  latest window opened is skipped. Even triggers left by a process that died with a window open
-  therefore record each row once, not once per write.
+What the adapter adds to the user's database is kept small, bounded and taken away again:
+
+- ``_hx_open`` has one row per open adapter: who it is, how many change windows it has open,
+  and until when its latest window may record other writers (a lease, renewed as the window is
+  used). The triggers fire only while some adapter has a window open, so the application's own
+  writes between actions cost nothing and leave nothing. An adapter's own writes are recorded
+  only through its live connection's ``TEMP`` triggers, which die with the process; the writes of
+  other connections stop being recorded when the lease of a window whose process died runs out
+  (:data:`WINDOW_LEASE`), even if no adapter ever opens the database again.
+- A trigger records a row at most once per writer and window: a write to a row already
+  recorded for the same writer since the latest window opened is skipped.
 - ``_hx_changes`` is emptied when no window is open, and ``close()`` by the last adapter on the
   database drops the triggers and both tables. Opening cleans up after adapters of this host
   whose process has died, and replaces triggers left by an earlier version.
+  ``hx.SQLState.uninstall("app.db")`` removes all of it by hand.
 
-The triggers are ordinary (not ``TEMP``) so that writes through any connection to the file are
-seen; the bookkeeping runs on :attr:`SQLState.connection`, the one tools are given, so it never
-waits for a transaction a tool holds open on it.
+The bookkeeping runs on :attr:`SQLState.connection`, the one tools are given, so it never waits
+for a transaction a tool holds open on it.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import json
 import os
 import socket
 import sqlite3
+import time
 import uuid
 import weakref
 from collections import Counter
@@ -49,11 +61,24 @@ __all__ = ["PostgresState", "SQLState"]
 CHANGES = "_hx_changes"
 OPEN = "_hx_open"
 _TRIGGER_PREFIXES = ("_hx_i_", "_hx_u_", "_hx_d_")
+_OWN_PREFIXES = ("_hx_oi_", "_hx_ou_", "_hx_od_")
 _JOURNAL_MODES = frozenset({"delete", "truncate", "persist", "memory", "wal", "off"})
-# A window is open when some adapter counts one; the latest mark among them bounds what a
-# trigger must record (a row recorded after it is already in every open window).
-_WINDOW_OPEN = f"EXISTS (SELECT 1 FROM {OPEN} WHERE windows > 0)"
+WINDOW_LEASE = 600.0
+"""Seconds a change window records other connections' writes after it was last used (opened,
+or read with ``changes``/``others``): the bound on what a process killed inside a window leaves
+recording. The adapter's own writes are recorded for as long as its window is open."""
+_LEASE_DAYS = WINDOW_LEASE / 86400.0
+# A window is live when some adapter counts one and its lease holds; a flagged writer (an
+# adapter's own connection, mid-write) is always recorded. The latest mark among open windows
+# bounds what a trigger must record (a row recorded after it is already in every open window).
+_LIVE = "(windows > 0 AND until > julianday('now'))"
+_WINDOW_OPEN = f"EXISTS (SELECT 1 FROM {OPEN} WHERE busy > 0 OR {_LIVE})"
 _LATEST_MARK = f"(SELECT MAX(mark) FROM {OPEN} WHERE windows > 0)"
+_WRITER = f"COALESCE((SELECT owner FROM {OPEN} WHERE busy > 0 LIMIT 1), '')"
+_SCHEMA = {
+    CHANGES: ("seq", "owner", "tbl", "pk", "before"),
+    OPEN: ("owner", "host", "pid", "windows", "mark", "busy", "until"),
+}
 
 
 @dataclass(frozen=True)
@@ -102,18 +127,21 @@ class _Table:
         return self.decode(values)
 
     def record(self, alias: str, before: str, when: str = "") -> str:
-        """The trigger statement recording the row ``alias`` names, unless recorded already."""
+        """The trigger statement recording the row ``alias`` names for its writer (the flagged
+        adapter, or nobody: ``''``), unless recorded for that writer already."""
         name, key = _literal(self.name), self.key(alias)
         return (
-            f"INSERT INTO {CHANGES}(tbl, pk, before) SELECT {name}, {key}, {before} "
+            f"INSERT INTO {CHANGES}(owner, tbl, pk, before) SELECT w.o, {name}, {key}, {before} "
+            f"FROM (SELECT {_WRITER} AS o) AS w "
             f"WHERE {when}NOT EXISTS (SELECT 1 FROM {CHANGES} WHERE tbl = {name} "
-            f"AND pk = {key} AND seq > {_LATEST_MARK});"
+            f"AND pk = {key} AND owner = w.o AND seq > {_LATEST_MARK});"
         )
 
     def triggers(self) -> Iterator[str]:
         """The statements creating the insert, update and delete triggers."""
         q = _quote(self.name)
         old, new = self.key("OLD"), self.key("NEW")
+        done = f"UPDATE {OPEN} SET busy = 0 WHERE busy > 0;"
         bodies = {
             ("_hx_i_", "INSERT"): self.record("NEW", "NULL"),
             ("_hx_u_", "UPDATE"): self.record("OLD", self.image("OLD"))
@@ -123,7 +151,18 @@ class _Table:
         for (prefix, event), body in bodies.items():
             yield (
                 f"CREATE TRIGGER {_quote(prefix + self.name)} AFTER {event} ON {q} "
-                f"WHEN {_WINDOW_OPEN} BEGIN {body} END"
+                f"WHEN {_WINDOW_OPEN} BEGIN {body} {done} END"
+            )
+
+    def own_triggers(self, owner: str) -> Iterator[str]:
+        """The ``TEMP`` triggers that flag ``owner`` as the writer of a row written through the
+        connection they are created on, while ``owner`` has a window open."""
+        q, who = _quote(self.name), _literal(owner)
+        for prefix, event in zip(_OWN_PREFIXES, ("INSERT", "UPDATE", "DELETE"), strict=True):
+            yield (
+                f"CREATE TEMP TRIGGER IF NOT EXISTS {_quote(prefix + self.name)} BEFORE {event} "
+                f"ON main.{q} WHEN (SELECT windows FROM {OPEN} WHERE owner = {who}) > 0 "
+                f"BEGIN UPDATE {OPEN} SET busy = 1 WHERE owner = {who}; END"
             )
 
 
@@ -167,6 +206,30 @@ def _drop_triggers(c: sqlite3.Connection) -> None:
             c.execute(f"DROP TRIGGER {_quote(name)}")
 
 
+def _drop_own_triggers(c: sqlite3.Connection) -> None:
+    """Drop the ``TEMP`` triggers that flag this connection's writes."""
+    rows = c.execute("SELECT name FROM sqlite_temp_master WHERE type = 'trigger'").fetchall()
+    for (name,) in rows:
+        if name.startswith(_OWN_PREFIXES):
+            c.execute(f"DROP TRIGGER temp.{_quote(name)}")
+
+
+def _outdated(c: sqlite3.Connection) -> bool:
+    """Whether the capture tables exist with the columns of an earlier version."""
+    for table, columns in _SCHEMA.items():
+        found = tuple(r[1] for r in c.execute(f"PRAGMA main.table_info({table})").fetchall())
+        if found and found != columns:
+            return True
+    return False
+
+
+def _remove_everything(c: sqlite3.Connection) -> None:
+    """Drop the capture triggers and tables."""
+    _drop_triggers(c)
+    c.execute(f"DROP TABLE IF EXISTS main.{CHANGES}")
+    c.execute(f"DROP TABLE IF EXISTS main.{OPEN}")
+
+
 def _clear_if_idle(c: sqlite3.Connection) -> None:
     """Empty the change table when no adapter has a window open."""
     if not c.execute(f"SELECT {_WINDOW_OPEN}").fetchone()[0]:
@@ -182,9 +245,7 @@ def _leave(connection: sqlite3.Connection, owner: str) -> None:
             if c.execute(f"SELECT EXISTS (SELECT 1 FROM {OPEN})").fetchone()[0]:
                 _clear_if_idle(c)
             else:
-                _drop_triggers(c)
-                c.execute(f"DROP TABLE {CHANGES}")
-                c.execute(f"DROP TABLE {OPEN}")
+                _remove_everything(c)
     except sqlite3.ProgrammingError:  # the connection was closed by hand: nothing to do
         pass
     finally:
@@ -196,7 +257,10 @@ class SQLState:
 
     Columns whose declared type contains ``JSON`` are decoded. Tables need a primary key (a
     composite key is joined with ``,``); tables without one are addressed by ``rowid``.
-    Tools write through :attr:`connection` (or any other connection to the same database).
+    Tools write through :attr:`connection`, or through a connection given to
+    :meth:`attribute`: those writes are the adapter's (a call's). Writes through any other
+    connection to the file are another writer's: never a call's change, and seen by
+    :meth:`others` so that the engine never restores a value over them.
 
     The adapter installs change-capture triggers and two ``_hx_`` tables while it is open and
     removes them on :meth:`close` (the last adapter open on the file does). Close it, or use
@@ -219,6 +283,9 @@ class SQLState:
         ConfigurationError: a missing file without ``create=True``, a wrong journal mode, a URL
             that is not SQLite, or a file that is not a SQLite database.
     """
+
+    attributes_writes = True
+    """Changes are told apart by writer: a window's :meth:`changes` are its own connection's."""
 
     def __new__(
         cls, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
@@ -254,6 +321,8 @@ class SQLState:
         self._owner = uuid.uuid4().hex
         self._windows: Counter[int] = Counter()
         self._tables: dict[str, _Table] = {}
+        self._attributed: list[sqlite3.Connection] = []
+        self._leased = 0.0  # when this adapter's window lease was last renewed (monotonic)
         try:
             self.connection = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -319,15 +388,20 @@ class SQLState:
         transaction: other connections see the old triggers or the new ones, never none."""
         host, pid = socket.gethostname(), os.getpid()
         with _atomic(self.connection) as c:
+            if _outdated(c):
+                _remove_everything(c)
             c.execute(
-                f"CREATE TABLE IF NOT EXISTS {CHANGES} (seq INTEGER PRIMARY KEY, "
-                "tbl TEXT NOT NULL, pk TEXT NOT NULL, before TEXT)"
+                f"CREATE TABLE IF NOT EXISTS main.{CHANGES} (seq INTEGER PRIMARY KEY, "
+                "owner TEXT NOT NULL, tbl TEXT NOT NULL, pk TEXT NOT NULL, before TEXT)"
             )
-            c.execute(f"CREATE INDEX IF NOT EXISTS _hx_changes_key ON {CHANGES}(tbl, pk, seq)")
             c.execute(
-                f"CREATE TABLE IF NOT EXISTS {OPEN} (owner TEXT PRIMARY KEY, host TEXT NOT NULL, "
-                "pid INTEGER NOT NULL, windows INTEGER NOT NULL DEFAULT 0, "
-                "mark INTEGER NOT NULL DEFAULT 0)"
+                f"CREATE INDEX IF NOT EXISTS main._hx_changes_key ON {CHANGES}(tbl, pk, owner, seq)"
+            )
+            c.execute(
+                f"CREATE TABLE IF NOT EXISTS main.{OPEN} (owner TEXT PRIMARY KEY, "
+                "host TEXT NOT NULL, pid INTEGER NOT NULL, windows INTEGER NOT NULL DEFAULT 0, "
+                "mark INTEGER NOT NULL DEFAULT 0, busy INTEGER NOT NULL DEFAULT 0, "
+                "until REAL NOT NULL DEFAULT 0)"
             )
             others = c.execute(
                 f"SELECT owner, pid FROM {OPEN} WHERE host = ? AND owner != ?", (host, self._owner)
@@ -344,6 +418,73 @@ class SQLState:
             for table in self._tables.values():
                 for statement in table.triggers():
                     c.execute(statement)
+        for connection in (self.connection, *self._attributed):
+            self._flag_writes(connection)
+
+    def _flag_writes(self, connection: sqlite3.Connection) -> None:
+        """(Re)create on ``connection`` the ``TEMP`` triggers that make its writes ours."""
+        with _atomic(connection) as c:
+            _drop_own_triggers(c)
+            for table in self._tables.values():
+                for statement in table.own_triggers(self._owner):
+                    c.execute(statement)
+
+    def attribute(self, connection: sqlite3.Connection) -> None:
+        """Make writes through another ``sqlite3`` connection to the same file this adapter's
+        (a call's), as writes through :attr:`connection` are. Without it, that connection's
+        writes are another writer's: a tool that opens its own connection gives it here.
+
+        Raises:
+            ConfigurationError: not a ``sqlite3.Connection``, or one the triggers cannot be
+                created on (closed, or read-only).
+        """
+        if not isinstance(connection, sqlite3.Connection):
+            raise ConfigurationError(
+                f"SQLState.attribute({connection!r}): give a sqlite3.Connection to the same "
+                "database file"
+            )
+        try:
+            self._flag_writes(connection)
+        except sqlite3.Error as exc:
+            raise ConfigurationError(
+                f"SQLState.attribute: could not watch the connection's writes ({exc}); give "
+                "an open connection to the same database that may write to it"
+            ) from exc
+        if connection is not self.connection and connection not in self._attributed:
+            self._attributed.append(connection)
+
+    @staticmethod
+    def uninstall(url: str | os.PathLike[str]) -> list[str]:
+        """Remove every capture trigger and ``_hx_`` table from a SQLite database by hand
+        (what a process killed with its adapter open leaves until an adapter opens the file
+        again), whether or not an adapter still has it open. Returns what was removed.
+
+        Raises:
+            ConfigurationError: no such file, or not a SQLite database that may be written.
+        """
+        path = SQLState._sqlite_path(os.fspath(url))
+        if not Path(path).is_file():
+            raise ConfigurationError(f"SQLState.uninstall({os.fspath(url)!r}): no file {path}")
+        try:
+            connection = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+            try:
+                with _atomic(connection) as c:
+                    names = sorted(
+                        name
+                        for (name,) in c.execute(
+                            "SELECT name FROM sqlite_master WHERE name LIKE '\\_hx\\_%' "
+                            "ESCAPE '\\' AND type IN ('table', 'trigger')"
+                        )
+                    )
+                    _remove_everything(c)
+            finally:
+                connection.close()
+        except sqlite3.Error as exc:
+            raise ConfigurationError(
+                f"SQLState.uninstall({os.fspath(url)!r}): {exc}; check that the file is a SQLite "
+                "database you may write to"
+            ) from exc
+        return names
 
     def refresh(self) -> None:
         """Pick up tables created (or altered) after the adapter was opened."""
@@ -365,9 +506,9 @@ class SQLState:
 
     def mark(self) -> int:
         rows = self.connection.execute(
-            f"UPDATE {OPEN} SET windows = windows + 1, "
+            f"UPDATE {OPEN} SET windows = windows + 1, until = julianday('now') + ?, "
             f"mark = (SELECT COALESCE(MAX(seq), 0) FROM {CHANGES}) WHERE owner = ? RETURNING mark",
-            (self._owner,),
+            (_LEASE_DAYS, self._owner),
         ).fetchall()
         if not rows:
             # Our registration is gone (the database was restored, or cleaned by hand).
@@ -375,12 +516,17 @@ class SQLState:
             return self.mark()
         mark = int(rows[0][0])
         self._windows[mark] += 1
+        self._leased = time.monotonic()
         return mark
 
-    def changes(self, mark: int) -> dict[str, Any]:
+    def _recorded(self, mark: int, mine: bool) -> dict[str, Any]:
+        """Rows written since ``mark`` by this adapter (``mine``) or by anyone else, each with
+        its value before its first such write."""
         out: dict[str, Any] = {}
+        op = "=" if mine else "!="
         for tbl, pk, before in self.connection.execute(
-            f"SELECT tbl, pk, before FROM {CHANGES} WHERE seq > ? ORDER BY seq", (mark,)
+            f"SELECT tbl, pk, before FROM {CHANGES} WHERE seq > ? AND owner {op} ? ORDER BY seq",
+            (mark, self._owner),
         ).fetchall():
             key = f"{tbl}/{pk}"
             if key in out:
@@ -390,9 +536,23 @@ class SQLState:
                 continue
             if tbl not in self._tables:  # created, and captured, by another adapter
                 self._tables = self._load_tables()
-            table = self._tables[tbl]
-            out[key] = table.restore(json.loads(before))
+            table = self._tables.get(tbl)
+            out[key] = None if table is None else table.restore(json.loads(before))
         return out
+
+    def changes(self, mark: int) -> dict[str, Any]:
+        return self._recorded(mark, mine=True)
+
+    def others(self, mark: int) -> dict[str, Any]:
+        """Rows other connections (other writers) wrote since ``mark``, each with its value
+        before their first write. A long window's lease is renewed here."""
+        if time.monotonic() - self._leased > WINDOW_LEASE / 4:
+            self.connection.execute(
+                f"UPDATE {OPEN} SET until = julianday('now') + ? WHERE owner = ? AND windows > 0",
+                (_LEASE_DAYS, self._owner),
+            )
+            self._leased = time.monotonic()
+        return self._recorded(mark, mine=False)
 
     def _close_window(self, mark: int) -> bool:
         """Count one window on ``mark`` closed; False when none was open (nothing to do)."""

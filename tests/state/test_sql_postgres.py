@@ -156,11 +156,12 @@ def test_nested_windows_keep_their_own_before_values(pg_url: str):
     state.close()
 
 
-def test_writes_on_other_connections_are_captured_and_outside_windows_leave_nothing(
+def test_writes_on_other_connections_are_other_writers_and_outside_windows_leave_nothing(
     pg_url: str,
 ):
-    """A write through a connection of the application's own is in the open window (triggers
-    see every session); writes outside any window record nothing."""
+    """A write through a connection of the application's own is seen by the open window as
+    another writer's (in ``others``, never in ``changes``); writes outside any window record
+    nothing."""
     state = hx.SQLState(pg_url)
     with other(pg_url) as conn:
         for n in range(50):
@@ -170,7 +171,8 @@ def test_writes_on_other_connections_are_captured_and_outside_windows_leave_noth
         for n in range(50):
             conn.execute("UPDATE orders SET status = %s WHERE id = 'o2'", (f"s{n}",))
         assert conn.execute("SELECT count(*) FROM _hx_changes").fetchone() == (1,)
-        assert state.changes(mark) == {
+        assert state.changes(mark) == {}
+        assert state.others(mark) == {
             "orders/o2": {"id": "o2", "status": "pending", "items": ["a"]}
         }
         state.release(mark)
@@ -191,6 +193,8 @@ def test_two_adapters_see_only_their_own_sessions_writes(pg_url: str):
         conn.execute("UPDATE orders SET status = 'a' WHERE id = 'o0'")
     assert sorted(first.changes(a)) == ["orders/o0", "orders/o1"]
     assert list(second.changes(b)) == ["orders/o2"]
+    assert sorted(second.others(b)) == ["orders/o0", "orders/o1"]
+    assert list(first.others(a)) == ["orders/o2"]
     first.release(a)
     assert list(second.changes(b)) == ["orders/o2"]
     second.release(b)

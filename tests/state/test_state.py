@@ -439,9 +439,10 @@ def test_sql_state_records_nothing_outside_windows(tmp_path: Path):
     state.close()
 
 
-def test_sql_state_window_sees_other_connections_and_is_emptied(tmp_path: Path):
-    """A window sees every write another connection makes in it, records each row once however
-    often it is written, and the rows are deleted when the window is released."""
+def test_sql_state_window_sees_other_connections_as_other_writers_and_is_emptied(tmp_path: Path):
+    """A window sees every write another connection makes in it as another writer's (in
+    ``others``, never in ``changes``), records each row once however often it is written, and
+    the rows are deleted when the window is released."""
     path = tmp_path / "s.db"
     state = make_db(path)
     mark = state.mark()
@@ -449,7 +450,8 @@ def test_sql_state_window_sees_other_connections_and_is_emptied(tmp_path: Path):
     with sqlite3.connect(path) as conn:
         conn.execute("INSERT INTO orders VALUES ('o9', 'new', '[]')")
     assert change_rows(path) == 3
-    assert state.changes(mark) == {
+    assert state.changes(mark) == {}
+    assert state.others(mark) == {
         "orders/o0": {"id": "o0", "status": "pending", "items": ["a"]},
         "orders/o1": {"id": "o1", "status": "pending", "items": ["a"]},
         "orders/o9": None,
@@ -565,9 +567,11 @@ def test_sql_state_table_name_cannot_inject_sql(tmp_path: Path):
         conn.execute(f'CREATE TABLE "{evil}" (v TEXT)')
     state = hx.SQLState(path)
     mark = state.mark()
+    state.connection.execute(f"INSERT INTO \"{evil}\" VALUES ('a')")
     with sqlite3.connect(path) as conn:
-        conn.execute(f"INSERT INTO \"{evil}\" VALUES ('a')")
+        conn.execute(f"INSERT INTO \"{evil}\" VALUES ('c')")
     assert state.changes(mark) == {f"{evil}/1": None}
+    assert state.others(mark) == {f"{evil}/2": None}
     state.release(mark)
     state.close()
     with sqlite3.connect(path) as conn:
