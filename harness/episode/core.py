@@ -161,7 +161,9 @@ class Episode:
         self.run_id, self.task_id, self.trial = run_id, task_id, trial
         self.meta = meta or {}
         self._gate = Gate()
-        self._actions = {a.name: a for a in actions}
+        self._actions: dict[str, Action[Any, Any]] = {}
+        for known in actions:
+            self._know(known)
         self._m = Memory(self.id)
         # Every record the episode and its transactions write goes through its recorder.
         self.recorder = Recorder(self._m, self.clock)
@@ -589,15 +591,22 @@ class Episode:
             raise raised from exc
 
     def _know(self, action: Action[Any, Any]) -> None:
-        """Remember ``action`` by name; a different action under a known name is refused
-        (their idempotency keys would collide, and resume could not tell them apart)."""
+        """Remember ``action`` by name; another action object under a known name is refused,
+        whatever its code (their idempotency keys would collide, so the second would be
+        answered with the first one's results, and resume could not tell them apart)."""
         known = self._actions.setdefault(action.name, action)
-        if known is not action and known.identity != action.identity:
-            raise ConfigurationError(
-                f"two different actions are named {action.name!r} in episode {self.id} "
-                f"({known.identity} and {action.identity}); nothing ran. Give one another name "
-                "with @hx.action(name=...)"
-            )
+        if known is action:
+            return
+        where = (
+            f"both made by {action.identity}, e.g. by one factory function"
+            if known.identity == action.identity
+            else f"{known.identity} and {action.identity}"
+        )
+        raise ConfigurationError(
+            f"two different actions are named {action.name!r} in episode {self.id} ({where}); "
+            "nothing ran. Give each its own name with @hx.action(name=...), or make the action "
+            "once and call that same object (also in Episode(actions=[...]))"
+        )
 
     def _dedup(self, action: Action[Any, Any], key: str, done: Committed, args_json: str) -> Any:
         """A call whose key already committed: the recorded result, nothing executed."""
