@@ -32,6 +32,7 @@ from .errors import (
     StoreError,
     SuiteError,
     TransientError,
+    WriteConflict,
 )
 from .policy import Decision, FailureClass, Policy, Retry
 from .runs import RunResult, resume_run, run_trials
@@ -99,6 +100,7 @@ __all__ = [
     "TxnStatus",
     "Verification",
     "Verifier",
+    "WriteConflict",
     "__version__",
     "action",
     "canonical",

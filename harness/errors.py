@@ -14,6 +14,7 @@ The tree::
     │   ├── ScopeViolation      it changed resources outside its declared ``writes``
     │   ├── CheckError          a check raised instead of answering True/False
     │   ├── CompensationFailed  the undo raised, or the state was not back afterwards
+    │   ├── WriteConflict       another writer changed what the call changed; nothing restored
     │   └── NotSerializable     its result cannot be stored as JSON
     ├── Escalated               the policy paused the episode for a person to decide
     ├── SuiteError              a suite, manifest or task file is malformed
@@ -59,6 +60,7 @@ __all__ = [
     "StoreError",
     "SuiteError",
     "TransientError",
+    "WriteConflict",
     "refusal",
 ]
 
@@ -215,6 +217,29 @@ class CompensationFailed(ActionFailed):
     def __init__(self, action: str, reason: str, **kw: Any) -> None:
         kw.setdefault("decision", "escalate")
         super().__init__(action, "compensation", reason, **kw)
+
+
+class WriteConflict(ActionFailed):
+    """Another writer changed a resource the call changed, while the call ran or since: the
+    harness did not restore the value before the call over it (that would erase their write).
+
+    Attributes:
+        keys: the resources both changed.
+        others: ``{key: [value before the other writer's change, value now]}``.
+    """
+
+    def __init__(
+        self, action: str, keys: Sequence[str], others: dict[str, Any], when: str, **kw: Any
+    ) -> None:
+        self.keys = list(keys)
+        self.others = others
+        reason = (
+            f"another writer changed {', '.join(self.keys)} {when}; the harness restored "
+            "nothing over their change (give the action an undo that is safe under other "
+            "writers, a relative update or a reversing entry with a compensation_check, to "
+            "have it undone)"
+        )
+        super().__init__(action, "conflict", reason, **kw)
 
 
 class NotSerializable(ActionFailed):

@@ -32,6 +32,7 @@ class FailureClass(StrEnum):
     FAIL_SLOW = "fail_slow"
     SILENT = "silent"
     SCOPE = "scope"
+    CONFLICT = "conflict"
     COMPENSATION = "compensation"
     CORRELATED = "correlated"
     PLANNED = "planned"
@@ -108,6 +109,7 @@ _DEFAULT_DECISIONS: Mapping[FailureClass, Decision] = MappingProxyType(
         FailureClass.FAIL_SLOW: Decision.RETRY,
         FailureClass.SILENT: Decision.RETRY,
         FailureClass.SCOPE: Decision.ROLLBACK,
+        FailureClass.CONFLICT: Decision.RETRY,
         FailureClass.COMPENSATION: Decision.ESCALATE,
         FailureClass.CORRELATED: Decision.CONTINUE,
         FailureClass.PLANNED: Decision.CONTINUE,
@@ -163,10 +165,13 @@ class Policy:
     """Maps each failure class to a decision, with the default retry settings and timeout.
 
     Transient errors (``Retry.on``) are always retried up to ``retry.attempts``. A class mapped
-    to ``retry`` (by default ``fail_slow`` and ``silent``) is retried too, after its partial
-    effect is compensated; when attempts run out, ``exhausted`` decides. A mutating action with
-    neither an idempotency key nor a compensation cannot be retried or undone safely, so its
-    failures get ``unsafe``. After a ``pivot`` action commits, ``rollback`` becomes ``escalate``.
+    to ``retry`` (by default ``fail_slow``, ``silent`` and ``conflict``) is retried too, after
+    its partial effect is compensated; when attempts run out, ``exhausted`` decides. A
+    ``conflict`` (another writer changed what the call changed) is compensated only by an undo
+    safe under other writers (one with a ``compensation_check``); otherwise it escalates. A
+    mutating action with neither an idempotency key nor a compensation cannot be retried or
+    undone safely, so its failures get ``unsafe``. After a ``pivot`` action commits,
+    ``rollback`` becomes ``escalate``.
 
     Args:
         decisions: overrides of the default decision per failure class.

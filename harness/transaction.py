@@ -31,6 +31,7 @@ from .errors import (
     PreconditionFailed,
     ScopeViolation,
     StoreError,
+    WriteConflict,
 )
 from .policy import Decision, FailureClass, Policy
 from .state.base import ScopeMatcher
@@ -159,6 +160,7 @@ class _Failed(Exception):
         effect_remains: bool = False,
         diff: dict[str, Any] | None = None,
         unobserved: bool = False,
+        kept: str = "",
     ) -> None:
         super().__init__(error.reason)
         self.failure_class = failure_class
@@ -167,6 +169,7 @@ class _Failed(Exception):
         self.effect_remains = effect_remains
         self.unobserved = unobserved
         self.diff = diff or {}
+        self.kept = kept  # why its change was left in the state, when not for want of an undo
 
 
 class _Recovered(Exception):
@@ -185,6 +188,24 @@ def observed_changes(state: Any, mark: Any) -> dict[str, tuple[Any, Any]]:
         new = state.get(key)
         if new != old:
             out[key] = (old, new)
+    return out
+
+
+def other_writes(state: Any, mark: Any) -> dict[str, Any]:
+    """What other writers (other connections, other processes) changed since ``mark``, each
+    with its value before their change: ``{}`` for an adapter that cannot tell them apart."""
+    others = getattr(state, "others", None)
+    return {} if others is None else others(mark)
+
+
+def _moved(ctx: Context, diff: dict[str, tuple[Any, Any]]) -> dict[str, list[Any]]:
+    """The resources of ``diff`` whose value now is neither the call's after nor its before:
+    someone else changed them since the call did, ``{key: [the call's after, now]}``."""
+    out: dict[str, list[Any]] = {}
+    for key, (before, after) in diff.items():
+        now = ctx.state.get(key)
+        if now != after and now != before:
+            out[key] = [after, now]
     return out
 
 
@@ -244,10 +265,18 @@ def _compensation(
 ) -> Generator[Call | Sleep | Await, Any, bool]:
     if action.compensate is None:
         raise CompensationFailed(action.name, "it has no compensation", txn_id=ctx.txn_id)
+    if action.undo_check is None:
+        # Restoring before over a value someone else wrote since would erase their write.
+        moved = _moved(ctx, diff)
+        if moved:
+            raise WriteConflict(
+                action.name, sorted(moved), moved, "since the call changed them", txn_id=ctx.txn_id
+            )
     mark = ctx.state.mark()
     try:
         yield Call(action.compensate, (ctx,))
         stray = sorted(k for k in observed_changes(ctx.state, mark) if k not in diff)
+        theirs = {k: v for k, v in other_writes(ctx.state, mark).items() if k in diff}
     except Exception as exc:
         raise CompensationFailed(
             action.name,
@@ -257,6 +286,11 @@ def _compensation(
         ) from exc
     finally:
         ctx.state.release(mark)
+    if theirs and action.undo_check is None:
+        others = {k: [b, ctx.state.get(k)] for k, b in theirs.items()}
+        raise WriteConflict(
+            action.name, sorted(theirs), others, "while the compensation ran", txn_id=ctx.txn_id
+        )
     if stray and action.undo_check is None:
         # Restoring the state means touching only what the action changed.
         raise CompensationFailed(
@@ -357,6 +391,7 @@ class Transaction:
         "errors",
         "intended",
         "observed",
+        "others",
         "recorded",
         "result_json",
         "retry",
@@ -389,6 +424,8 @@ class Transaction:
         self.errors: list[BaseException] = []
         self.scope: list[str] | None = None  # the resolved writes, when the caller has them
         self.seen: dict[str, Any] = {}  # changed resources' before values, if cut short
+        # What other writers did to resources this attempt changed: {key: [their before, now]}.
+        self.others: dict[str, list[Any]] = {}
         self.semantic_undo = False  # a failed attempt was undone by its compensation check
         self.intended = False  # its intent record is written
         self.recorded = False  # its outcome record is written
@@ -553,8 +590,25 @@ class Transaction:
     def _attempt(
         self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
     ) -> Generator[Call | Sleep | Await, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
-        act, ctx, clock = self.action, self.ctx, self.ep.clock
+        """One attempt in a change window of its own: a retry's ``ctx.before``/``ctx.after``
+        and diff hold what it did, not what earlier attempts and their undos did. (The first
+        attempt uses the call's window, opened before its intent.)"""
+        ctx = self.ctx
         ctx.attempt += 1
+        self.others = {}
+        if ctx.attempt == 1:
+            return (yield from self._attempt_in(mark, matcher, concrete))
+        own = ctx.state.mark()
+        try:
+            ctx.before = ctx.state.snapshot(concrete) if concrete else {}
+            return (yield from self._attempt_in(own, matcher, concrete))
+        finally:
+            ctx.state.release(own)
+
+    def _attempt_in(
+        self, mark: Any, matcher: ScopeMatcher, concrete: list[str]
+    ) -> Generator[Call | Sleep | Await, Any, tuple[Any, dict[str, tuple[Any, Any]]]]:
+        act, ctx, clock = self.action, self.ctx, self.ep.clock
         ctx.result = None
         started = clock.now()
         error: BaseException | None = None
@@ -592,6 +646,10 @@ class Transaction:
             failure = FailureClass.FAIL_SLOW
         try:
             diff = observed_changes(ctx.state, mark)
+            if diff:
+                theirs = other_writes(ctx.state, mark)
+                for key in diff.keys() & theirs.keys():
+                    self.others[key] = [theirs[key], diff[key][1]]
         except Exception as exc:
             # The adapter cannot say what changed: nothing about the state can be promised.
             self.errors.append(exc)
@@ -625,6 +683,19 @@ class Transaction:
             raise (yield from self._undo(failure, reason, diff, retryable=transient))
         ctx.result = result
         outside = matcher.outside(diff)
+        if outside and not getattr(ctx.state, "attributes_writes", True):
+            # The adapter cannot tell who wrote: the change may be another program's, and
+            # undoing it (or the call's own) would be a guess. A person decides.
+            err = ScopeViolation(act.name, outside, txn_id=ctx.txn_id)
+            kept = (
+                f"; {type(ctx.state).__name__} cannot tell which writer made a change, so "
+                f"{', '.join(outside)} may be another program's: the harness undid nothing "
+                "(leave such files out with ignore=)"
+            )
+            self.errors.append(err)
+            raise _Failed(
+                FailureClass.SCOPE, err, retryable=False, effect_remains=True, diff=diff, kept=kept
+            )
         if outside:
             err = ScopeViolation(act.name, outside, txn_id=ctx.txn_id)
             retry = self.ep.policy.decide(FailureClass.SCOPE) is Decision.RETRY
@@ -714,9 +785,44 @@ class Transaction:
         if error is not None:
             self.errors.append(error)
         unsafe = act.mutating and not act.compensable and not act.safe_to_repeat
+        if diff and self.others:
+            # Another writer changed what this attempt changed: its own effect cannot be told
+            # from theirs, and restoring before would erase theirs.
+            clash = WriteConflict(
+                act.name,
+                sorted(self.others),
+                self.others,
+                "during the call",
+                txn_id=self.ctx.txn_id,
+            )
+            clash.reason = f"{reason}; {clash.reason}"
+            self.errors.append(clash)
+            if not (act.compensable and act.undo_check is not None):
+                return _Failed(
+                    FailureClass.CONFLICT,
+                    clash,
+                    retryable=False,
+                    effect_remains=True,
+                    diff=diff,
+                    kept="; nothing was undone",
+                )
+            failure, exc = FailureClass.CONFLICT, clash
+            retryable = self.ep.policy.decide(FailureClass.CONFLICT) is Decision.RETRY
         if diff and act.compensable:
             try:
                 self.semantic_undo = yield from compensate(act, self.ctx, diff)
+            except WriteConflict as moved:
+                self.errors.append(moved)
+                self.others = moved.others
+                moved.reason = f"{reason}; {moved.reason}"
+                return _Failed(
+                    FailureClass.CONFLICT,
+                    moved,
+                    retryable=False,
+                    effect_remains=True,
+                    diff=diff,
+                    kept="; nothing was undone",
+                )
             except CompensationFailed as comp:
                 self.errors.append(comp)
                 comp.reason = f"{reason}; then {comp.reason}"
@@ -754,7 +860,7 @@ class Transaction:
             # Its change is still in the state: continuing would call that a failure with no
             # effect, and rolling back would call the episode undone. Only a person can say.
             decision = Decision.ESCALATE
-            reason += (
+            reason += failed.kept or (
                 f"; its change to {', '.join(sorted(failed.diff))} is still in the state and "
                 "the action has no compensation to undo it"
             )

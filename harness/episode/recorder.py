@@ -439,6 +439,9 @@ class Recorder:
             "step": self.m.steps,
             "digest": self.m.digest,
         }
+        if getattr(txn, "others", None):
+            # Another writer's change to what the call changed: [before theirs, now].
+            evidence["others"] = txn.others
         self.m.outcome = EpisodeStatus.ESCALATED
         with self.writer.batch():
             esc_id = self.writer.insert_escalation(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..action import Action, Context
-from ..errors import CompensationFailed, ConfigurationError
+from ..errors import CompensationFailed, ConfigurationError, WriteConflict
 from ..policy import Decision, FailureClass
 from ..store import EpisodeStatus, TxnStatus
 from ..transaction import Host, Steps, Transaction, compensate, is_undone
@@ -89,19 +89,21 @@ class Saga:
                             txn_id=entry.txn_id,
                         )
                     semantic = yield from compensate(impl, txn.ctx, entry.diff)
-                except CompensationFailed as exc:
-                    txn.errors.append(exc)
-                    self.rec.record_failure(
-                        txn,
-                        FailureClass.COMPENSATION,
-                        Decision.ESCALATE,
-                        exc.reason,
-                        entry.diff,
-                        existing=True,
+                except (CompensationFailed, WriteConflict) as exc:
+                    # A failed undo, or one that would have written over another writer's
+                    # change (then nothing was restored): a person decides what is left.
+                    failure = (
+                        FailureClass.CONFLICT
+                        if isinstance(exc, WriteConflict)
+                        else FailureClass.COMPENSATION
                     )
-                    raise self.rec.escalate(
-                        txn, FailureClass.COMPENSATION, exc.reason, entry.diff
-                    ) from exc
+                    txn.errors.append(exc)
+                    if isinstance(exc, WriteConflict):
+                        txn.others = exc.others
+                    self.rec.record_failure(
+                        txn, failure, Decision.ESCALATE, exc.reason, entry.diff, existing=True
+                    )
+                    raise self.rec.escalate(txn, failure, exc.reason, entry.diff) from exc
             entry.compensated = True
             self.m.compensating.discard(entry.txn_id)
             self.m.done.pop(entry.key, None)

@@ -440,12 +440,12 @@ def test_resumed_episode_does_not_repeat_committed_writes(
 # -- faults ----------------------------------------------------------------------------------
 
 
-def test_write_outside_scope_is_a_scope_violation(
+def test_write_outside_scope_is_a_scope_violation_left_for_a_person(
     env: ConfigsEnvironment, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tool that also edits another service's file raises ScopeViolation naming that file,
-    and the episode is rolled back to the original tree (the earlier write included)."""
-    original = tree(env.root)
+    """A tool that also edits another service's file is a scope failure naming that file; files
+    cannot tell who wrote them (the change may be another program's), so nothing is undone and
+    a person is asked, with the file in the evidence."""
     real = env.backend.set_replicas
 
     def also_touches_catalog(service: str, replicas: int) -> dict[str, Any]:
@@ -458,12 +458,15 @@ def test_write_outside_scope_is_a_scope_violation(
     with hx.Episode(state=env.state, store=store_url) as ep:
         call(env, "set_feature_flag", {"service": "search", "flag": "spellcheck", "enabled": True})
         monkeypatch.setattr(env.backend, "set_replicas", also_touches_catalog)
-        with pytest.raises(hx.ScopeViolation) as violation:
+        with pytest.raises(hx.Escalated) as raised:
             call(env, "set_replicas", {"service": "search", "replicas": 7})
-    assert violation.value.keys == ["services/catalog/config.json"]
-    assert violation.value.decision == "rollback"
-    assert ep.outcome == "rolled_back"
-    assert tree(env.root) == original
+    assert raised.value.failure_class == "scope"
+    assert "services/catalog/config.json may be another program's" in raised.value.reason
+    assert "undid nothing" in raised.value.reason
+    assert ep.outcome == "escalated"
+    assert config(env, "catalog")["replicas"] == 7 and config(env, "search")["replicas"] == 7
+    (esc,) = hx.Store(store_url).escalations()
+    assert "services/catalog/config.json" in esc.evidence["diff"]
 
 
 def _claims_success(env: ConfigsEnvironment) -> Callable[..., dict[str, Any]]:

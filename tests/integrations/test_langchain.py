@@ -549,9 +549,10 @@ def test_parallel_calls_on_sql_state_commit_each_with_its_own_changes(tmp_path: 
     def deposit(account: str, amount: int) -> int:
         """Deposit money."""
         runs.append(threading.get_ident())
-        with sqlite3.connect(db) as c:
-            c.execute("update accounts set balance = balance + ? where name = ?", (amount, account))
-        c.close()
+        # Through the adapter's connection, from ToolNode's threads (the calls take turns).
+        state.connection.execute(
+            "update accounts set balance = balance + ? where name = ?", (amount, account)
+        )
         return amount
 
     @deposit.postcondition

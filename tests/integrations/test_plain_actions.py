@@ -257,9 +257,11 @@ def test_langgraph_tool_node_in_parallel_on_sql_state(tmp_path: Path):
             name: The account.
             amount: How much.
         """
-        with sqlite3.connect(db) as conn:  # the application's own connection
-            conn.execute("update acct set balance = balance + ? where name = ?", (amount, name))
-        conn.close()
+        # Through the adapter's connection: a write through another connection would be
+        # another writer's, not the call's.
+        state.connection.execute(
+            "update acct set balance = balance + ? where name = ?", (amount, name)
+        )
         return amount
 
     graph = StateGraph(MessagesState)
