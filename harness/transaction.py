@@ -402,6 +402,7 @@ class Transaction:
         "started",
         "t0",
         "timeout",
+        "unattributed",
         "values",
     )
 
@@ -426,6 +427,7 @@ class Transaction:
         self.seen: dict[str, Any] = {}  # changed resources' before values, if cut short
         # What other writers did to resources this attempt changed: {key: [their before, now]}.
         self.others: dict[str, list[Any]] = {}
+        self.unattributed: list[str] = []  # changed outside its scope, by whom nobody can tell
         self.semantic_undo = False  # a failed attempt was undone by its compensation check
         self.intended = False  # its intent record is written
         self.recorded = False  # its outcome record is written
@@ -595,7 +597,7 @@ class Transaction:
         attempt uses the call's window, opened before its intent.)"""
         ctx = self.ctx
         ctx.attempt += 1
-        self.others = {}
+        self.others, self.unattributed = {}, []
         if ctx.attempt == 1:
             return (yield from self._attempt_in(mark, matcher, concrete))
         own = ctx.state.mark()
@@ -650,6 +652,10 @@ class Transaction:
                 theirs = other_writes(ctx.state, mark)
                 for key in diff.keys() & theirs.keys():
                     self.others[key] = [theirs[key], diff[key][1]]
+                if not getattr(ctx.state, "attributes_writes", True):
+                    # The adapter cannot tell who wrote: a change outside the call's scope may
+                    # be another program's, and no undo may touch it.
+                    self.unattributed = matcher.outside(diff)
         except Exception as exc:
             # The adapter cannot say what changed: nothing about the state can be promised.
             self.errors.append(exc)
@@ -683,19 +689,6 @@ class Transaction:
             raise (yield from self._undo(failure, reason, diff, retryable=transient))
         ctx.result = result
         outside = matcher.outside(diff)
-        if outside and not getattr(ctx.state, "attributes_writes", True):
-            # The adapter cannot tell who wrote: the change may be another program's, and
-            # undoing it (or the call's own) would be a guess. A person decides.
-            err = ScopeViolation(act.name, outside, txn_id=ctx.txn_id)
-            kept = (
-                f"; {type(ctx.state).__name__} cannot tell which writer made a change, so "
-                f"{', '.join(outside)} may be another program's: the harness undid nothing "
-                "(leave such files out with ignore=)"
-            )
-            self.errors.append(err)
-            raise _Failed(
-                FailureClass.SCOPE, err, retryable=False, effect_remains=True, diff=diff, kept=kept
-            )
         if outside:
             err = ScopeViolation(act.name, outside, txn_id=ctx.txn_id)
             retry = self.ep.policy.decide(FailureClass.SCOPE) is Decision.RETRY
@@ -785,6 +778,21 @@ class Transaction:
         if error is not None:
             self.errors.append(error)
         unsafe = act.mutating and not act.compensable and not act.safe_to_repeat
+        if diff and self.unattributed:
+            # Undoing a change that may be another program's (or the call's own, beside it)
+            # would be a guess: a person decides.
+            err = ScopeViolation(act.name, self.unattributed, txn_id=self.ctx.txn_id)
+            if failure is not FailureClass.SCOPE:
+                err.reason = f"{reason}; and it {err.reason}"
+            self.errors.append(err)
+            kept = (
+                f"; {type(self.ctx.state).__name__} cannot tell which writer made a change, so "
+                f"{', '.join(self.unattributed)} may be another program's: the harness undid "
+                "nothing (leave other programs' files out with ignore=)"
+            )
+            return _Failed(
+                FailureClass.SCOPE, err, retryable=False, effect_remains=True, diff=diff, kept=kept
+            )
         if diff and self.others:
             # Another writer changed what this attempt changed: its own effect cannot be told
             # from theirs, and restoring before would erase theirs.
