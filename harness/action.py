@@ -22,7 +22,15 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import docstring_parser
 from docstring_parser.google import DEFAULT_SECTIONS, GoogleParser, Section, SectionType
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PydanticUserError,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 
 from ._json import canonical, dumps, encodable
 from .errors import ConfigurationError, InvalidArguments, NotInEpisode
@@ -51,6 +59,7 @@ __all__ = [
     "Context",
     "ContextExecutor",
     "action",
+    "as_json",
     "build_model",
     "current_context",
 ]
@@ -242,6 +251,47 @@ def _plain_value(value: Any) -> bool:
                 return False
         return True
     return False
+
+
+@functools.cache
+def _any_adapter() -> TypeAdapter[Any]:
+    """What a value is encoded with when nothing says its type (bytes as base64)."""
+    return TypeAdapter(Any, config=_RESULT_CONFIG)
+
+
+def _not_json(value: Any, error: BaseException, returns: Any = None) -> str:
+    """Why ``value`` cannot be stored as JSON, and what to do about it."""
+    kind = type(value).__name__
+    if returns is not None and isinstance(error, PydanticUserError):
+        name = getattr(returns, "__name__", str(returns))
+        return (
+            f"the return annotation {name} has no JSON form pydantic knows; make {name} a "
+            "pydantic model or a dataclass, or annotate the tool with a JSON type"
+        )
+    detail = str(error).split("\n", 1)[0]
+    return (
+        f"a value of type {kind} has no JSON form ({detail}); make it a pydantic model or a "
+        "dataclass and annotate the tool's return type with it"
+    )
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as JSON data: as it is when it is JSON already, otherwise through pydantic's
+    JSON mode (models, dataclasses, ``datetime``, ``Decimal``, ``UUID``, enums, sets).
+
+    What a read tool that is a plain function gives the agent: JSON, or a refusal, never the
+    ``repr`` of an object.
+
+    Raises:
+        TypeError: the value has no JSON form (an ``object()``, an instance of a plain class, a
+            cycle, absurd nesting); the message names the fix.
+    """
+    if _plain(value):
+        return value
+    try:
+        return _any_adapter().dump_python(value, mode="json")
+    except Exception as exc:  # pydantic cannot serialize it (or nesting overflowed the stack)
+        raise TypeError(_not_json(value, exc)) from None
 
 
 def _is_model(annotation: Any) -> bool:
@@ -530,14 +580,12 @@ class Action(Generic[P, R]):
         if _plain(result):
             text = dumps(result)
         else:
-            adapter = self._result_adapter()
             try:
+                adapter = self._result_adapter()
                 data = adapter.dump_python(result, mode="json")
                 back = adapter.validate_python(data)
             except Exception as exc:
-                raise TypeError(
-                    f"{type(result).__name__} cannot be stored as JSON ({exc})"
-                ) from None
+                raise TypeError(_not_json(result, exc, self.returns)) from None
             if back != result:
                 raise TypeError(
                     f"a {type(result).__name__} result would come back from the record as "
@@ -556,11 +604,12 @@ class Action(Generic[P, R]):
         return self._result_adapter().validate_python(data)
 
     def _result_adapter(self) -> TypeAdapter[Any]:
+        if self.returns is None:
+            return _any_adapter()
         adapter = self.__dict__.get("_adapter")
         if adapter is None:
             adapter = self.__dict__["_adapter"] = TypeAdapter(
-                Any if self.returns is None else self.returns,
-                config=None if _is_model(self.returns) else _RESULT_CONFIG,
+                self.returns, config=None if _is_model(self.returns) else _RESULT_CONFIG
             )
         return adapter
 

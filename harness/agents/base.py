@@ -9,18 +9,18 @@ adapts to, not a crash. Only an escalation ends the agent's turn.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .._json import dumps
-from ..action import Action, build_model
+from ..action import Action, as_json, build_model
 from ..errors import (
     ConfigurationError,
     Diverged,
     EpisodeClosed,
     Escalated,
+    NotSerializable,
     refusal,
 )
 from ..suite import Task
@@ -71,7 +71,7 @@ class ToolResult:
             try:
                 return dumps(self.content)
             except (TypeError, ValueError):
-                return json.dumps(self.content, default=str)
+                return dumps(as_json(self.content))
         return f"Error: {self.error}"
 
 
@@ -139,6 +139,19 @@ def environment_text(
             f"{name!r}; return the text the model reads, or None for the default"
         )
     return text
+
+
+def _read_value(name: str, value: Any) -> Any:
+    """What a read tool (a plain function) returned, as the JSON the agent reads; a value JSON
+    cannot hold is refused as an action's result is (never shown as its ``repr``)."""
+    try:
+        dumps(value)
+    except (TypeError, ValueError):
+        try:
+            return as_json(value)
+        except TypeError as exc:
+            raise NotSerializable(name, exc) from None
+    return value
 
 
 class Toolbox:
@@ -285,7 +298,7 @@ class Toolbox:
                 if isinstance(tool, Action):
                     value = self.episode.call_mapping(tool, arguments)
                 else:
-                    value = tool(**arguments)
+                    value = _read_value(name, tool(**arguments))
                 result = ToolResult(True, value)
             except (Escalated, EpisodeClosed, ConfigurationError):
                 self.calls.append(CallRecord(name, arguments, False, "escalated", write))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._json import canonical, dumps, loads
-from ..action import Action
+from ..action import Action, as_json
 from ..agents.base import CallRecord, Session, Toolbox, ToolResult, environment_text
 from ..episode.cursor import REMEMBERED
 from ..store import LogRow
@@ -41,12 +41,16 @@ BARE = "bare_call"
 
 
 def _result_data(result: ToolResult) -> dict[str, Any]:
-    """A tool result as JSON, its content as text when JSON cannot hold it (as a model reads it)."""
+    """A tool result as JSON. (The toolbox refuses a read whose value JSON cannot hold; a bare
+    call's such value is kept as its text, as a plain tau2 environment shows it.)"""
     content = result.content
     try:
         dumps(content)
     except (TypeError, ValueError):
-        content = json.dumps(content, default=str)
+        try:
+            content = as_json(content)
+        except TypeError:
+            content = json.dumps(content, default=str)
     return {
         "ok": result.ok,
         "content": content,

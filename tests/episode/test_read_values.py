@@ -1,0 +1,123 @@
+"""Reads are values too: what JSON cannot hold is refused and recorded, never shown as a repr."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+
+import harness as hx
+from harness.agents.base import Toolbox
+from harness.runs.toolbox import RecordingToolbox
+from harness.store.tables import LogRow
+from harness.testing import FakeClock
+
+
+class Plain:
+    """A class pydantic knows nothing about."""
+
+    def __init__(self) -> None:
+        self.x = 1
+
+
+@dataclasses.dataclass
+class Placed:
+    """A dataclass: pydantic gives it a JSON form."""
+
+    order_id: str
+    placed: dt.date
+
+
+def episode(store: hx.Store, **kw: Any) -> hx.Episode:
+    """An episode on an empty DictState with a fake clock."""
+    return hx.Episode(state=hx.DictState({}), store=store, clock=FakeClock(), **kw)
+
+
+def remembered(store: hx.Store, episode_id: str) -> list[LogRow]:
+    """The episode's log records of remembered reads."""
+    return [r for r in store.log(episode_id) if r.kind == "recorded"]
+
+
+def no_address(text: str) -> bool:
+    """Whether ``text`` holds no memory address (what an object's repr shows)."""
+    return " at 0x" not in text
+
+
+# --- B. reads are values ---
+
+
+def test_a_read_action_returning_an_object_is_refused_with_the_fix(store: hx.Store):
+    """A read action returning an object() or a plain class instance is NotSerializable, the
+    reason naming the fix, and the call is recorded as failed."""
+
+    @hx.action
+    def look():  # type: ignore[no-untyped-def]
+        return object()
+
+    @hx.action(name="look_plain")
+    def look_plain():  # type: ignore[no-untyped-def]
+        return Plain()
+
+    with episode(store) as ep:
+        for read in (look, look_plain):
+            with pytest.raises(hx.NotSerializable) as info:
+                read()
+            assert "pydantic model or a dataclass" in str(info.value)
+            assert no_address(str(info.value))
+    assert [t.status for t in store.transactions(ep.id)] == ["failed", "failed"]
+    assert ep.outcome == "committed"
+
+
+def test_a_read_annotated_with_a_plain_class_is_refused_not_a_crash(store: hx.Store):
+    """A read whose return annotation pydantic cannot store is NotSerializable, recorded, not a
+    pydantic schema error escaping the transaction."""
+
+    @hx.action
+    def look() -> Plain:
+        return Plain()
+
+    with episode(store) as ep:
+        with pytest.raises(hx.NotSerializable, match="return annotation Plain"):
+            look()
+    (txn,) = store.transactions(ep.id)
+    assert txn.status == "failed" and "make Plain a pydantic model" in (txn.reason or "")
+
+
+@pytest.mark.parametrize("recording", [True, False], ids=["recording", "plain-toolbox"])
+def test_a_read_tool_returning_an_object_is_refused_in_the_toolbox(
+    store: hx.Store, recording: bool
+):
+    """A read tool (a plain function) returning an object the agent cannot read as JSON gives
+    ok=False with the fix, never ok=True with a repr; the recording toolbox logs the refusal."""
+
+    def order(order_id: str) -> Any:
+        """An order, as an object."""
+        return Plain()
+
+    with episode(store) as ep:
+        box = (RecordingToolbox if recording else Toolbox)({"order": order}, ep)
+        result = box.call("order", {"order_id": "o1"})
+    assert not result.ok and result.kind == "fail_stop"
+    assert "Plain" in (result.error or "") and "pydantic model or a dataclass" in (
+        result.error or ""
+    )
+    assert no_address(result.as_text())
+    if recording:
+        (row,) = remembered(store, ep.id)
+        assert '"ok":false' in row.payload and no_address(row.payload)
+
+
+def test_a_read_tool_returning_a_dataclass_gives_the_agent_json(store: hx.Store):
+    """A read tool returning a dataclass with a date gives the agent its JSON form, as its
+    record holds it."""
+
+    def when(order_id: str) -> Placed:
+        """When the order was placed."""
+        return Placed(order_id, dt.date(2024, 5, 1))
+
+    with episode(store) as ep:
+        result = RecordingToolbox({"when": when}, ep).call("when", {"order_id": "o1"})
+    assert result.ok and result.content == {"order_id": "o1", "placed": "2024-05-01"}
+    assert result.as_text() == '{"order_id":"o1","placed":"2024-05-01"}'
