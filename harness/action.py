@@ -543,10 +543,10 @@ class Action(Generic[P, R]):
         if _plain(values):
             text = dumps(values)
         else:
+            data = self._dump_args(model)
             try:
-                data = model.model_dump(mode="json")
                 same = self.model.model_validate(data) == model
-            except Exception as exc:  # pydantic cannot serialize or re-read the value
+            except Exception as exc:  # pydantic cannot re-read the value
                 raise InvalidArguments(
                     self.name, [f"the arguments cannot be stored as JSON ({exc})"]
                 ) from None
@@ -664,8 +664,30 @@ class Action(Generic[P, R]):
                     "idempotency_key=lambda a: f'{a.order_id}'"
                 )
             return f"{self.name}:{key}"
-        text = canonical(model.model_dump(mode="json"))
+        text = canonical(self._dump_args(model))
         return f"{self.name}:{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+
+    def _dump_args(self, model: BaseModel) -> Any:
+        """The arguments as JSON data (pydantic's JSON mode).
+
+        Raises:
+            InvalidArguments: pydantic cannot serialize them (a value with no JSON form, a
+                cycle, nesting deeper than it goes); nothing has run.
+        """
+        try:
+            return model.model_dump(mode="json")
+        except Exception as exc:  # (RecursionError too: nesting past the stack)
+            text = str(exc)
+            if isinstance(exc, RecursionError) or "depth" in text:
+                problem = (
+                    "the arguments are nested too deep to be stored (at most about 250 levels "
+                    "of lists and dicts); pass flatter values"
+                )
+            elif "Circular reference" in text:
+                problem = "the arguments hold a cycle (a value that contains itself)"
+            else:
+                problem = f"the arguments cannot be stored as JSON ({exc})"
+            raise InvalidArguments(self.name, [problem]) from None
 
     def scope(self, model: BaseModel, values: dict[str, Any] | None = None) -> list[str]:
         """The resolved ``writes`` patterns for this call (``values``: its

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,11 +74,15 @@ class Committed:
 
 def _jsonable(value: Any) -> str:
     """JSON for the record whatever ``value`` is: storable text (lone surrogates escaped), or
-    the value's repr when JSON cannot hold it."""
+    the value's repr when JSON cannot hold it (shortened, past a few levels of nesting, when
+    it is nested too deep for even a repr)."""
     try:
         text = dumps(value)
     except (TypeError, ValueError):
-        text = dumps(repr(value))
+        try:
+            text = dumps(repr(value))
+        except RecursionError:
+            text = dumps(reprlib.repr(value))
     return text if encodable(text) else json.dumps(loads(text))
 
 

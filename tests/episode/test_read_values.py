@@ -1,9 +1,10 @@
-"""Reads are values too: what JSON cannot hold is refused and recorded, never shown as a repr."""
+"""Reads are values too, and arguments are bounded: what JSON cannot hold is refused, recorded."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -121,3 +122,88 @@ def test_a_read_tool_returning_a_dataclass_gives_the_agent_json(store: hx.Store)
         result = RecordingToolbox({"when": when}, ep).call("when", {"order_id": "o1"})
     assert result.ok and result.content == {"order_id": "o1", "placed": "2024-05-01"}
     assert result.as_text() == '{"order_id":"o1","placed":"2024-05-01"}'
+
+
+# --- C. arguments nested too deep ---
+
+
+def nested_list(depth: int) -> Any:
+    """A list nested ``depth`` deep."""
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def nested_dict(depth: int) -> Any:
+    """A dict nested ``depth`` deep."""
+    value: Any = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def cycle() -> Any:
+    """A list that contains itself."""
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+DEEP: dict[str, Callable[[], Any]] = {
+    "list-100000": lambda: nested_list(100_000),
+    "dict-5000": lambda: nested_dict(5_000),
+    "dict-400": lambda: nested_dict(400),
+    "cycle": cycle,
+}
+
+
+@pytest.mark.parametrize("value", DEEP.values(), ids=DEEP.keys())
+@pytest.mark.parametrize("kind", ["write", "read", "async"])
+def test_an_argument_nested_too_deep_is_invalid_arguments(
+    store: hx.Store, value: Callable[[], Any], kind: str
+):
+    """An argument nested too deep (or holding a cycle) is InvalidArguments naming the problem:
+    the tool never runs, the call is recorded as invalid and the store verifies."""
+    ran: list[str] = []
+
+    def tool(k: str, v: Any) -> None:
+        ran.append(k)
+
+    async def atool(k: str, v: Any) -> None:
+        ran.append(k)
+
+    act: hx.Action[..., Any]
+    if kind == "write":
+        act = hx.action(tool, writes=["x/{k}"])
+    elif kind == "read":
+        act = hx.action(tool)
+    else:
+        act = hx.action(atool, writes=["x/{k}"])
+    with episode(store) as ep:
+        with pytest.raises(hx.InvalidArguments) as info:
+            if kind == "async":
+                import asyncio
+
+                asyncio.run(act("k", value()))  # type: ignore[arg-type]
+            else:
+                act("k", value())
+    assert ("nested too deep" in str(info.value)) or ("cycle" in str(info.value))
+    assert ran == []
+    (txn,) = store.transactions(ep.id)
+    assert txn.status == "invalid"
+    assert store.verify().ok
+
+
+def test_a_deep_argument_from_the_toolbox_is_an_answer_for_the_agent(store: hx.Store):
+    """A model's tool call with an argument nested too deep comes back as an invalid-arguments
+    result the agent reads, not a traceback."""
+
+    @hx.action(writes=["x/{k}"])
+    def put(k: str, v: Any) -> None:
+        """Store v under k."""
+
+    with episode(store) as ep:
+        result = RecordingToolbox({"put": put}, ep).call("put", {"k": "a", "v": nested_dict(5000)})
+    assert not result.ok and result.kind == "invalid" and "nested too deep" in (result.error or "")
+    assert ep.outcome == "committed"
