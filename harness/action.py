@@ -342,6 +342,7 @@ class Action(Generic[P, R]):
         writes: Writes | None = None,
         idempotency_key: Callable[[Any], Any] | None = None,
         idempotent: bool = False,
+        idempotency_scope: str = "episode",
         retry: Retry | None = None,
         timeout: float | None = None,
         pivot: bool = False,
@@ -375,6 +376,17 @@ class Action(Generic[P, R]):
         self.mutating = writes is not None and (callable(writes) or len(writes) > 0)
         self.idempotency_key = idempotency_key
         self.idempotent = idempotent
+        if idempotency_scope not in ("episode", "store"):
+            raise ConfigurationError(
+                f"@action on {self.name!r}: idempotency_scope is 'episode' (the default) or "
+                f"'store', not {idempotency_scope!r}"
+            )
+        if idempotency_scope == "store" and not self.mutating:
+            raise ConfigurationError(
+                f"@action on {self.name!r}: idempotency_scope='store' keys effects, and a "
+                "read-only action has none; give it writes=[...], or leave the scope alone"
+            )
+        self.store_scoped = idempotency_scope == "store"
         self.retry = retry
         self.timeout = timeout
         self.pivot = pivot
@@ -743,6 +755,7 @@ def action(
     writes: Writes | None = None,
     idempotency_key: Callable[[Any], Any] | None = None,
     idempotent: bool = False,
+    idempotency_scope: str = "episode",
     retry: Retry | None = None,
     timeout: float | None = None,
     pivot: bool = False,
@@ -760,6 +773,7 @@ def action(
     writes: Writes | None = None,
     idempotency_key: Callable[[Any], Any] | None = None,
     idempotent: bool = False,
+    idempotency_scope: str = "episode",
     retry: Retry | None = None,
     timeout: float | None = None,
     pivot: bool = False,
@@ -776,6 +790,7 @@ def action(
     writes: Writes | None = None,
     idempotency_key: Callable[[Any], Any] | None = None,
     idempotent: bool = False,
+    idempotency_scope: str = "episode",
     retry: Retry | None = None,
     timeout: float | None = None,
     pivot: bool = False,
@@ -792,6 +807,11 @@ def action(
         idempotency_key: a function of the arguments giving the key that identifies the effect;
             the tool is trusted to apply a key at most once, so retries are safe.
         idempotent: the tool can run twice with the same effect as once.
+        idempotency_scope: where a committed key answers for the call: ``"episode"`` (the
+            default: within the episode, also after a resume) or ``"store"`` (in every episode
+            of the store, e.g. an agent retried as a new episode). A store-wide key committed
+            with other arguments is ``IdempotencyConflict``; one whose call has not committed
+            yet is :class:`~harness.errors.KeyInFlight`; nothing runs in either case.
         retry: retry settings for this action (default: the policy's).
         timeout: seconds an attempt may take before it is a ``fail_slow`` failure.
         pivot: the point of no return: after it commits, failures escalate instead of rolling
@@ -813,6 +833,7 @@ def action(
             writes=writes,
             idempotency_key=idempotency_key,
             idempotent=idempotent,
+            idempotency_scope=idempotency_scope,
             retry=retry,
             timeout=timeout,
             pivot=pivot,

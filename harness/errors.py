@@ -9,6 +9,7 @@ The tree::
     ├── NotInEpisode            an action was called outside ``with Episode(...)``
     ├── InvalidArguments        arguments do not match the action's schema; nothing ran
     ├── IdempotencyConflict     a committed key was reused with other arguments; nothing ran
+    ├── KeyInFlight             a store-wide key is held by another episode's unfinished call
     ├── PreconditionFailed      a precondition was false against live state; nothing ran
     ├── ActionFailed            the action ran (or tried to) and did not commit
     │   ├── ScopeViolation      it changed resources outside its declared ``writes``
@@ -49,6 +50,7 @@ __all__ = [
     "HarnessError",
     "IdempotencyConflict",
     "InvalidArguments",
+    "KeyInFlight",
     "ModelRequestError",
     "ModelServerError",
     "NotInEpisode",
@@ -133,6 +135,40 @@ class IdempotencyConflict(HarnessError):
             f"{txn_id} committed with other arguments ({first} then {now}); nothing ran. Make "
             "the key function name everything that makes the effect different, or call it with "
             "the same arguments"
+        )
+
+
+class KeyInFlight(HarnessError):
+    """A store-wide idempotency key (``idempotency_scope="store"``) is held by a call of another
+    episode that has not committed: running now could apply the effect twice; nothing ran.
+
+    Attributes:
+        action, key: the call refused.
+        episode_id, txn_id: the episode and call holding the key.
+        pid, host: the process that took it.
+        status: that call's status (None: no outcome yet, it runs or its process died).
+    """
+
+    def __init__(
+        self,
+        action: str,
+        key: str,
+        episode_id: str,
+        txn_id: str,
+        *,
+        pid: int,
+        host: str,
+        status: str | None,
+    ) -> None:
+        self.action, self.key = action, key
+        self.episode_id, self.txn_id = episode_id, txn_id
+        self.pid, self.host, self.status = pid, host, status
+        state = "has no outcome yet" if status is None else f"ended {status}"
+        super().__init__(
+            f"action {action!r}: idempotency key {key!r} is in flight in episode {episode_id} "
+            f"(call {txn_id}, process {pid} on {host}, {state}); nothing ran. Call again once "
+            f"that call has committed (its result is then the answer); if its process is gone, "
+            f"resume episode {episode_id} to settle it (or resolve its escalation)"
         )
 
 

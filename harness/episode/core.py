@@ -10,6 +10,7 @@ doubt, resolutions, the memory rebuilt on resume), the :class:`~.saga.Saga` (rol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import time
 import uuid
@@ -29,11 +30,13 @@ from ..errors import (
     HarnessError,
     IdempotencyConflict,
     InvalidArguments,
+    KeyInFlight,
     PreconditionFailed,
     StoreError,
 )
 from ..policy import Policy
 from ..store import GENESIS, EpisodeStatus, EscalationStatus, Store, TxnStatus
+from ..store.keys import Holder, claim_key, key_holder, release_keys
 from ..store.signing import SigningKey, sign_episode
 from ..store.tables import txn_id
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
@@ -68,6 +71,12 @@ def _nested_steps(action: Action[Any, Any], ctx: Context) -> Steps:
         if not (yield from run_check(action, name, check, ctx, "precondition")):
             raise PreconditionFailed(action.name, name)
     return (yield Call(action.fn, (), action.call_values(ctx.args)))
+
+
+def _stored_result(action: Action[Any, Any], holder: Holder) -> Any:
+    """The result another episode's call recorded for a store-wide key, as the tool returned
+    it."""
+    return None if holder.result is None else action.decode_result(loads(holder.result))
 
 
 def _carry_context_to_default_executor() -> None:
@@ -175,6 +184,8 @@ class Episode:
         self._cursor = RecordCursor(self.id, [], live_after=True, on_diverge=self._log_divergence)
         self._token: contextvars.Token[Episode | None] | None = None
         self._observed: observe.EpisodeObservation | None = None  # (when traced)
+        # Whether the episode may hold store-wide keys (given back at its end if not applied).
+        self._store_keys = resume
 
     # --- what the episode knows (its memory) ---
     @property
@@ -405,6 +416,10 @@ class Episode:
                 self.outcome = EpisodeStatus.ESCALATED
             else:
                 self.outcome = EpisodeStatus.FAILED
+        if self._store_keys and self.outcome != EpisodeStatus.ESCALATED and not self._m.unsettled:
+            # Keys of calls that did not apply (or were rolled back) are free for others.
+            with contextlib.suppress(HarnessError):
+                release_keys(self._writer)
         try:
             with self._writer.batch():
                 self._writer.append(
@@ -571,6 +586,11 @@ class Episode:
             )
             if recovered is not None:
                 return recovered.result
+        if action.store_scoped:
+            self._store_keys = True
+            holder = claim_key(self._writer, key, txn_id(self.id, m.seq + 1), args_json)
+            if holder is not None:
+                return self._answer_from_store(action, key, holder, args_json)
         m.seq += 1
         ctx = Context(action.name, model, self.state, self.id)
         ctx.idempotency_key = key
@@ -583,12 +603,63 @@ class Episode:
         if scope is not None and resolution is None:
             txn.scope = scope
         try:
-            return (yield from txn.run())
+            result = yield from txn.run()
         except BaseException as exc:
             raised = txn.unfinished(exc)
+            if action.store_scoped:
+                self._give_back(txn, raised)
             if raised is exc:
                 raise
             raise raised from exc
+        if action.store_scoped:
+            with self._writer.batch():  # its row lands now: other episodes read the key there
+                pass
+        return result
+
+    def _give_back(self, txn: Transaction, error: BaseException) -> None:
+        """Release the store-wide key of a call that ended without applying, unless its effect
+        may be in the world (in doubt, escalated, interrupted): then it stays held."""
+        if (
+            isinstance(error, Exception)
+            and not isinstance(error, Escalated)
+            and (txn.recorded or not txn.intended)
+        ):
+            with contextlib.suppress(HarnessError):  # (held, then, until the episode ends)
+                release_keys(self._writer, txn.ctx.txn_id)
+
+    def _answer_from_store(
+        self, action: Action[Any, Any], key: str, holder: Holder, args_json: str
+    ) -> Any:
+        """A store-wide key held by another episode's call: its recorded result when it
+        committed with these arguments; otherwise refused, and nothing runs."""
+        if not holder.applied:
+            refused = KeyInFlight(
+                action.name,
+                key,
+                holder.episode_id,
+                holder.txn_id,
+                pid=holder.pid,
+                host=holder.host,
+                status=holder.status,
+            )
+            self.recorder.note(
+                "key_in_flight",
+                None,
+                {"action": action.name, "key": key, "episode": holder.episode_id},
+            )
+            raise refused
+        if canonical(loads(holder.args)) != canonical(loads(args_json)):
+            conflict = IdempotencyConflict(action.name, key, holder.txn_id, holder.args, args_json)
+            self.recorder.record_simple(
+                action.name, key, args_json, TxnStatus.INVALID, str(conflict)
+            )
+            raise conflict
+        self.recorder.note(
+            "dedup",
+            None,
+            {"action": action.name, "key": key, "episode": holder.episode_id, "txn": holder.txn_id},
+        )
+        return _stored_result(action, holder)
 
     def _know(self, action: Action[Any, Any]) -> None:
         """Remember ``action`` by name; another action object under a known name is refused,
@@ -674,6 +745,10 @@ class Episode:
     # --- resume: the record's answers ---
     def _replayed(self, action: Action[Any, Any], key: str, step: RecordedStep) -> Steps:
         """A call the record has: the agent gets its recorded outcome; nothing is executed."""
+        if step.kind == "dedup" and step.txn_id is None and action.store_scoped:
+            # Answered by another episode's call: its result is in that episode's row.
+            holder = key_holder(self._writer, key)
+            return None if holder is None or not holder.applied else _stored_result(action, holder)
         if step.returned:
             entry = self._m.by_txn.get(step.txn_id or "")
             if entry is not None and entry.impl is None:

@@ -308,6 +308,24 @@ class LeaseRow(_Base, table=True):
     expires_at: float
 
 
+class KeyRow(_Base, table=True):
+    """A store-wide idempotency key (``idempotency_scope="store"``) and the call holding it.
+
+    The key counts as done while that call's transaction row says it applied (committed or
+    recovered, not compensated); the result is read from that row, which the audit checks
+    against the log.
+    """
+
+    __tablename__ = "hx_key"
+    key: str = Field(primary_key=True)
+    episode_id: str
+    txn_id: str
+    args: str  # the arguments as the holding call recorded them
+    pid: int
+    host: str
+    claimed_at: float
+
+
 SEQ_BITS = 32
 
 
