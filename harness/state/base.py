@@ -7,7 +7,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Change", "ScopeMatcher", "StateAdapter", "diff", "escape_glob"]
+__all__ = ["WINDOW_LEASE", "Change", "ScopeMatcher", "StateAdapter", "diff", "escape_glob"]
+
+WINDOW_LEASE = 600.0
+"""Seconds a SQL adapter's change window records other connections' writes after it was last
+used (opened, or read with ``others``): the bound on what a process killed inside a window
+leaves recording. The adapter's own writes are recorded for as long as its window is open."""
 
 Change = tuple[Any, Any]
 """``(before, after)`` values of one resource; ``None`` means absent."""

@@ -23,6 +23,7 @@ to open.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 import weakref
 from collections import Counter
@@ -34,7 +35,7 @@ from sqlalchemy.engine import URL
 
 from .._json import digest
 from ..errors import ConfigurationError
-from .base import split_resource
+from .base import WINDOW_LEASE, split_resource
 
 __all__ = ["PostgresCapture", "is_postgres"]
 
@@ -94,8 +95,11 @@ BEGIN
         IF NOT FOUND THEN me := ''; END IF;
     END IF;
     IF me = '' THEN
+        -- Other writers are recorded while a window's lease holds (a dead process's ends).
+        IF NOT EXISTS (SELECT 1 FROM {s}.{OPEN} WHERE windows > 0 AND until > now()) THEN
+            RETURN NULL;
+        END IF;
         SELECT max(mark) INTO since FROM {s}.{OPEN} WHERE windows > 0;
-        IF since IS NULL THEN RETURN NULL; END IF;
     END IF;
     IF TG_OP <> 'INSERT' THEN
         SELECT string_agg(j.row ->> u.col, ',' ORDER BY u.n) INTO old_key
@@ -233,6 +237,7 @@ class PostgresCapture:
         self._owner = uuid.uuid4().hex
         self._windows: Counter[int] = Counter()
         self._pg_tables: dict[str, _PgTable] = {}
+        self._leased = 0.0  # when this adapter's window lease was last renewed (monotonic)
         try:
             connection = psycopg.connect(
                 conninfo,
@@ -330,7 +335,11 @@ class PostgresCapture:
             c.execute(
                 f"CREATE TABLE IF NOT EXISTS {s}.{OPEN} (owner text PRIMARY KEY, "
                 "backend integer NOT NULL, windows integer NOT NULL DEFAULT 0, "
-                "mark bigint NOT NULL DEFAULT 0)"
+                "mark bigint NOT NULL DEFAULT 0, until timestamptz NOT NULL DEFAULT 'infinity')"
+            )
+            c.execute(  # (a table an earlier version made)
+                f"ALTER TABLE {s}.{OPEN} ADD COLUMN IF NOT EXISTS until timestamptz NOT NULL "
+                "DEFAULT 'infinity'"
             )
             _forget_dead(c, self.schema)
             c.execute(
@@ -383,15 +392,16 @@ class PostgresCapture:
         s = _quote(self.schema)
         rows = self._pg.execute(
             f"UPDATE {s}.{OPEN} SET windows = windows + 1, mark = (SELECT CASE WHEN is_called "
-            f"THEN last_value ELSE last_value - 1 END FROM {s}._hx_changes_seq_seq) "
-            "WHERE owner = %s RETURNING mark",
-            (self._owner,),
+            f"THEN last_value ELSE last_value - 1 END FROM {s}._hx_changes_seq_seq), "
+            "until = now() + make_interval(secs => %s) WHERE owner = %s RETURNING mark",
+            (WINDOW_LEASE, self._owner),
         ).fetchall()
         if not rows:  # our registration is gone (cleaned by hand, or the database restored)
             self._install()
             return self.mark()
         mark = int(rows[0][0])
         self._windows[mark] += 1
+        self._leased = time.monotonic()
         return mark
 
     def changes(self, mark: int) -> dict[str, Any]:
@@ -399,7 +409,15 @@ class PostgresCapture:
 
     def others(self, mark: int) -> dict[str, Any]:
         """Rows other sessions (other writers: connections without this adapter's token, and
-        other adapters) wrote since ``mark``, each with its value before their first write."""
+        other adapters) wrote since ``mark``, each with its value before their first write. A
+        long window's lease is renewed here."""
+        if time.monotonic() - self._leased > WINDOW_LEASE / 4:
+            self._pg.execute(
+                f"UPDATE {_quote(self.schema)}.{OPEN} SET until = now() + "
+                "make_interval(secs => %s) WHERE owner = %s AND windows > 0",
+                (WINDOW_LEASE, self._owner),
+            )
+            self._leased = time.monotonic()
         return self._recorded(mark, mine=False)
 
     def _recorded(self, mark: int, *, mine: bool) -> dict[str, Any]:

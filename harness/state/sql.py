@@ -53,7 +53,7 @@ from sqlalchemy.exc import ArgumentError
 
 from .._json import digest
 from ..errors import ConfigurationError
-from .base import split_resource
+from .base import WINDOW_LEASE, split_resource
 from .postgres import PostgresCapture, is_postgres
 
 __all__ = ["PostgresState", "SQLState"]
@@ -63,10 +63,6 @@ OPEN = "_hx_open"
 _TRIGGER_PREFIXES = ("_hx_i_", "_hx_u_", "_hx_d_")
 _OWN_PREFIXES = ("_hx_oi_", "_hx_ou_", "_hx_od_")
 _JOURNAL_MODES = frozenset({"delete", "truncate", "persist", "memory", "wal", "off"})
-WINDOW_LEASE = 600.0
-"""Seconds a change window records other connections' writes after it was last used (opened,
-or read with ``changes``/``others``): the bound on what a process killed inside a window leaves
-recording. The adapter's own writes are recorded for as long as its window is open."""
 _LEASE_DAYS = WINDOW_LEASE / 86400.0
 # A window is live when some adapter counts one and its lease holds; a flagged writer (an
 # adapter's own connection, mid-write) is always recorded. The latest mark among open windows

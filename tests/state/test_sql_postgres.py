@@ -300,3 +300,27 @@ def test_episode_on_postgres_state_commits_and_rolls_back(pg_url: str, tmp_path:
     assert store.verify().ok
     store.close()
     state.close()
+
+
+def test_a_killed_process_window_stops_recording_other_writers_when_its_lease_ends(pg_url: str):
+    """A process killed with a window open leaves its registration: other sessions' writes are
+    recorded once per row while its window's lease lasts, and not at all once it has run out."""
+    pid = os.fork()
+    if pid == 0:  # the child: opens a window and dies without closing it
+        code = 1
+        try:
+            kept = hx.SQLState(pg_url)
+            kept.mark()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    with other(pg_url) as conn:
+        for n in range(30):
+            conn.execute("UPDATE orders SET status = %s WHERE id = %s", (f"s{n}", f"o{n % 3}"))
+        assert conn.execute("SELECT count(*) FROM _hx_changes").fetchone() == (3,)
+        conn.execute("UPDATE _hx_open SET until = now() - interval '1 second'")
+        conn.execute("DELETE FROM _hx_changes")
+        for n in range(30):
+            conn.execute("UPDATE orders SET status = %s WHERE id = 'o1'", (f"t{n}",))
+        assert conn.execute("SELECT count(*) FROM _hx_changes").fetchone() == (0,)
