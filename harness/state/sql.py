@@ -7,10 +7,11 @@ made meanwhile is never taken for the action's.
 
 Who wrote a row: the adapter puts ``TEMP`` triggers on its own :attr:`SQLState.connection` (and
 on connections given to :meth:`SQLState.attribute`). SQLite's ``TEMP`` triggers fire only for
-writes through the connection that created them, so before each row write on it they flag the
-adapter as the writer, and the database-wide trigger that records the write takes the flag (and
-clears it). A write through any other connection is recorded as nobody's: another writer's.
-SQLite lets one connection write at a time, so a flag is never read by another writer's write.
+writes through the connection that created them, and before the table's own triggers, so for
+each row written on it they flag the adapter as the writer, and the database-wide trigger that
+records the write takes the flag (and clears it). A write through any other connection is
+recorded as nobody's: another writer's. SQLite lets one connection write at a time, so a flag
+is never read by another writer's write.
 
 What the adapter adds to the user's database is kept small, bounded and taken away again:
 
@@ -152,11 +153,15 @@ class _Table:
 
     def own_triggers(self, owner: str) -> Iterator[str]:
         """The ``TEMP`` triggers that flag ``owner`` as the writer of a row written through the
-        connection they are created on, while ``owner`` has a window open."""
+        connection they are created on, while ``owner`` has a window open.
+
+        They fire after the row is written (so a write ``OR IGNORE`` skipped flags nothing) and
+        before the database-wide trigger that takes the flag: SQLite runs a table's ``TEMP``
+        triggers first (``tests/state/test_state.py`` checks the order)."""
         q, who = _quote(self.name), _literal(owner)
         for prefix, event in zip(_OWN_PREFIXES, ("INSERT", "UPDATE", "DELETE"), strict=True):
             yield (
-                f"CREATE TEMP TRIGGER IF NOT EXISTS {_quote(prefix + self.name)} BEFORE {event} "
+                f"CREATE TEMP TRIGGER IF NOT EXISTS {_quote(prefix + self.name)} AFTER {event} "
                 f"ON main.{q} WHEN (SELECT windows FROM {OPEN} WHERE owner = {who}) > 0 "
                 f"BEGIN UPDATE {OPEN} SET busy = 1 WHERE owner = {who}; END"
             )
@@ -502,7 +507,7 @@ class SQLState:
 
     def mark(self) -> int:
         rows = self.connection.execute(
-            f"UPDATE {OPEN} SET windows = windows + 1, until = julianday('now') + ?, "
+            f"UPDATE {OPEN} SET windows = windows + 1, until = julianday('now') + ?, busy = 0, "
             f"mark = (SELECT COALESCE(MAX(seq), 0) FROM {CHANGES}) WHERE owner = ? RETURNING mark",
             (_LEASE_DAYS, self._owner),
         ).fetchall()

@@ -607,3 +607,29 @@ def test_sql_state_rows_holding_blobs_are_captured_and_written_as_usual(tmp_path
     state.release(mark)
     assert state.get("files/f1")["data"] == b"\x01"  # type: ignore[index]
     state.close()
+
+
+def test_sql_state_own_writes_are_flagged_row_by_row_whatever_the_statement(tmp_path: Path):
+    """Writes through the adapter's connection are its own row by row (SQLite runs a table's
+    TEMP triggers before its own, which the flag relies on), an INSERT OR IGNORE that writes
+    nothing leaves no flag behind, and the next write by another connection is another's."""
+    path = tmp_path / "s.db"
+    state = make_db(path)
+    c = state.connection
+    mark = state.mark()
+    c.execute("UPDATE orders SET status = 'x'")  # every row, in one statement
+    c.execute("INSERT OR IGNORE INTO orders VALUES ('o1', 'dup', '[]')")  # ignored
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO orders VALUES ('o7', 'theirs', '[]')")
+    c.execute(
+        "INSERT INTO orders VALUES ('o8', 'mine', '[]') "
+        "ON CONFLICT(id) DO UPDATE SET status = 'upserted'"
+    )
+    c.execute(
+        "INSERT INTO orders VALUES ('o1', 'again', '[]') "
+        "ON CONFLICT(id) DO UPDATE SET status = 'upserted'"
+    )
+    assert sorted(state.changes(mark)) == ["orders/o0", "orders/o1", "orders/o2", "orders/o8"]
+    assert list(state.others(mark)) == ["orders/o7"]
+    state.release(mark)
+    state.close()
