@@ -35,6 +35,7 @@ for a transaction a tool holds open on it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -224,6 +225,16 @@ def _outdated(c: sqlite3.Connection) -> bool:
     return False
 
 
+def _live_here(c: sqlite3.Connection) -> list[int]:
+    """The live processes of this machine registered as having an adapter open."""
+    exists = c.execute(f"SELECT 1 FROM sqlite_master WHERE name = '{OPEN}'").fetchone()
+    if not exists:
+        return []
+    host = socket.gethostname()
+    rows = c.execute(f"SELECT pid FROM {OPEN} WHERE host = ?", (host,)).fetchall()
+    return [pid for (pid,) in rows if _alive(pid)]
+
+
 def _remove_everything(c: sqlite3.Connection) -> None:
     """Drop the capture triggers and tables."""
     _drop_triggers(c)
@@ -237,9 +248,15 @@ def _clear_if_idle(c: sqlite3.Connection) -> None:
         c.execute(f"DELETE FROM {CHANGES}")
 
 
-def _leave(connection: sqlite3.Connection, owner: str) -> None:
+def _leave(
+    connection: sqlite3.Connection, owner: str, attributed: list[sqlite3.Connection]
+) -> None:
     """Unregister ``owner``; the last adapter out removes what the adapters installed. Then
-    close the connection (also when that fails)."""
+    close the connection (also when that fails). Connections given to ``attribute`` stay open,
+    without the triggers that flagged their writes."""
+    for other in attributed:
+        with contextlib.suppress(sqlite3.Error):
+            _drop_own_triggers(other)
     try:
         with _atomic(connection) as c:
             c.execute(f"DELETE FROM {OPEN} WHERE owner = ?", (owner,))
@@ -331,7 +348,9 @@ class SQLState:
         except sqlite3.Error as exc:
             raise self._unopenable(exc) from exc
         # From here on the adapter unregisters and closes its connection however it ends.
-        self._closer = weakref.finalize(self, _leave, self.connection, self._owner)
+        self._closer = weakref.finalize(
+            self, _leave, self.connection, self._owner, self._attributed
+        )
         try:
             if journal_mode is not None:
                 self.connection.execute(f"PRAGMA journal_mode={journal_mode.lower()}")
@@ -458,10 +477,11 @@ class SQLState:
     def uninstall(url: str | os.PathLike[str]) -> list[str]:
         """Remove every capture trigger and ``_hx_`` table from a SQLite database by hand
         (what a process killed with its adapter open leaves until an adapter opens the file
-        again), whether or not an adapter still has it open. Returns what was removed.
+        again). Returns what was removed.
 
         Raises:
-            ConfigurationError: no such file, or not a SQLite database that may be written.
+            ConfigurationError: no such file, not a SQLite database that may be written, or a
+                live process of this machine has an adapter open on it.
         """
         path = SQLState._sqlite_path(os.fspath(url))
         if not Path(path).is_file():
@@ -470,6 +490,13 @@ class SQLState:
             connection = sqlite3.connect(path, isolation_level=None, timeout=30.0)
             try:
                 with _atomic(connection) as c:
+                    alive = _live_here(c)
+                    if alive:
+                        raise ConfigurationError(
+                            f"SQLState.uninstall({os.fspath(url)!r}): process {alive[0]} of "
+                            "this machine has an adapter open on the database; close it first "
+                            "(its tools' writes would fail without the tables)"
+                        )
                     names = sorted(
                         name
                         for (name,) in c.execute(

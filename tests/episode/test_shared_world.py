@@ -354,5 +354,9 @@ def test_a_tool_writing_through_its_own_connection_is_attributed_when_given(tmp_
     world.state.release(mark)
     with pytest.raises(hx.ConfigurationError, match="sqlite3.Connection"):
         world.state.attribute("not a connection")  # type: ignore[arg-type]
-    own.close()
+    with pytest.raises(hx.ConfigurationError, match="has an adapter open"):
+        hx.SQLState.uninstall(world.state.path)  # its tools' writes would fail
     world.state.close()
+    own.execute("UPDATE acct SET bal = 3 WHERE id = 'a'")  # still writable once it is closed
+    own.close()
+    assert hx.SQLState.uninstall(world.state.path) == []
