@@ -37,6 +37,7 @@ from ..errors import (
 from ..policy import Policy
 from ..store import GENESIS, EpisodeStatus, EscalationStatus, Store, TxnStatus
 from ..store.keys import Holder, claim_key, key_holder, release_keys
+from ..store.leases import Held
 from ..store.signing import SigningKey, sign_episode
 from ..store.tables import txn_id
 from ..transaction import Call, Steps, Transaction, adrive, drive, run_check
@@ -186,6 +187,7 @@ class Episode:
         self._observed: observe.EpisodeObservation | None = None  # (when traced)
         # Whether the episode may hold store-wide keys (given back at its end if not applied).
         self._store_keys = resume
+        self._claim: Held | None = None  # this process's claim on the episode while open
 
     # --- what the episode knows (its memory) ---
     @property
@@ -253,6 +255,7 @@ class Episode:
         except BaseException as exc:
             if self._writer is not None:
                 self._finish(exc)
+            self._unclaim()
             raise
         self._token = _current.set(self)
         OPEN_EPISODES.add(self)
@@ -295,6 +298,9 @@ class Episode:
     def _open(self) -> None:
         if self._writer is not None:
             raise ConfigurationError(f"episode {self.id} is already open")
+        # One process at a time: another process's open episode is refused before anything
+        # is written (two writers of one chain would leave rows a verifier reads as altered).
+        self._claim = self.store.claim_episode(self.id)
         writer = self.store.writer(self.id)
         self._writer = writer
         self.recorder.log = self.store.jsonl(episode_id=self.id, run_id=self.run_id)
@@ -366,6 +372,7 @@ class Episode:
         if self._writer.num is None:  # the episode's row was never written: nothing to end
             self._writer.close()
             self._writer = None
+            self._unclaim()
             if self._owns_store:
                 self.store.close()
             return
@@ -443,8 +450,16 @@ class Episode:
         finally:
             self._writer.close()
             self._writer = None
+            self._unclaim()
             if self._owns_store:
                 self.store.close()
+
+    def _unclaim(self) -> None:
+        """Give the episode's claim back (its records are all written by now)."""
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            with contextlib.suppress(HarnessError, OSError):  # (it lapses on its own)
+                claim.release()
 
     # --- calls ---
     def call(self, action: Action[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

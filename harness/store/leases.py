@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session, select
 
+from ..errors import StoreError
 from .tables import LeaseRow
 
 
@@ -24,6 +27,35 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+CLAIM_SECONDS = 60.0
+"""How long an open episode's claim lasts without renewal (renewed every third of it)."""
+
+
+class Held:
+    """A lease taken, renewed in the background every third of ``seconds`` until released."""
+
+    def __init__(self, leases: _Leases, episode_id: str, owner: str, seconds: float) -> None:
+        self._leases, self.episode_id, self.owner = leases, episode_id, owner
+        self._stop = threading.Event()
+        self._keeper = threading.Thread(
+            target=self._renew, args=(seconds,), name=f"lease-{episode_id}", daemon=True
+        )
+        self._keeper.start()
+
+    def _renew(self, seconds: float) -> None:
+        while not self._stop.wait(seconds / 3):
+            with contextlib.suppress(Exception):  # (the next renewal tries again)
+                self._leases.acquire_lease(self.episode_id, owner=self.owner, seconds=seconds)
+
+    def release(self) -> None:
+        """Stop renewing and give the lease back (once)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._keeper.join()
+        self._leases.release_lease(self.episode_id, owner=self.owner)
 
 
 class _Leases:
@@ -45,6 +77,14 @@ class _Leases:
         both take it. A lease is free when it expired, or when its holder ran on this host and
         its process is gone (a crashed run's leases do not block its resume).
         """
+        return self._take(episode_id, owner, seconds)[0] == "taken"
+
+    def _take(
+        self, episode_id: str, owner: str, seconds: float, *, this_process: bool = False
+    ) -> tuple[str, Any]:
+        """Take the lease: ``("taken", None)``, ``("held", (owner, pid, host, expires_at))``
+        when another holds it, or, with ``this_process``, ``("ours", None)`` when another
+        owner in this process holds it (nothing is written then)."""
         now = time.time()
         host, pid = socket.gethostname(), os.getpid()
         with self._lease_lock:
@@ -69,7 +109,9 @@ class _Leases:
                     and (held[2] != host or _pid_alive(int(held[1])))
                 ):
                     conn.rollback()
-                    return False
+                    if this_process and held[2] == host and int(held[1]) == pid:
+                        return "ours", None
+                    return "held", held
                 cur.execute(f"DELETE FROM hx_lease WHERE episode_id = {mark}", (episode_id,))
                 cur.execute(
                     "INSERT INTO hx_lease (episode_id, owner, pid, host, acquired_at, expires_at) "
@@ -77,7 +119,7 @@ class _Leases:
                     (episode_id, owner, pid, host, now, now + seconds),
                 )
                 conn.commit()
-                return True
+                return "taken", None
             except BaseException:
                 conn.rollback()
                 raise
@@ -106,20 +148,35 @@ class _Leases:
         if not self.acquire_lease(episode_id, owner=owner, seconds=seconds):
             yield False
             return
-        stop = threading.Event()
-
-        def renew() -> None:
-            while not stop.wait(seconds / 3):
-                self.acquire_lease(episode_id, owner=owner, seconds=seconds)
-
-        keeper = threading.Thread(target=renew, name=f"lease-{episode_id}", daemon=True)
-        keeper.start()
+        held = Held(self, episode_id, owner, seconds)
         try:
             yield True
         finally:
-            stop.set()
-            keeper.join()
-            self.release_lease(episode_id, owner=owner)
+            held.release()
+
+    def claim_episode(self, episode_id: str, *, seconds: float = CLAIM_SECONDS) -> Held | None:
+        """Claim ``episode_id`` for this process while an :class:`~harness.Episode` has it open.
+
+        Returns:
+            The claim (renewed until released), or None when this process holds the episode's
+            lease already (a run's worker executing it): nothing is taken then.
+
+        Raises:
+            StoreError: another live process has the episode open; nothing was written.
+        """
+        owner = f"episode:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        taken, holder = self._take(episode_id, owner, seconds, this_process=True)
+        if taken == "ours":
+            return None
+        if taken == "held":
+            until = time.strftime("%H:%M:%S", time.localtime(holder[3]))
+            raise StoreError(
+                f"episode {episode_id} is open in another process (pid {holder[1]} on "
+                f"{holder[2]}); nothing was written. Wait for it to end, then resume; if that "
+                f"process is gone, its claim lapses at {until} (at once when it ran on this "
+                "host)"
+            )
+        return Held(self, episode_id, owner, seconds)
 
     def leases(self) -> list[LeaseRow]:
         """The leases held now (expired ones included)."""
