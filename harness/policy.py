@@ -179,6 +179,9 @@ class Policy:
         timeout: seconds an attempt may take before it counts as ``fail_slow`` (None: no limit).
         exhausted: the decision once retries are used up.
         unsafe: the decision for failures of actions that can be neither retried nor undone.
+        idempotency_scope: ``"store"`` makes every mutating action's idempotency key hold
+            across the episodes of the store, as ``@hx.action(idempotency_scope="store")``
+            does for one action; ``"episode"`` (the default) leaves it to each action.
         approval: a rule, a function of the call's ``ctx``, saying which calls a person must
             approve before they run (e.g. ``lambda ctx: ctx.args.amount > 1000``); on top of
             each action's own ``approval=``. Runs in worker processes must be able to pickle it
@@ -194,8 +197,15 @@ class Policy:
     exhausted: Decision = Decision.CONTINUE
     unsafe: Decision = Decision.ESCALATE
     approval: Callable[[Any], Any] | None = None
+    idempotency_scope: str = "episode"
 
     def __post_init__(self) -> None:
+        if self.idempotency_scope not in ("episode", "store"):
+            raise ConfigurationError(
+                f"Policy(idempotency_scope={self.idempotency_scope!r}): give 'episode' (a key "
+                "answers within its episode, the default) or 'store' (across every episode of "
+                "the store)"
+            )
         object.__setattr__(self, "decisions", _frozen_decisions(self.decisions))
         object.__setattr__(self, "exhausted", Decision(self.exhausted))
         object.__setattr__(self, "unsafe", Decision(self.unsafe))
@@ -221,6 +231,7 @@ class Policy:
                 self.exhausted,
                 self.unsafe,
                 self.approval,
+                self.idempotency_scope,
             ),
         )
 
@@ -230,7 +241,7 @@ class Policy:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description for the evidence record."""
-        return {
+        described = {
             "decisions": {str(k): str(v) for k, v in self.decisions.items()},
             "retry": self.retry.describe(),
             "timeout": self.timeout,
@@ -240,6 +251,9 @@ class Policy:
             if self.approval is None
             else getattr(self.approval, "__qualname__", repr(self.approval)),
         }
+        if self.idempotency_scope != "episode":
+            described["idempotency_scope"] = self.idempotency_scope
+        return described
 
 
 def _rebuild(
@@ -249,6 +263,7 @@ def _rebuild(
     exhausted: Decision,
     unsafe: Decision,
     approval: Callable[[Any], Any] | None = None,
+    idempotency_scope: str = "episode",
 ) -> Policy:
     return Policy(
         decisions=decisions,
@@ -257,4 +272,5 @@ def _rebuild(
         exhausted=exhausted,
         unsafe=unsafe,
         approval=approval,
+        idempotency_scope=idempotency_scope,
     )

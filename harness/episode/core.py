@@ -601,7 +601,7 @@ class Episode:
             )
             if recovered is not None:
                 return recovered.result
-        if action.store_scoped:
+        if self._store_scoped(action):
             self._store_keys = True
             holder = claim_key(self._writer, key, txn_id(self.id, m.seq + 1), args_json)
             if holder is not None:
@@ -621,15 +621,20 @@ class Episode:
             result = yield from txn.run()
         except BaseException as exc:
             raised = txn.unfinished(exc)
-            if action.store_scoped:
+            if self._store_scoped(action):
                 self._give_back(txn, raised)
             if raised is exc:
                 raise
             raise raised from exc
-        if action.store_scoped:
+        if self._store_scoped(action):
             with self._writer.batch():  # its row lands now: other episodes read the key there
                 pass
         return result
+
+    def _store_scoped(self, action: Action[Any, Any]) -> bool:
+        """Whether ``action``'s key holds across the store's episodes (the action's own
+        ``idempotency_scope``, or the policy's for every mutating action)."""
+        return action.store_scoped or (action.mutating and self.policy.idempotency_scope == "store")
 
     def _give_back(self, txn: Transaction, error: BaseException) -> None:
         """Release the store-wide key of a call that ended without applying, unless its effect
@@ -760,7 +765,7 @@ class Episode:
     # --- resume: the record's answers ---
     def _replayed(self, action: Action[Any, Any], key: str, step: RecordedStep) -> Steps:
         """A call the record has: the agent gets its recorded outcome; nothing is executed."""
-        if step.kind == "dedup" and step.txn_id is None and action.store_scoped:
+        if step.kind == "dedup" and step.txn_id is None and self._store_scoped(action):
             # Answered by another episode's call: its result is in that episode's row.
             holder = key_holder(self._writer, key)
             return None if holder is None or not holder.applied else _stored_result(action, holder)

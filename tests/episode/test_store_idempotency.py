@@ -206,3 +206,20 @@ def test_two_processes_racing_one_key_run_the_tool_once(url: str, tmp_path: Path
     store = hx.Store(url)
     assert store.verify().ok
     store.close()
+
+
+def test_a_policy_can_make_every_key_hold_across_episodes(url: str, tmp_path: Path):
+    """``Policy(idempotency_scope="store")`` makes an action declared with the default scope
+    answer a second episode from the first one's commit, and a bad scope is refused by name."""
+    effects = tmp_path / "effects"
+    state, transfer = bank(effects, scope="episode")
+    policy = hx.Policy(idempotency_scope="store")
+    for _ in range(2):
+        with hx.Episode(state=state, store=url, clock=FakeClock(), policy=policy) as ep:
+            assert transfer("a", 5, ref="r1") == {"balance": 5}
+        assert ep.outcome == "committed"
+    assert runs(effects) == ["r1"]
+    assert policy.describe()["idempotency_scope"] == "store"
+    assert "idempotency_scope" not in hx.Policy().describe()  # records stay as they were
+    with pytest.raises(hx.ConfigurationError, match="idempotency_scope='stores'.*'episode'"):
+        hx.Policy(idempotency_scope="stores")
