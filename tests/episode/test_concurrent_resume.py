@@ -18,7 +18,7 @@ from harness.testing import FakeClock
 from .test_store_idempotency import pg_url  # noqa: F401
 from .test_store_idempotency import url as url
 
-SPAWN = multiprocessing.get_context("spawn")
+FORK = multiprocessing.get_context("fork")  # (a spawned child imports the harness again)
 
 
 class Crash(BaseException):
@@ -88,13 +88,13 @@ def test_a_second_process_resuming_an_open_episode_is_refused_and_writes_nothing
     crashed_episode(url)
     opened, release = tmp_path / "opened", tmp_path / "release"
     first_out, second_out = tmp_path / "first", tmp_path / "second"
-    first = SPAWN.Process(target=_resume, args=(url, str(opened), str(release), str(first_out), 3))
+    first = FORK.Process(target=_resume, args=(url, str(opened), str(release), str(first_out), 3))
     first.start()
     try:
         _wait_for(opened)
         store = hx.Store(url)
         before = len(store.log("E"))
-        second = SPAWN.Process(target=_resume, args=(url, None, None, str(second_out), 3))
+        second = FORK.Process(target=_resume, args=(url, None, None, str(second_out), 3))
         second.start()
         second.join(60)
         assert second.exitcode == 0
@@ -121,9 +121,9 @@ def test_two_processes_resuming_one_episode_at_once_leave_no_trace_of_tampering(
     the other is refused (or runs after it), and verify finds nothing altered."""
     crashed_episode(url)
     outs = [tmp_path / "one", tmp_path / "two"]
-    start = time.time() + 3  # (both processes have imported the harness by then)
+    start = time.time() + 0.5  # (both processes are forked and ready by then)
     processes = [
-        SPAWN.Process(target=_resume, args=(url, None, None, str(out), 60, start)) for out in outs
+        FORK.Process(target=_resume, args=(url, None, None, str(out), 60, start)) for out in outs
     ]
     for process in processes:
         process.start()
@@ -152,7 +152,7 @@ def test_a_process_killed_with_the_episode_open_does_not_block_its_resume(url: s
     block resuming it here."""
     crashed_episode(url)
     opened = tmp_path / "opened"
-    victim = SPAWN.Process(target=_open_and_die, args=(url, str(opened)))
+    victim = FORK.Process(target=_open_and_die, args=(url, str(opened)))
     victim.start()
     victim.join(60)
     assert victim.exitcode == -signal.SIGKILL and opened.exists()
