@@ -262,18 +262,33 @@ class WriteConflict(ActionFailed):
     Attributes:
         keys: the resources both changed.
         others: ``{key: [value before the other writer's change, value now]}``.
+        restored: whether the compensation had run (another writer changed the resource while
+            it ran), so that it may have written over their change.
     """
 
     def __init__(
-        self, action: str, keys: Sequence[str], others: dict[str, Any], when: str, **kw: Any
+        self,
+        action: str,
+        keys: Sequence[str],
+        others: dict[str, Any],
+        when: str,
+        *,
+        restored: bool = False,
+        **kw: Any,
     ) -> None:
         self.keys = list(keys)
         self.others = others
+        self.restored = restored  # the compensation had run: it may have written over theirs
+        done = (
+            "the compensation had run and may have written over their change (the values now "
+            "are in the evidence)"
+            if restored
+            else "the harness restored nothing over their change"
+        )
         reason = (
-            f"another writer changed {', '.join(self.keys)} {when}; the harness restored "
-            "nothing over their change (give the action an undo that is safe under other "
-            "writers, a relative update or a reversing entry with a compensation_check, to "
-            "have it undone)"
+            f"another writer changed {', '.join(self.keys)} {when}; {done} (give the action "
+            "an undo that is safe under other writers, a relative update or a reversing entry "
+            "with a compensation_check, to have it undone)"
         )
         super().__init__(action, "conflict", reason, **kw)
 

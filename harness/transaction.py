@@ -289,7 +289,12 @@ def _compensation(
     if theirs and action.undo_check is None:
         others = {k: [b, ctx.state.get(k)] for k, b in theirs.items()}
         raise WriteConflict(
-            action.name, sorted(theirs), others, "while the compensation ran", txn_id=ctx.txn_id
+            action.name,
+            sorted(theirs),
+            others,
+            "while the compensation ran",
+            restored=True,
+            txn_id=ctx.txn_id,
         )
     if stray and action.undo_check is None:
         # Restoring the state means touching only what the action changed.
@@ -652,6 +657,12 @@ class Transaction:
                 theirs = other_writes(ctx.state, mark)
                 for key in diff.keys() & theirs.keys():
                     self.others[key] = [theirs[key], diff[key][1]]
+                for key, (first, now) in diff.items():
+                    # Its value when the window opened is not what the call's first write
+                    # found: another writer changed it in between (on Postgres, a transaction
+                    # in flight when the call started commits unseen by the window).
+                    if key in ctx.before and ctx.before[key] != first and key not in self.others:
+                        self.others[key] = [ctx.before[key], now]
                 if not getattr(ctx.state, "attributes_writes", True):
                     # The adapter cannot tell who wrote: a change outside the call's scope may
                     # be another program's, and no undo may touch it.
@@ -829,7 +840,9 @@ class Transaction:
                     retryable=False,
                     effect_remains=True,
                     diff=diff,
-                    kept="; nothing was undone",
+                    kept="; what is left is in the evidence"
+                    if moved.restored
+                    else "; nothing was undone",
                 )
             except CompensationFailed as comp:
                 self.errors.append(comp)

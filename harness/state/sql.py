@@ -139,7 +139,9 @@ class _Table:
         """The statements creating the insert, update and delete triggers."""
         q = _quote(self.name)
         old, new = self.key("OLD"), self.key("NEW")
-        done = f"UPDATE {OPEN} SET busy = 0 WHERE busy > 0;"
+        # A count, not a flag: a trigger of the application's own that writes another row
+        # nests a flagged write inside this one, and each takes its own.
+        done = f"UPDATE {OPEN} SET busy = busy - 1 WHERE busy > 0;"
         bodies = {
             ("_hx_i_", "INSERT"): self.record("NEW", "NULL"),
             ("_hx_u_", "UPDATE"): self.record("OLD", self.image("OLD"))
@@ -164,7 +166,7 @@ class _Table:
             yield (
                 f"CREATE TEMP TRIGGER IF NOT EXISTS {_quote(prefix + self.name)} AFTER {event} "
                 f"ON main.{q} WHEN (SELECT windows FROM {OPEN} WHERE owner = {who}) > 0 "
-                f"BEGIN UPDATE {OPEN} SET busy = 1 WHERE owner = {who}; END"
+                f"BEGIN UPDATE {OPEN} SET busy = busy + 1 WHERE owner = {who}; END"
             )
 
 
@@ -243,8 +245,9 @@ def _remove_everything(c: sqlite3.Connection) -> None:
 
 
 def _clear_if_idle(c: sqlite3.Connection) -> None:
-    """Empty the change table when no adapter has a window open."""
-    if not c.execute(f"SELECT {_WINDOW_OPEN}").fetchone()[0]:
+    """Empty the change table when no adapter has a window open (whatever its lease: a live
+    window past its lease still reads its own rows)."""
+    if not c.execute(f"SELECT EXISTS (SELECT 1 FROM {OPEN} WHERE windows > 0)").fetchone()[0]:
         c.execute(f"DELETE FROM {CHANGES}")
 
 
@@ -341,6 +344,7 @@ class SQLState:
         self._tables: dict[str, _Table] = {}
         self._attributed: list[sqlite3.Connection] = []
         self._leased = 0.0  # when this adapter's window lease was last renewed (monotonic)
+        self._schema_version = -1  # the database's schema version the triggers were made for
         try:
             self.connection = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -440,6 +444,44 @@ class SQLState:
                     c.execute(statement)
         for connection in (self.connection, *self._attributed):
             self._flag_writes(connection)
+        self._schema_version = self._version()
+
+    def _version(self) -> int:
+        return int(self.connection.execute("PRAGMA main.schema_version").fetchone()[0])
+
+    def _sync(self) -> None:
+        """After the schema changed (a table created, triggers replaced by another adapter):
+        make sure every table carries both triggers, or this connection's writes to it would
+        look like another writer's (or go unseen)."""
+        tables = self._load_tables()
+        triggers = self.connection.execute(
+            "SELECT rowid, name, tbl_name FROM sqlite_master WHERE type = 'trigger'"
+        ).fetchall()
+        own = {
+            name
+            for (name,) in self.connection.execute(
+                "SELECT name FROM sqlite_temp_master WHERE type = 'trigger'"
+            )
+        }
+        shared = {name for _, name, _ in triggers}
+        # The capture triggers must be a table's newest: SQLite runs the newest first, and an
+        # application trigger writing the same row before them would be recorded first.
+        newest_user: dict[str, int] = {}
+        oldest_ours: dict[str, int] = {}
+        for rowid, name, table in triggers:
+            if name.startswith(_TRIGGER_PREFIXES):
+                oldest_ours[table] = min(rowid, oldest_ours.get(table, rowid))
+            else:
+                newest_user[table] = max(rowid, newest_user.get(table, rowid))
+        complete = (
+            all(p + t in shared for t in tables for p in _TRIGGER_PREFIXES)
+            and all(p + t in own for t in tables for p in _OWN_PREFIXES)
+            and all(newest_user[t] < oldest_ours.get(t, 0) for t in newest_user if t in tables)
+        )
+        if tables != self._tables or not complete:
+            self._install()
+        else:
+            self._schema_version = self._version()
 
     def _flag_writes(self, connection: sqlite3.Connection) -> None:
         """(Re)create on ``connection`` the ``TEMP`` triggers that make its writes ours."""
@@ -533,6 +575,8 @@ class SQLState:
         return {k: self.get(k) for k in keys}
 
     def mark(self) -> int:
+        if self._version() != self._schema_version:
+            self._sync()
         rows = self.connection.execute(
             f"UPDATE {OPEN} SET windows = windows + 1, until = julianday('now') + ?, busy = 0, "
             f"mark = (SELECT COALESCE(MAX(seq), 0) FROM {CHANGES}) WHERE owner = ? RETURNING mark",
@@ -596,7 +640,8 @@ class SQLState:
             return
         with _atomic(self.connection) as c:
             c.execute(
-                f"UPDATE {OPEN} SET windows = MAX(windows - 1, 0) WHERE owner = ?", (self._owner,)
+                f"UPDATE {OPEN} SET windows = MAX(windows - 1, 0), busy = 0 WHERE owner = ?",
+                (self._owner,),
             )
             _clear_if_idle(c)
 

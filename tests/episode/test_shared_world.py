@@ -9,10 +9,12 @@ process's write, never restore a value over it, and say in its outcome what is t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -87,7 +89,11 @@ def _sqlite_world(tmp_path: Path) -> World:
 @pytest.fixture(params=["sqlite", "postgres"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     """The bank on SQLite, and on Postgres when a server is given."""
-    if request.param == "sqlite":
+    yield from _world(request.param, tmp_path)
+
+
+def _world(kind: str, tmp_path: Path) -> Iterator[World]:
+    if kind == "sqlite":
         w = _sqlite_world(tmp_path)
         yield w
         w.state.close()
@@ -252,8 +258,9 @@ def test_a_compensation_raced_by_another_writer_escalates(world: World, tmp_path
     deposit.compensate = racing_restore
     with hx.Episode(state=world.state, store=f"sqlite:///{tmp_path}/h.db") as ep:
         deposit("a", 5)
-        with pytest.raises(hx.Escalated, match="while the compensation ran"):
+        with pytest.raises(hx.Escalated, match="while the compensation ran") as raised:
             ep.rollback()
+    assert "may have written over their change" in raised.value.reason
     assert ep.outcome == "escalated"
     assert world.balance("a") == 3
 
@@ -360,3 +367,37 @@ def test_a_tool_writing_through_its_own_connection_is_attributed_when_given(tmp_
     own.execute("UPDATE acct SET bal = 3 WHERE id = 'a'")  # still writable once it is closed
     own.close()
     assert hx.SQLState.uninstall(world.state.path) == []
+
+
+def test_a_transaction_in_flight_when_the_call_starts_is_a_conflict(tmp_path: Path):
+    """On Postgres, another worker's transaction, open before the call and committing while
+    the tool waits for the row: the row the call's write found is not the one its window opened
+    on, so the call is a ``conflict`` and the other's deposit is not restored away. (SQLite
+    lets one writer in at a time, so its transaction cannot span the call's window.)"""
+    if not SERVER:
+        pytest.skip("set HX_TEST_POSTGRES_URL to run on Postgres")
+    world_iter = _world("postgres", tmp_path)
+    w = next(world_iter)
+    import psycopg
+
+    theirs = psycopg.connect(_libpq(w.url))
+    theirs.execute("UPDATE acct SET bal = bal + 100 WHERE id = 'a'")
+    deposit = deposit_action(w)
+    tool = deposit.fn
+
+    def late(account: str, amount: int) -> int:
+        threading.Timer(0.3, theirs.commit).start()  # they commit while the tool waits
+        return int(tool(account, amount))
+
+    deposit.fn = late
+    try:
+        with hx.Episode(state=w.state, store=f"sqlite:///{tmp_path}/h.db") as ep:
+            with pytest.raises(hx.Escalated) as raised:
+                deposit("a", 1)
+        assert raised.value.failure_class == "conflict"
+        assert ep.outcome == "escalated"
+        assert w.balance("a") == 101
+    finally:
+        theirs.close()
+        with contextlib.suppress(StopIteration):
+            next(world_iter)

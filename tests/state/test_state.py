@@ -633,3 +633,49 @@ def test_sql_state_own_writes_are_flagged_row_by_row_whatever_the_statement(tmp_
     assert list(state.others(mark)) == ["orders/o7"]
     state.release(mark)
     state.close()
+
+
+def test_sql_state_own_writes_stay_its_own_after_the_schema_changes(tmp_path: Path):
+    """A table created after the adapter opened (and given triggers by another adapter that
+    opened since), or an application trigger added later that writes a row of its own: the
+    adapter's writes are still its own, each row recorded with its value before the write."""
+    path = tmp_path / "s.db"
+    state = make_db(path)
+    app = sqlite3.connect(path, isolation_level=None)
+    app.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, memo TEXT)")
+    hx.SQLState(path).close()  # another adapter opens the file and leaves
+    app.execute(
+        "CREATE TRIGGER app_audit AFTER UPDATE ON orders BEGIN "
+        "INSERT INTO ledger(memo) VALUES ('touched ' || NEW.id); "
+        "UPDATE orders SET items = '[\"b\"]' WHERE id = NEW.id AND items = '[\"a\"]'; END"
+    )
+    mark = state.mark()
+    state.connection.execute("INSERT INTO ledger(memo) VALUES ('mine')")
+    state.connection.execute("UPDATE orders SET status = 'x' WHERE id = 'o1'")
+    changes = state.changes(mark)
+    assert sorted(changes) == ["ledger/1", "ledger/2", "orders/o1"]
+    assert changes["orders/o1"] == {"id": "o1", "status": "pending", "items": ["a"]}
+    assert state.others(mark) == {}
+    state.release(mark)
+    app.close()
+    state.close()
+
+
+def test_sql_state_a_window_past_its_lease_keeps_its_own_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A call running longer than the window's lease: another adapter's short call ending
+    meanwhile does not empty the change table under it, so its writes are still seen."""
+    import harness.state.sql as sql
+
+    monkeypatch.setattr(sql, "_LEASE_DAYS", -1.0)  # every lease has already run out
+    path = tmp_path / "s.db"
+    first, second = make_db(path), hx.SQLState(path)
+    mark = first.mark()
+    first.connection.execute("UPDATE orders SET status = 'x' WHERE id = 'o1'")
+    second.release(second.mark())
+    first.connection.execute("UPDATE orders SET status = 'y' WHERE id = 'o2'")
+    assert sorted(first.changes(mark)) == ["orders/o1", "orders/o2"]
+    first.release(mark)
+    first.close()
+    second.close()
