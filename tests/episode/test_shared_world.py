@@ -25,6 +25,8 @@ import pytest
 
 import harness as hx
 
+from ..forking import die_with_a_window_open
+
 SERVER = os.environ.get("HX_TEST_POSTGRES_URL", "")
 ACCOUNTS = ("a", "b", "carol")
 
@@ -315,16 +317,7 @@ def test_a_killed_process_leaves_capture_that_stops_recording_and_can_be_removed
     world = _sqlite_world(tmp_path)
     path = world.state.path
     world.state.close()
-    pid = os.fork()
-    if pid == 0:  # the child: opens a window and dies without closing it
-        code = 1
-        try:
-            kept = hx.SQLState(path)
-            kept.mark()
-            code = 0
-        finally:
-            os._exit(code)
-    assert os.waitpid(pid, 0)[1] == 0
+    die_with_a_window_open(path)
 
     def app_writes(n: int) -> int:
         with sqlite3.connect(path) as conn:

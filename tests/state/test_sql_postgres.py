@@ -22,6 +22,8 @@ psycopg = pytest.importorskip("psycopg")
 import harness as hx  # noqa: E402
 from harness.state import PostgresState  # noqa: E402
 
+from ..forking import die_with_a_window_open  # noqa: E402
+
 SERVER = os.environ.get("HX_TEST_POSTGRES_URL", "")
 
 pytestmark = pytest.mark.skipif(
@@ -305,16 +307,7 @@ def test_episode_on_postgres_state_commits_and_rolls_back(pg_url: str, tmp_path:
 def test_a_killed_process_window_stops_recording_other_writers_when_its_lease_ends(pg_url: str):
     """A process killed with a window open leaves its registration: other sessions' writes are
     recorded once per row while its window's lease lasts, and not at all once it has run out."""
-    pid = os.fork()
-    if pid == 0:  # the child: opens a window and dies without closing it
-        code = 1
-        try:
-            kept = hx.SQLState(pg_url)
-            kept.mark()
-            code = 0
-        finally:
-            os._exit(code)
-    assert os.waitpid(pid, 0)[1] == 0
+    die_with_a_window_open(pg_url)
     with other(pg_url) as conn:
         for n in range(30):
             conn.execute("UPDATE orders SET status = %s WHERE id = %s", (f"s{n}", f"o{n % 3}"))

@@ -10,6 +10,8 @@ import pytest
 
 import harness as hx
 
+from ..forking import die_with_a_window_open
+
 
 def make_db(path: Path, rows: int = 3) -> hx.SQLState:
     """A SQLite database with an orders table (JSON column) and a keyless log table."""
@@ -486,16 +488,7 @@ def test_sql_state_leftovers_of_a_crash_stay_bounded_and_are_cleaned(tmp_path: P
     the next adapter cleans them up and removes them on close."""
     path = tmp_path / "s.db"
     make_db(path).close()
-    pid = os.fork()
-    if pid == 0:  # the child: opens a window and dies without closing
-        code = 1
-        try:
-            state = hx.SQLState(path)
-            state.mark()
-            code = 0
-        finally:
-            os._exit(code)
-    assert os.waitpid(pid, 0)[1] == 0
+    die_with_a_window_open(path)
     assert "_hx_changes" in hx_objects(path)
     update_many(path, 500)
     assert change_rows(path) == 1
