@@ -28,8 +28,8 @@ from ..faults import FaultPlan
 from ..report.gate import Bar, Basis, exit_status
 from ..report.model import Report, load_report
 from ..report.terminal import render_gate, render_summary
-from ..runs import TrialResult, replay_episode, resume_run, run_trials
-from ..runs.pool import EXECUTORS, Tally
+from ..runs import RunResult, TrialResult, replay_episode, resume_run, run_trials
+from ..runs.executors import EXECUTORS, Tally
 from ..suite import load_suite, resolve_suite
 from ._common import (
     console,
@@ -63,6 +63,41 @@ ADDRESS_OPTION = click.option(
     default=None,
     help="--executor ray: the Ray cluster to join (ray://host:10001, or auto); "
     "default: a local one for the run.",
+)
+
+
+def _agent_error_limit(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> float | None:
+    """``--max-agent-errors``: a count (``5``) or a fraction of the trials (``0.2``, ``20%``)."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: give a count of trials (5) or a fraction of them (0.2 or 20%)"
+        ) from None
+    if (
+        number < 0
+        or (number >= 1 and not number.is_integer())
+        or (text.endswith("%") and number >= 1)
+    ):
+        raise click.BadParameter(
+            f"{value!r}: give a count >= 0 (5) or a fraction below 1 (0.2 or 20%)"
+        )
+    return int(number) if number >= 1 or (number == 0 and not text.endswith("%")) else number
+
+
+MAX_AGENT_ERRORS_OPTION = click.option(
+    "--max-agent-errors",
+    default=None,
+    callback=_agent_error_limit,
+    metavar="N|FRACTION",
+    help="Stop the run once the agent raised in more than N trials, or in more than this "
+    "fraction of the trials finished (0.2 or 20%, judged after ten) [default: no limit; a "
+    "trial whose agent raises fails as an agent error and the run goes on].",
 )
 
 
@@ -192,6 +227,7 @@ def rerun_agent_options(command: Any) -> Any:
     type=click.Path(exists=True, dir_okay=False),
     help="Inject the faults of this plan (JSON or TOML) and report detection by class.",
 )
+@MAX_AGENT_ERRORS_OPTION
 @signing_key_option(_SIGNED)
 @all_k_option
 @fail_under_options
@@ -219,6 +255,7 @@ def run_command(
     max_errors: int | None,
     bare: bool,
     faults_file: str | None,
+    max_agent_errors: float | None,
     signing_key_file: str | None,
     all_k: bool,
     bars: list[Bar],
@@ -325,6 +362,7 @@ def run_command(
                 executor=executor,  # type: ignore[arg-type]
                 address=address,
                 on_start=flight.started,
+                max_agent_errors=max_agent_errors,
             )
     except HarnessError as exc:
         fail(exc)
@@ -339,21 +377,58 @@ def run_command(
             judgements = judge_bars(report, bars, fail_under_on)
             render_gate(judgements, fail_under_on, console)
             status = exit_status(report, judgements)
-    if result.stopped is not None:
-        console.print(
-            f"[red]stopped[/red] after {len(result.results)} trials: {escape(result.stopped)}\n"
-            f"the store is consistent; `harness resume {result.folder}` runs the rest"
-        )
-        status = 3
-    elif result.interrupted:
-        console.print(
-            f"[yellow]interrupted[/yellow] after {len(result.results)} trials; "
-            "the store is consistent"
-        )
-        status = 130
+    show_agent_errors(result)
+    status = show_stop(result, status)
     click.echo(f"run folder: {result.folder}")
     if status:
         sys.exit(status)
+
+
+def show_agent_errors(result: RunResult) -> None:
+    """Say which trials' agent raised, the first error, and where its traceback is."""
+    errors = result.agent_errors()
+    if not errors:
+        return
+    first = errors[0]
+    console.print(
+        f"[red]{len(errors)} trial(s) ended in an agent error[/red] (counted as the agent's "
+        f"failures); first: {escape(first.task_id)} trial {first.trial}: "
+        f"{escape(first.agent_error or '')}\n"
+        f"its traceback: `harness audit {result.folder} --episode {first.episode_id}`"
+    )
+
+
+def stop_status(result: RunResult, status: int) -> int:
+    """The exit status a run or resume gives: 3 stopped (a server down, a worker lost, a store
+    refusing a write, too many agent errors), 130 interrupted by Ctrl-C, 4 trials left undone
+    (held by another process, or waiting for a person), else ``status``."""
+    if result.stopped is not None:
+        return 3
+    if result.interrupted:
+        return 130
+    return status or 4 if result.missing else status
+
+
+def show_stop(result: RunResult, status: int) -> int:
+    """Say why a run or resume stopped, and what is left; its exit status (:func:`stop_status`)."""
+    done = len(result.results)
+    if result.stopped is not None:
+        console.print(
+            f"[red]stopped[/red] after {done} trials: {escape(result.stopped)}\n"
+            f"the store is consistent; `harness resume {result.folder}` runs the rest"
+        )
+    elif result.interrupted:
+        console.print(
+            f"[yellow]interrupted[/yellow] after {done} trials; the store is consistent; "
+            f"`harness resume {result.folder}` runs the rest"
+        )
+    elif result.missing:
+        console.print(
+            f"[yellow]{result.missing} trial(s) not finished[/yellow] (waiting for a person, or "
+            f"held by another process); `harness resume {result.folder}` runs them once they "
+            "are free"
+        )
+    return stop_status(result, status)
 
 
 class Flight(ProgressColumn):
@@ -493,6 +568,7 @@ def replay_command(
 @suite_options
 @rerun_agent_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@MAX_AGENT_ERRORS_OPTION
 @signing_key_option(_SIGNED)
 @unverified_option
 def resume_command(
@@ -506,10 +582,16 @@ def resume_command(
     agent: str | None,
     trust_agent: bool,
     as_json: bool,
+    max_agent_errors: float | None,
     signing_key_file: str | None,
     allow_unverified: bool,
 ) -> None:
-    """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones.
+    """Finish a crashed RUN: keep finished trials, resume interrupted ones, run missing ones,
+    and run again the ones whose last attempt ended in an infrastructure error.
+
+    Exits 0 only when every trial of the run has its result: 3 when something stopped it (a
+    server down, a worker lost, a store refusing a write), 130 on Ctrl-C, 4 when trials are
+    left (waiting for a person, or held by another process).
 
     The suite path a run folder records is loaded only when it is a built-in suite or
     --trust-suite is given; otherwise name the suite with --suite. Likewise the agent: a
@@ -531,24 +613,29 @@ def resume_command(
             trust=trust_suite,
             agent=agent,
             trust_agent=trust_agent,
+            max_agent_errors=max_agent_errors,
         )
     except HarnessError as exc:
         fail(exc)
     if as_json:
         dump(result.to_dict())
+        status = stop_status(result.run, 0)
+        if status:
+            sys.exit(status)
         return
     console.print(
         f"run {result.run.run_id}: kept {len(result.kept)}, resumed {len(result.resumed)}, "
-        f"ran {len(result.started)} missing; {len(result.pending)} waiting for a person, "
+        f"ran {len(result.started)} missing, ran {len(result.retried)} again after an "
+        f"infrastructure error; {len(result.pending)} waiting for a person, "
         f"{len(result.skipped)} held by another process"
     )
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
-    if result.run.stopped is not None:
-        console.print(f"[red]stopped[/red]: {escape(result.run.stopped)}")
     if result.pending:
         console.print(f"resolve them with `harness escalations {run}`, then resume again")
     if result.run.results:
         _summary(result.run.folder, all_k=False)
-    if result.run.stopped is not None:
-        sys.exit(3)
+    show_agent_errors(result.run)
+    status = show_stop(result.run, 0)
+    if status:
+        sys.exit(status)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,10 @@ __all__ = [
     "SUMMARY_FILE",
     "OpenRun",
     "OpenStore",
+    "attempt_id",
     "check_database",
+    "current_trials",
+    "earlier_attempts",
     "episode_id",
     "new_run_id",
     "open_run",
@@ -52,8 +55,40 @@ def new_run_id() -> str:
 
 
 def episode_id(run_id: str, task_id: str, trial: int) -> str:
-    """The episode (and trial row) id of one trial of a run."""
+    """The id of one trial of a run: its first attempt's episode (and trial row), and the
+    name of its lease."""
     return f"{run_id}-{task_id}-{trial}"
+
+
+def attempt_id(trial_id: str, attempt: int) -> str:
+    """The episode of a trial's ``attempt`` (0: the first, named as the trial is; a trial runs
+    again when an attempt ended in an infrastructure error)."""
+    return trial_id if attempt == 0 else f"{trial_id}~{attempt}"
+
+
+def current_trials(rows: Iterable[TrialRow]) -> list[TrialRow]:
+    """Each trial's row of its last attempt (rows in the order given, the earlier attempts of
+    a trial that ran again left out)."""
+    rows = list(rows)
+    last: dict[tuple[str, str, int], TrialRow] = {}
+    for row in rows:
+        key = (row.run_id, row.task_id, row.trial)
+        if key not in last or _attempt(row) >= _attempt(last[key]):
+            last[key] = row
+    kept = {id(r) for r in last.values()}
+    return [r for r in rows if id(r) in kept]
+
+
+def earlier_attempts(rows: Iterable[TrialRow]) -> list[TrialRow]:
+    """The rows of attempts that a later attempt of the same trial replaced."""
+    rows = list(rows)
+    kept = {id(r) for r in current_trials(rows)}
+    return [r for r in rows if id(r) not in kept]
+
+
+def _attempt(row: TrialRow) -> int:
+    _, sep, n = row.episode_id.rpartition("~")
+    return int(n) if sep and n.isdigit() else 0
 
 
 def store_url(folder: Path) -> str:
@@ -234,7 +269,7 @@ def open_run(
                 f"{db} holds {len(runs)} runs ({', '.join(sorted(runs))}) and none is named after "
                 f"the folder {folder.name!r}: give each run its own folder",
             )
-        trials = store.trial_rows(run.id)
+        trials = current_trials(store.trial_rows(run.id))
         if finished and not trials:
             raise RunNotFound(
                 folder,

@@ -35,23 +35,25 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, HarnessError
 from ..store import TrialRow
 from .layout import episode_id
-from .worker import Job, TrialResult, Worker, WorkerLost, trial_state
+from .spec import Job, RunSpec
+from .worker import TrialResult, Worker, WorkerLost, trial_state
 
 if TYPE_CHECKING:
-    from .pool import StopOnSigint
+    from .executors import OnResult, OnStart, Stop
 
 __all__ = [
     "LOST_WORKER_LIMIT",
     "RAY_LEASE_SECONDS",
+    "RayExecutor",
     "RayWorker",
     "check_store_reach",
-    "run_jobs_on_ray",
 ]
 
 RAY_LEASE_SECONDS = 60.0
@@ -106,18 +108,6 @@ def _shipped_packages() -> list[str]:
     return out
 
 
-def _lease_capped(worker_args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``worker_args`` with the episode lease at most :data:`RAY_LEASE_SECONDS`."""
-    args = list(worker_args)
-    if len(args) == 6:  # no fault injection given
-        args.append(None)
-    if len(args) == 7:
-        args.append(RAY_LEASE_SECONDS)
-    else:
-        args[7] = min(float(args[7]), RAY_LEASE_SECONDS)
-    return tuple(args)
-
-
 def check_store_reach(store_url: str, hosts: Sequence[str], here: str | None = None) -> None:
     """Refuse a SQLite store for workers on another machine than this one.
 
@@ -150,10 +140,10 @@ class RayWorker:
         cwd: the driver's working directory, entered when it exists here (and the job gave no
             working directory of its own).
         paths: folders of the driver's code to add to ``sys.path`` when they exist here.
-        worker_args: ``Worker(*worker_args)`` builds the worker.
+        spec: the run; ``Worker(spec)`` builds the worker.
     """
 
-    def __init__(self, cwd: str, paths: list[str], worker_args: tuple[Any, ...]) -> None:
+    def __init__(self, cwd: str, paths: list[str], spec: RunSpec) -> None:
         if os.path.isdir(cwd) and not _job_working_dir():
             os.chdir(cwd)
         for path in paths:
@@ -163,7 +153,7 @@ class RayWorker:
         self.worker: Worker | None = None
         self.error: str | None = None
         try:
-            self.worker = Worker(*worker_args)
+            self.worker = Worker(spec)
         except Exception as exc:  # said to the driver, which stops the run with it
             self.error = f"{type(exc).__name__}: {exc}"
 
@@ -184,12 +174,12 @@ class RayWorker:
         """
         if self.worker is None:
             raise HarnessError(f"Ray worker {self.where} could not build its worker: {self.error}")
-        task_id, trial, seed, _mode = job
-        result = self.worker.trial(task_id, trial, seed, "auto")
+        result = self.worker.trial(replace(job, mode="auto"))
         if result is not None:
             return _DONE, result
-        eid = episode_id(self.worker.run_id, task_id, trial)
-        state = trial_state(self.worker.store, eid)
+        state, eid = trial_state(
+            self.worker.store, episode_id(self.worker.run_id, job.task_id, job.trial)
+        )
         if state in ("new", "resume"):
             return _HELD, None
         if again and state == "done":
@@ -208,49 +198,65 @@ def _job_working_dir() -> bool:
         return False
 
 
-def run_jobs_on_ray(
-    jobs: Sequence[Job],
-    *,
-    workers: int,
-    concurrency: int,
-    worker_args: tuple[Any, ...],
-    on_result: Callable[[Job, TrialResult | None], None],
-    stop: StopOnSigint | None = None,
-    address: str | None = None,
-    on_start: Callable[[Job], None] | None = None,
-) -> None:
-    """Run ``jobs`` as Ray tasks on ``workers`` Ray workers, ``concurrency`` trials each at once.
+@dataclass
+class RayExecutor:
+    """Jobs as Ray tasks on ``workers`` Ray actors, ``concurrency`` trials each at once.
 
     Ray is started here on this machine (and stopped after) when no ``address`` is given and
     this process is not connected to Ray yet; with an ``address`` (``ray.init(address=...)``:
     ``auto``, ``host:port`` or ``ray://host:port``) the run connects to that cluster and
     disconnects after, leaving it running. A process already connected to Ray uses that
     connection as it is. Each job runs in mode ``auto``, whatever mode it names (a job handed
-    out again must resume its episode, not start it anew).
-
-    Args:
-        jobs: the trials to run: (task id, trial, seed, mode).
-        workers: Ray workers (actors, each a process) to start; Ray spreads them over the
-            cluster's nodes.
-        concurrency: trials each worker runs at once (threads), >= 1.
-        worker_args: ``Worker(*worker_args)`` builds each worker's
-            :class:`~harness.runs.worker.Worker`; its lease is capped at
-            :data:`RAY_LEASE_SECONDS`.
-        on_result: called here with each finished job and its result as it finishes (None:
-            nothing was to be done, or another process ran the trial).
-        stop: once it is requested, no job is handed out any more; the trials running finish
-            (and are reported), then KeyboardInterrupt is raised.
-        address: the Ray cluster to connect to.
-        on_start: called here when a job is first handed out to a worker.
-
-    Raises:
-        ConfigurationError: Ray is not installed, ``workers`` or ``concurrency`` is below 1, a
-            worker could not build its run worker (a suite, agent or store it cannot reach), or
-            a SQLite store would be written from several machines.
-        WorkerLost: a trial's worker died more than :data:`LOST_WORKER_LIMIT` times (raised
-            after the other trials finished; ``harness resume`` finishes it).
-        KeyboardInterrupt: a stop was requested.
+    out again must resume its episode, not start it anew); the episode lease is capped at
+    :data:`RAY_LEASE_SECONDS`.
     """
+
+    spec: RunSpec
+    workers: int = 1
+    concurrency: int = 1
+    address: str | None = None
+
+    def run(
+        self,
+        jobs: Sequence[Job],
+        *,
+        on_result: OnResult,
+        on_start: OnStart | None = None,
+        stop: Stop | None = None,
+    ) -> None:
+        """Run ``jobs``; results reach ``on_result`` here as they finish.
+
+        Raises:
+            ConfigurationError: Ray is not installed, ``workers`` or ``concurrency`` is below
+                1, a worker could not build its run worker (a suite, agent or store it cannot
+                reach), or a SQLite store would be written from several machines.
+            WorkerLost: a trial's worker died more than :data:`LOST_WORKER_LIMIT` times
+                (raised after the other trials finished; ``harness resume`` finishes it).
+            KeyboardInterrupt: a stop was requested.
+        """
+        _run_on_ray(
+            jobs,
+            spec=self.spec.with_lease(RAY_LEASE_SECONDS),
+            workers=self.workers,
+            concurrency=self.concurrency,
+            address=self.address,
+            on_result=on_result,
+            on_start=on_start,
+            stop=stop,
+        )
+
+
+def _run_on_ray(
+    jobs: Sequence[Job],
+    *,
+    spec: RunSpec,
+    workers: int,
+    concurrency: int,
+    address: str | None,
+    on_result: OnResult,
+    on_start: OnStart | None,
+    stop: Stop | None,
+) -> None:
     if workers < 1 or concurrency < 1:
         raise ConfigurationError(
             f"the Ray executor needs workers >= 1 and concurrency >= 1 (got workers={workers}, "
@@ -284,7 +290,7 @@ def run_jobs_on_ray(
             max_task_retries=0,  # the driver hands a lost trial out again itself
             scheduling_strategy="SPREAD",
         )(RayWorker)
-        args = (os.getcwd(), _code_paths(), _lease_capped(worker_args))
+        args = (os.getcwd(), _code_paths(), spec)
         actors = [remote.remote(*args) for _ in range(min(workers, len(jobs)))]
         hosts = []
         for host, where, error in ray.get([a.ready.remote() for a in actors]):
@@ -294,7 +300,7 @@ def run_jobs_on_ray(
                     "node needs the run's suite, agent code and store at the same paths as here"
                 )
             hosts.append(host)
-        check_store_reach(str(worker_args[3]), hosts)
+        check_store_reach(spec.store_url, hosts)
         _drive(
             ray,
             actors,
@@ -303,7 +309,7 @@ def run_jobs_on_ray(
             on_result=on_result,
             on_start=on_start,
             stop=stop,
-            poll=min(5.0, _lease_capped(worker_args)[7] / 3),
+            poll=min(5.0, spec.lease_seconds / 3),
         )
     finally:
         for actor in actors:
@@ -321,9 +327,9 @@ def _drive(
     jobs: Sequence[Job],
     *,
     concurrency: int,
-    on_result: Callable[[Job, TrialResult | None], None],
-    on_start: Callable[[Job], None] | None,
-    stop: StopOnSigint | None,
+    on_result: OnResult,
+    on_start: OnStart | None,
+    stop: Stop | None,
     poll: float,
 ) -> None:
     """Hand jobs to the least busy live worker, at most ``concurrency`` at once on each; report
@@ -414,7 +420,7 @@ def _drive(
     if stopping:
         raise KeyboardInterrupt
     if lost:
-        names = ", ".join(f"{task} trial {trial}" for (task, trial, _s, _m), _ in sorted(lost))
+        names = ", ".join(f"{job.task_id} trial {job.trial}" for job, _ in sorted(lost))
         raise WorkerLost(
             f"{len(lost)} trial(s) given up, their Ray worker having died under them "
             f"{LOST_WORKER_LIMIT + 1} time(s): {names} (last: {lost[-1][1]}); the run's records "

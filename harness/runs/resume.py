@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._json import dumps
 from .._version import __version__
 from ..agents import Agent, is_agent_spec, recorded_spec, registry
-from ..errors import ConfigurationError, EndpointDown, HarnessError, SuiteError
+from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
-from ..store import EpisodeStatus, RunStatus, SigningKey, Store
-from ..store.signing import sign_run
+from ..store import SigningKey, Store
 from ..suite import Suite, is_builtin_suite, load_suite
-from .layout import EVIDENCE_FILE, OpenRun, episode_id, open_run, run_row, store_url, write_json
-from .pool import EXECUTORS, Executor, WorkerLost, run_jobs
-from .start import REDACTED, RunResult, trial_seed
-from .worker import Job, TrialResult, Worker, trial_state
+from .executors import EXECUTORS, executor_for
+from .layout import OpenRun, episode_id, open_run, store_url
+from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
+from .spec import Job, RunSpec
+from .start import REDACTED, ExecutorName, trial_seed
+from .worker import TrialResult, Worker, trial_state
 
 __all__ = ["ResumeResult", "agent_spec", "resume_run", "run_agent", "run_policy", "run_suite"]
 
@@ -191,6 +191,8 @@ class ResumeResult:
         kept: episodes that had finished before (left as they were).
         resumed: interrupted episodes resumed and finished now.
         started: missing trials run now.
+        retried: trials whose last attempt had ended in an infrastructure error, run again
+            now in a new episode (the failed attempt stays in the record).
         pending: episodes waiting for a person (``harness escalations RUN``).
         skipped: episodes another process held (or finished meanwhile).
         notes: anything the user should know (a policy that could not be rebuilt...).
@@ -200,9 +202,15 @@ class ResumeResult:
     kept: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     started: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every trial of the run now has its result (none waiting, none stopped)."""
+        return self.run.complete
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -212,7 +220,10 @@ class ResumeResult:
             "kept": self.kept,
             "resumed": self.resumed,
             "started": self.started,
+            "retried": self.retried,
             "pending": self.pending,
+            "missing": self.run.missing,
+            "complete": self.complete,
             "skipped": self.skipped,
             "notes": self.notes,
             "summary": self.run.summary() if self.run.results else None,
@@ -255,8 +266,9 @@ def resume_run(
     trust_agent: bool = False,
     signing_key: SigningKey | None = None,
     concurrency: int = 1,
-    executor: Executor = "processes",
+    executor: ExecutorName = "processes",
     address: str | None = None,
+    max_agent_errors: float | None = None,
 ) -> ResumeResult:
     """Finish the run in ``folder``: keep finished trials, resume interrupted ones, run the rest.
 
@@ -284,9 +296,15 @@ def resume_run(
         executor: ``processes`` or ``ray`` (Ray tasks; ``address`` names the cluster, None
             starts a local one), as for :func:`~harness.runs.start.run_trials`.
         address: with ``executor="ray"``, the cluster to join.
+        max_agent_errors: stop once the agent raised past this limit, as for
+            :func:`~harness.runs.start.run_trials` (default: the run's).
 
-    A model server that is down, or a worker process that dies, stops the resume as it stops
-    a run: the run stays interrupted and ``run.stopped`` says why.
+    A trial whose last attempt ended in an infrastructure error (a model server that failed
+    past its retries) runs again in a new episode; the failed attempt stays in the record and
+    in the usage totals. A model server that is down, a worker process that dies, a store
+    that refuses a write or Ctrl-C stops the resume as it stops a run: the run stays
+    interrupted and ``run.stopped`` says why. ``ResumeResult.complete`` says whether every
+    trial has its result now.
 
     Raises:
         RunNotFound: the folder is not a run folder.
@@ -324,19 +342,23 @@ def resume_run(
         tasks = list(config.get("tasks") or [t.id for t in loaded.tasks])
         trials = int(config.get("trials") or 1)
         seed = int(config.get("seed") or 0)
+        if max_agent_errors is None:
+            max_agent_errors = run.evidence.get("max_agent_errors")
+        limit = AgentErrorLimit.of(max_agent_errors)
         out = ResumeResult(RunResult(run_id, run.folder, loaded.name, trials, []), notes=notes)
         jobs: list[Job] = []
         states: dict[str, str] = {}
         for i in range(trials):
             for task_id in tasks:
                 eid = episode_id(run_id, task_id, i)
-                state = states[eid] = trial_state(store, eid)
+                state, attempt = trial_state(store, eid)
+                states[eid] = state
                 if state == "done":
-                    out.kept.append(eid)
+                    out.kept.append(attempt)
                 elif state == "pending":
-                    out.pending.append(eid)
+                    out.pending.append(attempt)
                 else:
-                    jobs.append((task_id, i, trial_seed(seed, task_id, i), "auto"))
+                    jobs.append(Job(task_id, i, trial_seed(seed, task_id, i), "auto"))
         evidence = dict(run.evidence)
         evidence.setdefault("resumes", []).append(
             {
@@ -347,71 +369,48 @@ def resume_run(
                 "trials": len(jobs),
             }
         )
-
-        def record_run(status: str) -> None:
-            row = run.run
-            store.add(
-                run_row(
-                    row.id,
-                    suite=row.suite,
-                    status=status,
-                    config=row.config,
-                    evidence=dumps(evidence),
-                    created_at=row.created_at,
-                )
-            )
-
-        record_run(RunStatus.RUNNING)
-        url = store_url(run.folder)
+        row = run.run
+        record = RunRecord(store, row.id, row.suite, config, evidence, created_at=row.created_at)
         # A run with its tools called bare resumes bare (runs before the option: transactions).
         transactions = bool(run.config.get("transactions", True))
-        pem = None if signing_key is None else signing_key.pem()
+        run_spec = RunSpec(
+            suite=str(loaded.path),
+            agent=spec if isinstance(spec, str) else None,
+            agent_options=agent_options(run, secrets),
+            store_url=store_url(run.folder),
+            run_id=run_id,
+            policy=policy,
+            lease_seconds=lease_seconds,
+            signing_key=None if signing_key is None else signing_key.pem(),
+            transactions=transactions,
+        )
 
         def finished(job: Job, result: TrialResult | None) -> None:
-            eid = episode_id(run_id, job[0], job[1])
+            eid = episode_id(run_id, job.task_id, job.trial)
             if result is None:
                 out.skipped.append(eid)
                 return
-            (out.resumed if states[eid] == "resume" else out.started).append(eid)
-            if progress:
-                progress(result)
+            where = {"resume": out.resumed, "retry": out.retried}.get(states[eid], out.started)
+            where.append(result.episode_id)
 
-        stopped: str | None = None
-        # What every worker of the run shares, after its suite and agent.
-        shared = (url, run_id, policy, None, lease_seconds, pem, transactions)
-        try:
-            run_jobs(
-                jobs,
-                workers=workers,
-                worker_args=(str(loaded.path), spec, agent_options(run, secrets), *shared),
-                on_result=finished,
-                in_process=Worker(loaded, agent_obj, {}, *shared)
-                if executor == "processes" and (workers == 1 or not isinstance(spec, str))
-                else None,
-                concurrency=concurrency,
-                executor=executor,
-                address=address,
-            )
-        except (EndpointDown, WorkerLost) as exc:
-            stopped = str(exc)
-        rows = store.trial_rows(run_id)
-        complete = (
-            stopped is None
-            and len(rows) == trials * len(tasks)
-            and not any(r.outcome == EpisodeStatus.ESCALATED for r in rows)
+        where = executor_for(
+            executor,
+            run_spec,
+            workers=workers,
+            concurrency=concurrency,
+            address=address,
+            in_process=lambda: Worker(run_spec, suite=loaded, agent=agent_obj),
         )
-        record_run(RunStatus.FINISHED if complete else RunStatus.INTERRUPTED)
-        if signing_key is not None:
-            sign_run(store, run_id, signing_key)
-        out.run = RunResult(
-            run_id,
-            run.folder,
-            loaded.name,
-            trials,
-            [TrialResult.from_row(r) for r in rows],
-            interrupted=stopped is not None,
-            stopped=stopped,
+        out.run = carry_out(
+            record,
+            jobs,
+            where,
+            folder=run.folder,
+            trials=trials,
+            expected=trials * len(tasks),
+            progress=progress,
+            on_result=finished,
+            signing_key=signing_key,
+            max_agent_errors=limit,
         )
-        out.run.write_summary()
-        write_json(run.folder, EVIDENCE_FILE, evidence)
         return out

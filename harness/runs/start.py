@@ -16,27 +16,24 @@ import platform
 import re
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from .._json import dumps
 from .._version import __version__
 from ..agents import Agent, recorded_spec, registry
-from ..errors import ConfigurationError, EndpointDown
+from ..errors import ConfigurationError
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
-from ..stats import Estimate, pass_at_k, suite_pass_hat_k
-from ..store import RunStatus, SigningKey, Store
-from ..store.signing import sign_run
+from ..store import SigningKey, Store
 from ..suite import Suite, load_suite
+from .executors import EXECUTORS, executor_for
 from .judge import plain
-from .layout import EVIDENCE_FILE, SUMMARY_FILE, new_run_id, run_row, store_url, write_json
-from .pool import EXECUTORS, Executor, StopOnSigint, WorkerLost, run_jobs
-from .worker import Job, TrialResult, Worker
+from .layout import EVIDENCE_FILE, new_run_id, store_url, write_json
+from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
+from .spec import Job, RunSpec
+from .worker import TrialResult, Worker
 
 __all__ = [
     "REDACTED",
@@ -47,6 +44,8 @@ __all__ = [
     "run_trials",
     "trial_seed",
 ]
+
+ExecutorName = Literal["processes", "ray"]
 
 
 REDACTED = "<redacted>"
@@ -141,79 +140,6 @@ def evidence_record(
     }
 
 
-@dataclass
-class RunResult:
-    """The trials of one run and the statistics over them."""
-
-    run_id: str
-    folder: Path
-    suite: str
-    trials_per_task: int
-    results: list[TrialResult]
-    interrupted: bool = False
-    stopped: str | None = None
-
-    def usage(self) -> dict[str, float]:
-        """What the trials cost, summed: model calls, seconds waited on the model and tokens,
-        as far as the agent reported them (:func:`~harness.runs.worker.trial_usage`)."""
-        total: Counter[str] = Counter()
-        for r in self.results:
-            total.update(r.usage)
-        return dict(total)
-
-    def counts(self) -> tuple[list[str], list[int], list[int]]:
-        """Task ids, successes per task, trials per task (infrastructure errors count as fails)."""
-        by_task: dict[str, list[bool]] = {}
-        for r in self.results:
-            by_task.setdefault(r.task_id, []).append(r.passed)
-        ids = sorted(by_task)
-        return ids, [sum(by_task[i]) for i in ids], [len(by_task[i]) for i in ids]
-
-    def pass_hat(self, k: int, confidence: float = 0.95) -> Estimate:
-        """Suite pass^k with its interval."""
-        _, c, n = self.counts()
-        return suite_pass_hat_k(c, n, k, confidence=confidence)
-
-    def pass_at(self, k: int) -> float:
-        """Suite pass@k (mean over tasks)."""
-        _, c, n = self.counts()
-        return float(sum(pass_at_k(ni, ci, k) for ci, ni in zip(c, n, strict=True)) / len(c))
-
-    def failures_by_class(self) -> dict[str, int]:
-        """Failed tool calls by class, over all trials."""
-        total: Counter[str] = Counter()
-        for r in self.results:
-            total.update(r.failures)
-        return dict(total)
-
-    def outcomes(self) -> dict[str, int]:
-        """Episodes by outcome."""
-        return dict(Counter(r.outcome for r in self.results))
-
-    def write_summary(self) -> None:
-        """Write ``summary.json`` in the run folder (when trials finished)."""
-        if self.results:
-            write_json(self.folder, SUMMARY_FILE, self.summary())
-
-    def summary(self) -> dict[str, Any]:
-        """A JSON-ready summary."""
-        n = min(self.counts()[2], default=0)
-        return {
-            "run_id": self.run_id,
-            "folder": str(self.folder),
-            "suite": self.suite,
-            "tasks": len(self.counts()[0]),
-            "trials": len(self.results),
-            "interrupted": self.interrupted,
-            "stopped": self.stopped,
-            "usage": self.usage(),
-            "pass_hat_k": {k: self.pass_hat(k).to_dict() for k in range(1, n + 1)},
-            "pass_at_k": {k: self.pass_at(k) for k in range(1, n + 1)},
-            "failures_by_class": self.failures_by_class(),
-            "outcomes": self.outcomes(),
-        }
-
-
 def run_trials(
     suite: Suite | str | Path,
     *,
@@ -231,9 +157,10 @@ def run_trials(
     signing_key: SigningKey | None = None,
     transactions: bool = True,
     concurrency: int = 1,
-    executor: Executor = "processes",
+    executor: ExecutorName = "processes",
     address: str | None = None,
     on_start: Callable[[str, int], None] | None = None,
+    max_agent_errors: float | None = None,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -272,10 +199,17 @@ def run_trials(
             ``auto``); None starts a local one.
         on_start: called with (task id, trial index) as each trial is handed to a worker (in
             the parent process).
+        max_agent_errors: stop the run once the agent raised in more than this many trials
+            (an int), or in more than this fraction of the trials finished (a float below 1,
+            judged after ten): a clearly broken agent does not burn the whole run. Default: no
+            limit; each trial whose agent raises fails as an agent error and the run goes on.
 
-    A model server that is down (:class:`~harness.errors.EndpointDown`, its circuit open)
-    stops the run: the trials in flight end, no new one starts, the run is recorded as
-    interrupted and ``RunResult.stopped`` says why; ``harness resume`` runs the rest.
+    A trial whose agent raises (any exception, ``SystemExit`` included) fails as the agent's
+    error, its traceback in the trial's record. A model server that is down
+    (:class:`~harness.errors.EndpointDown`, its circuit open), a worker process that died, a
+    store that refuses a write or the agent-error limit stops the run: the trials in flight
+    end, no new one starts, the run is recorded as interrupted and ``RunResult.stopped`` says
+    why; ``harness resume`` runs the rest. Ctrl-C stops the same way (a second one at once).
     """
     if trials < 1 or workers < 1 or concurrency < 1:
         raise ConfigurationError("run_trials: trials, workers and concurrency must be >= 1")
@@ -285,6 +219,7 @@ def run_trials(
         )
     if address is not None and executor != "ray":
         raise ConfigurationError("run_trials: address= names a Ray cluster: add executor='ray'")
+    limit = AgentErrorLimit.of(max_agent_errors)
     loaded = suite if isinstance(suite, Suite) else load_suite(suite)
     agent_options = dict(agent_options or {})
     policy = policy or Policy()
@@ -317,98 +252,65 @@ def run_trials(
     folder.mkdir(parents=True, exist_ok=True)
     url = store_url(folder)
     store = Store(url, create=True)
-    evidence = evidence_record(
-        loaded, agent_obj.config(), policy, trials, seed, transactions=transactions
-    )
-    if plan is not None:
-        evidence["faults"] = plan.describe()
-    write_json(folder, EVIDENCE_FILE, evidence)
-    config = {
-        "suite_path": str(loaded.path),
-        # How the agent was named (rebuilt from it on resume), or an object's name.
-        "agent": agent if isinstance(agent, str) else agent_obj.name,
-        "agent_name": agent_obj.name,
-        "agent_object": not isinstance(agent, str),
-        "agent_options": redact(agent_options),
-        "trials": trials,
-        "workers": workers,
-        "concurrency": concurrency,
-        "executor": executor,
-        "seed": seed,
-        "tasks": [t.id for t in selected],
-        "transactions": transactions,
-    }
-
-    def record_run(status: str) -> None:
-        store.add(
-            run_row(
-                run_id,
-                suite=loaded.name,
-                status=status,
-                config=dumps(config),
-                evidence=dumps(evidence),
-            )
-        )
-
-    record_run(RunStatus.RUNNING)
-    jobs: list[Job] = [
-        (t.id, i, trial_seed(seed, t.id, i), "new") for i in range(trials) for t in selected
-    ]
-    results: list[TrialResult] = []
-    interrupted = False
-    stopped: str | None = None
-    injection = None if plan is None else plan.for_run(run_id)
-    pem = None if signing_key is None else signing_key.pem()
-    worker_args = (
-        str(loaded.path),
-        agent,
-        agent_options,
-        url,
-        run_id,
-        policy,
-        injection,
-        600.0,
-        pem,
-        transactions,
-    )
-
-    def finished(_job: Job, r: TrialResult | None) -> None:
-        if r is None:  # another process holds its lease (a concurrent resume)
-            return
-        results.append(r)
-        if progress:
-            progress(r)
-
-    stop = StopOnSigint()
     try:
-        run_jobs(
-            jobs,
-            workers=workers,
-            worker_args=worker_args,
-            on_result=finished,
-            stop=stop,
-            # One worker, or an agent object: trials run here, on the suite already loaded
-            # (its reference outcomes computed once).
-            in_process=Worker(
-                loaded, agent_obj, {}, url, run_id, policy, injection, 600.0, pem, transactions
-            )
-            if executor == "processes" and (workers == 1 or not isinstance(agent, str))
-            else None,
-            concurrency=concurrency,
-            executor=executor,
-            address=address,
-            on_start=None if on_start is None else lambda job: on_start(job[0], job[1]),
+        evidence = evidence_record(
+            loaded, agent_obj.config(), policy, trials, seed, transactions=transactions
         )
-    except KeyboardInterrupt:
-        interrupted = True
-    except (EndpointDown, WorkerLost) as exc:
-        interrupted, stopped = True, str(exc)
+        if plan is not None:
+            evidence["faults"] = plan.describe()
+        if limit is not None:
+            evidence["max_agent_errors"] = limit.limit
+        write_json(folder, EVIDENCE_FILE, evidence)
+        config = {
+            "suite_path": str(loaded.path),
+            # How the agent was named (rebuilt from it on resume), or an object's name.
+            "agent": agent if isinstance(agent, str) else agent_obj.name,
+            "agent_name": agent_obj.name,
+            "agent_object": not isinstance(agent, str),
+            "agent_options": redact(agent_options),
+            "trials": trials,
+            "workers": workers,
+            "concurrency": concurrency,
+            "executor": executor,
+            "seed": seed,
+            "tasks": [t.id for t in selected],
+            "transactions": transactions,
+        }
+        spec = RunSpec(
+            suite=str(loaded.path),
+            agent=agent if isinstance(agent, str) else None,
+            agent_options=agent_options,
+            store_url=url,
+            run_id=run_id,
+            policy=policy,
+            faults=None if plan is None else plan.for_run(run_id),
+            signing_key=None if signing_key is None else signing_key.pem(),
+            transactions=transactions,
+        )
+        jobs = [
+            Job(t.id, i, trial_seed(seed, t.id, i), "new") for i in range(trials) for t in selected
+        ]
+        # One worker, or an agent object: trials run here, on the suite already loaded (its
+        # reference outcomes computed once) and the agent already built.
+        where = executor_for(
+            executor,
+            spec,
+            workers=workers,
+            concurrency=concurrency,
+            address=address,
+            in_process=lambda: Worker(spec, suite=loaded, agent=agent_obj),
+        )
+        return carry_out(
+            RunRecord(store, run_id, loaded.name, config, evidence),
+            jobs,
+            where,
+            folder=folder,
+            trials=trials,
+            expected=len(jobs),
+            progress=progress,
+            on_start=None if on_start is None else lambda job: on_start(job.task_id, job.trial),
+            signing_key=signing_key,
+            max_agent_errors=limit,
+        )
     finally:
-        stop.restore()
-    record_run(RunStatus.INTERRUPTED if interrupted else RunStatus.FINISHED)
-    if signing_key is not None:
-        sign_run(store, run_id, signing_key)
-    result = RunResult(run_id, folder, loaded.name, trials, results, interrupted, stopped)
-    result.write_summary()
-    store.close()
-    return result
+        store.close()

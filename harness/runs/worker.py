@@ -1,8 +1,10 @@
-"""One process's share of a run: a worker runs trials, each under its episode's lease.
+"""One process's share of a run: a worker runs trials, each under its trial's lease.
 
 The worker builds the trial's environment, runs the agent inside an :class:`~harness.Episode`
 (resuming it from its records when it was interrupted), judges the state it left, and writes
-the trial's row. Worker processes of a pool build one worker each (:func:`start_worker`).
+the trial's row. A trial whose last attempt ended in an infrastructure error (a model server
+that failed past its retries) runs again in a new episode, ``<trial id>~<attempt>``; the
+failed attempt stays in the record.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import socket
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,29 +24,26 @@ from ..action import Action
 from ..agents import Agent, registry
 from ..episode import Episode
 from ..errors import EndpointDown, Escalated, HarnessError, ModelServerError
-from ..faults import RunFaults, WorkerCrash
-from ..policy import Policy
+from ..faults import WorkerCrash
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
 from ..store.signing import sign_episode
 from ..suite import Suite, Task, load_suite
 from .judge import Reference, judge, premature_end, reference_outcome
-from .layout import episode_id
+from .layout import attempt_id, episode_id
 from .rebuild import apply_changes, recorded_changes
+from .spec import Job, RunSpec
 from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
 
 __all__ = [
+    "AGENT_ERROR",
     "Job",
     "TrialResult",
     "Worker",
     "WorkerLost",
-    "run_job",
-    "start_worker",
+    "retryable",
     "trial_state",
     "trial_usage",
 ]
-
-# One trial to run: task id, trial index, seed, and mode (``new`` or ``auto``).
-Job = tuple[str, int, int, str]
 
 
 class WorkerLost(HarnessError):
@@ -52,9 +52,14 @@ class WorkerLost(HarnessError):
     the trials it had in flight."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrialResult:
-    """One trial's outcome, as the run summarises it."""
+    """One trial's outcome, as the run summarises it.
+
+    Attributes:
+        agent_error: the exception the agent raised (``Type: message``), when it raised; the
+            trial failed as the agent's error (its traceback is in the trial's agent meta).
+    """
 
     task_id: str
     trial: int
@@ -68,23 +73,27 @@ class TrialResult:
     steps: list[bool] = field(default_factory=list)
     duration: float = 0.0
     usage: dict[str, float] = field(default_factory=dict)
+    agent_error: str | None = None
 
     @classmethod
     def from_row(cls, row: TrialRow) -> TrialResult:
         """The result a trial row records."""
+        meta = loads(row.agent_meta or "{}")
+        error = meta.get("agent_error") if isinstance(meta, dict) else None
         return cls(
-            row.task_id,
-            row.trial,
-            row.seed,
-            row.episode_id,
-            row.passed,
-            row.partial,
-            row.outcome,
-            row.infra_error,
-            loads(row.failures or "{}"),
-            loads(row.steps or "[]"),
-            row.duration,
-            trial_usage(loads(row.agent_meta or "{}")),
+            task_id=row.task_id,
+            trial=row.trial,
+            seed=row.seed,
+            episode_id=row.episode_id,
+            passed=row.passed,
+            partial=row.partial,
+            outcome=row.outcome,
+            infra_error=row.infra_error,
+            failures=loads(row.failures or "{}"),
+            steps=loads(row.steps or "[]"),
+            duration=row.duration,
+            usage=trial_usage(meta if isinstance(meta, dict) else {}),
+            agent_error=error if isinstance(error, str) else None,
         )
 
 
@@ -118,70 +127,81 @@ def trial_usage(meta: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def trial_state(store: Store, episode: str) -> str:
-    """What a trial of a run needs: ``new`` (never started), ``resume`` (interrupted, or
-    escalated with every escalation resolved), ``pending`` (waiting for a person) or ``done``."""
-    with store.session() as s:
-        finished = s.get(TrialRow, episode)
-    if store.episode(episode) is None:
-        return "new"
-    if finished is not None and finished.outcome != EpisodeStatus.ESCALATED:
-        return "done"
-    if store.escalation_rows(EscalationStatus.PENDING, episode_id=episode):
-        return "pending"
-    return "resume"
+def retryable(row: TrialRow) -> bool:
+    """Whether a finished trial runs again on resume: its attempt ended in an infrastructure
+    error (a model server that failed past its retries, or refused the request), not in an
+    interruption a fault plan announced."""
+    if not row.infra_error:
+        return False
+    meta = loads(row.agent_meta or "{}")
+    return not (isinstance(meta, dict) and meta.get("interruption") == "planned")
+
+
+MAX_ATTEMPTS = 100
+"""The most attempts of one trial a run keeps (each resume makes at most one more)."""
+
+
+def trial_state(store: Store, trial_id: str) -> tuple[str, str]:
+    """What a trial of a run needs, and the episode of its attempt to run or leave.
+
+    ``new`` (never started), ``resume`` (interrupted, or escalated with every escalation
+    resolved), ``retry`` (its last attempt ended in an infrastructure error: a new attempt's
+    episode is given), ``pending`` (waiting for a person) or ``done``.
+    """
+    for attempt in range(MAX_ATTEMPTS):
+        eid = attempt_id(trial_id, attempt)
+        if store.episode(eid) is None:
+            return ("new", eid) if attempt == 0 else ("retry", eid)
+        with store.session() as s:
+            finished = s.get(TrialRow, eid)
+        if finished is None or finished.outcome == EpisodeStatus.ESCALATED:
+            if store.escalation_rows(EscalationStatus.PENDING, episode_id=eid):
+                return "pending", eid
+            return "resume", eid
+        if not retryable(finished):
+            return "done", eid
+    return "done", attempt_id(trial_id, MAX_ATTEMPTS - 1)
 
 
 class Worker:
     """Everything one process needs to run trials of one run.
 
     Args:
-        suite: the suite, or its path (loaded here: workers may be other processes; a suite
-            already loaded in this process keeps the reference outcomes it computed).
-        agent: an agent, or how to build one with ``agent_options``: a built-in agent's name,
-            ``module:Class`` or ``path/to/file.py:Class``.
-        store_url: the run's store.
-        run_id: the run.
-        policy: the policy of every episode.
-        faults: the run's fault injection, if any.
-        lease_seconds: how long an episode's lease lasts without renewal.
-        signing_key: the run's signing key as PEM: each episode's head is signed as it ends.
-        transactions: False calls the agent's tools bare (each tool's own function, no
-            transaction: :class:`~harness.runs.toolbox.BareToolbox`); trials are recorded and
-            judged alike.
+        spec: the run (:class:`~harness.runs.spec.RunSpec`): how to build the suite, the agent
+            and the store, the policy, the lease, the signing key.
+        suite: the suite already loaded in this process (it keeps the reference outcomes it
+            computed); default: loaded from ``spec.suite``.
+        agent: the agent object to use (default: built from ``spec.agent`` and its options).
     """
 
     def __init__(
-        self,
-        suite: str | Suite,
-        agent: str | Agent,
-        agent_options: dict[str, Any],
-        store_url: str,
-        run_id: str,
-        policy: Policy,
-        faults: RunFaults | None = None,
-        lease_seconds: float = 600.0,
-        signing_key: bytes | None = None,
-        transactions: bool = True,
+        self, spec: RunSpec, *, suite: Suite | None = None, agent: Agent | None = None
     ) -> None:
+        self.spec = spec
         self.suite = (
-            suite
-            if isinstance(suite, Suite)
-            else load_suite(suite, check_references=False)  # (checked by the run)
-        )
+            suite if suite is not None else load_suite(spec.suite, check_references=False)
+        )  # (references checked by the run)
+        if agent is None:
+            if spec.agent is None:
+                raise HarnessError(
+                    f"run {spec.run_id}: its agent is an object of the process that started the "
+                    "run, and another process cannot build it: run it in one process"
+                )
+            agent = registry.create(spec.agent, **spec.agent_options)
+        self.agent = agent
         # (PEM: a key object cannot be sent to a worker process.)
-        self.signing_key = None if signing_key is None else SigningKey.from_pem(signing_key)
-        self.agent = registry.create(agent, **agent_options) if isinstance(agent, str) else agent
-        self.store = Store(store_url)
-        self.run_id = run_id
-        self.policy = policy
-        self.faults = faults
+        key = spec.signing_key
+        self.signing_key = None if key is None else SigningKey.from_pem(key)
+        self.store = Store(spec.store_url)
+        self.run_id = spec.run_id
+        self.policy = spec.policy
+        self.faults = spec.faults
         self.references: dict[str, Reference] = {}
         self._references_lock = threading.Lock()
         # Leases name their holder: host, process and this worker.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.lease_seconds = lease_seconds
-        self.transactions = transactions
+        self.lease_seconds = spec.lease_seconds
+        self.transactions = spec.transactions
 
     def reference(self, task: Task) -> Reference:
         """The task's reference outcome (computed once per worker, whichever of its threads
@@ -191,24 +211,12 @@ class Worker:
                 self.references[task.id] = reference_outcome(self.suite, task)
             return self.references[task.id]
 
-    def _record_verdict(self, episode_id: str, payload: dict[str, Any]) -> None:
-        writer = self.store.writer(episode_id)
-        try:
-            with writer.batch():
-                writer.load_head()
-                writer.append("verdict", None, payload)
-                writer.update_head()
-        finally:
-            writer.close()
-        if self.signing_key is not None:
-            sign_episode(self.store, episode_id, self.signing_key)
+    def trial(self, job: Job) -> TrialResult | None:
+        """Run one trial while holding its lease.
 
-    def trial(self, task_id: str, trial: int, seed: int, mode: str = "new") -> TrialResult | None:
-        """Run one trial while holding its episode's lease.
-
-        Args:
-            mode: ``new`` (a fresh episode), or ``auto``: decided under the lease from the
-                store (:func:`trial_state`): run it, resume it, or leave it.
+        ``job.mode`` ``new`` starts a fresh episode; ``auto`` decides under the lease from the
+        store (:func:`trial_state`): start it, resume its interrupted episode, run it again
+        in a new episode (its last attempt ended in an infrastructure error), or leave it.
 
         Returns:
             The result, or None when another process holds the lease or nothing is to be done.
@@ -216,24 +224,29 @@ class Worker:
         Raises:
             EndpointDown: the model server is down (its circuit is open): the trial stopped,
                 with no verdict and no trial row, so that resuming the run runs it again.
+            KeyboardInterrupt: the agent was interrupted (the run stops).
         """
-        eid = episode_id(self.run_id, task_id, trial)
-        with self.store.lease(eid, owner=self.owner, seconds=self.lease_seconds) as held:
+        trial_id = episode_id(self.run_id, job.task_id, job.trial)
+        with self.store.lease(trial_id, owner=self.owner, seconds=self.lease_seconds) as held:
             if not held:
                 return None
-            state = "new" if mode == "new" else trial_state(self.store, eid)
+            if job.mode == "new":
+                state, eid = "new", trial_id
+            else:
+                state, eid = trial_state(self.store, trial_id)
             if state in ("done", "pending"):
                 return None
-            return self._trial(task_id, trial, seed, resume=state == "resume")
+            return self._trial(job, eid, resume=state == "resume")
 
-    def _trial(self, task_id: str, trial: int, seed: int, *, resume: bool) -> TrialResult:
+    def _trial(self, job: Job, eid: str, *, resume: bool) -> TrialResult:
+        task_id, trial, seed = job.task_id, job.trial, job.seed
         task = self.suite.task(task_id)
         reference = self.reference(task)
         started = time.perf_counter()
-        eid = episode_id(self.run_id, task_id, trial)
         env = self.suite.new_environment()
         injector = None if self.faults is None else self.faults.injector(env, task_id, trial, eid)
         message, infra, meta = "", False, {}
+        agent_error: str | None = None
         down: EndpointDown | None = None
         try:
             mark = env.state.mark()
@@ -277,7 +290,7 @@ class Worker:
                     # refuses (wrong model, bad key) is a configuration the run must not count
                     # as the agent's success or failure either.
                     infra = isinstance(exc, ModelServerError)
-                    meta = {"error": f"{type(exc).__name__}: {exc}"}
+                    meta = {**_partial_meta(exc), "error": f"{type(exc).__name__}: {exc}"}
                 except WorkerCrash as crash:
                     # An injected worker death: resume the episode from its records, as a
                     # restarted worker would, and let the agent start its turn over.
@@ -287,6 +300,18 @@ class Worker:
                     else:
                         ep = toolbox.episode = episode(resume=True)
                         continue
+                except (KeyboardInterrupt, GeneratorExit):
+                    raise  # (a stop of the run, not the agent's failure)
+                except BaseException as exc:
+                    # The agent's own bug (SystemExit included): this trial fails as the
+                    # agent's error, with its traceback on record; the run goes on.
+                    agent_error = f"{type(exc).__name__}: {exc}"
+                    meta = {
+                        **_partial_meta(exc),
+                        "error": agent_error,
+                        "agent_error": agent_error,
+                        "traceback": _traceback(exc),
+                    }
                 break
             if down is not None:
                 raise down  # (the run stops; the trial is left for resume)
@@ -304,10 +329,17 @@ class Worker:
                 else bare_writes(bare_calls(self.store.log(eid)), env.tools),
             )
             failures = Counter(c.kind for c in toolbox.calls if c.kind)
+            if agent_error is not None:
+                failures[AGENT_ERROR] += 1
             cut = premature_end(meta)
             if cut is not None:  # a conversation cut short earns nothing, as in tau2
                 failures[f"ended: {cut}"] += 1
-            passed = verdict.passed and outcome == EpisodeStatus.COMMITTED and cut is None
+            passed = (
+                verdict.passed
+                and outcome == EpisodeStatus.COMMITTED
+                and cut is None
+                and agent_error is None
+            )
             if injector is not None and injector.finish(self.store).planned and not passed:
                 # Announced in advance: the trial was interrupted, not failed by the agent.
                 infra, meta = True, {**meta, "interruption": "planned"}
@@ -316,22 +348,26 @@ class Worker:
                 injector.uninstall()
             env.close()
         result = TrialResult(
-            task_id,
-            trial,
-            seed,
-            eid,
-            passed,
-            verdict.partial,
-            outcome,
-            infra,
-            dict(failures),
-            steps,
-            time.perf_counter() - started,
-            trial_usage(meta),
+            task_id=task_id,
+            trial=trial,
+            seed=seed,
+            episode_id=eid,
+            passed=passed,
+            partial=verdict.partial,
+            outcome=outcome,
+            infra_error=infra,
+            failures=dict(failures),
+            steps=steps,
+            duration=time.perf_counter() - started,
+            usage=trial_usage(meta),
+            agent_error=agent_error,
         )
-        # The verdict joins the episode's hash chain, after its end: the trial row is checked
-        # against it, and the head is signed again now that the record is final.
-        self._record_verdict(
+        # The verdict joins the episode's hash chain, after its end, in the same database
+        # transaction as the trial row (a kill between them would leave a verdict whose row
+        # is missing): the row is checked against it, and the head is signed again now that
+        # the record is final.
+        _record_verdict(
+            self.store,
             eid,
             {
                 "task_id": task_id,
@@ -342,8 +378,6 @@ class Worker:
                 "infra_error": infra,
                 "verdict": verdict.to_dict(),
             },
-        )
-        self.store.add(
             TrialRow(
                 id=eid,
                 run_id=self.run_id,
@@ -363,22 +397,39 @@ class Worker:
                 agent_meta=dumps(meta),
                 duration=result.duration,
                 created_at=time.time(),
-            )
+            ),
         )
+        if self.signing_key is not None:
+            sign_episode(self.store, eid, self.signing_key)
         return result
 
 
-# The worker of a pool's process (built by its initializer).
-_WORKER: Worker | None = None
+AGENT_ERROR = "agent error"
+"""The failure class of a trial whose agent raised (its ``failures`` count it once)."""
+
+_TRACEBACK_CHARS = 20_000
 
 
-def start_worker(*args: Any) -> None:
-    """A pool process's initializer: build its :class:`Worker`."""
-    global _WORKER
-    _WORKER = Worker(*args)
+def _traceback(exc: BaseException) -> str:
+    """The exception's traceback as text, its end kept when it is long."""
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= _TRACEBACK_CHARS else "…" + text[-_TRACEBACK_CHARS:]
 
 
-def run_job(job: Job) -> TrialResult | None:
-    """Run one job on this process's worker."""
-    assert _WORKER is not None, "start_worker runs first (the pool's initializer)"
-    return _WORKER.trial(*job)
+def _partial_meta(exc: BaseException) -> dict[str, Any]:
+    """What an agent that raised says the trial cost so far (``agent_meta`` on its error:
+    the model calls made, the failed attempts among them, the tokens)."""
+    meta = getattr(exc, "agent_meta", None)
+    return dict(meta) if isinstance(meta, dict) else {}
+
+
+def _record_verdict(store: Store, eid: str, payload: dict[str, Any], row: TrialRow) -> None:
+    writer = store.writer(eid)
+    try:
+        with writer.batch():
+            writer.load_head()
+            writer.append("verdict", None, payload)
+            writer.update_head()
+    finally:
+        writer.close()
+    store.add(row)

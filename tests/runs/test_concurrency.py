@@ -19,8 +19,8 @@ from harness.agents.endpoint import forget_endpoints
 from harness.agents.openai import OpenAIAgent
 from harness.cli import main
 from harness.report.model import load_report
-from harness.runs import resume_run
-from harness.runs.start import RunResult, run_trials
+from harness.runs import RunResult, resume_run
+from harness.runs.start import run_trials
 from harness.suite import Suite, load_suite
 from harness.testing.model_server import Failure, FakeChatServer, ReplayPolicy
 
@@ -318,7 +318,15 @@ def test_the_progress_column_shows_what_is_in_flight() -> None:
     assert flight.text() == "in flight 0"
     for i in range(3):
         flight.started("t", i)
-    result = TrialResult("t", 0, 0, "e", True, None, "committed")
+    result = TrialResult(
+        task_id="t",
+        trial=0,
+        seed=0,
+        episode_id="e",
+        passed=True,
+        partial=None,
+        outcome="committed",
+    )
     result.usage = {"model_calls": 4, "model_retries": 2}
     flight.finished(result)
     assert flight.text().startswith("in flight 2, model ") and flight.text().endswith(" 2 errors")
@@ -381,8 +389,10 @@ def test_a_stop_ends_the_trials_in_flight_and_starts_no_more(
     reported, no new one starts, and KeyboardInterrupt is raised; every reported trial has its
     row and nothing else ran."""
     from harness.policy import Policy
+    from harness.runs.executors import InProcess, Processes
     from harness.runs.layout import run_row, store_url
-    from harness.runs.pool import run_jobs
+    from harness.runs.spec import Job, RunSpec
+    from harness.runs.worker import Worker
     from harness.store import Store
 
     folder = tmp_path / "run"
@@ -391,8 +401,13 @@ def test_a_stop_ends_the_trials_in_flight_and_starts_no_more(
     Store(url, create=True).add(
         run_row("r", suite=toy.name, status="running", config="{}", evidence="{}")
     )
-    args = (str(toy.path), "simulated", {}, url, "r", Policy(), None, 600.0, None, True)
-    jobs = [(t.id, i, i, "new") for i in range(4) for t in toy.tasks]
+    spec = RunSpec(str(toy.path), "simulated", url, "r", Policy())
+    jobs = [Job(t.id, i, i) for i in range(4) for t in toy.tasks]
+    executor = (
+        InProcess(Worker(spec), concurrency)
+        if workers == 1
+        else Processes(spec, workers, concurrency)
+    )
     stop = AskAfter(1)
     got: list[Any] = []
 
@@ -401,14 +416,7 @@ def test_a_stop_ends_the_trials_in_flight_and_starts_no_more(
         stop.seen += 1
 
     with pytest.raises(KeyboardInterrupt):
-        run_jobs(
-            jobs,
-            workers=workers,
-            worker_args=args,
-            on_result=on_result,
-            stop=stop,
-            concurrency=concurrency,
-        )
+        executor.run(jobs, on_result=on_result, stop=stop)
     assert 1 <= len(got) <= workers * concurrency + workers  # (in flight, not all 24)
     rows = Store(url).trial_rows()
     assert sorted(r.episode_id for r in rows) == sorted(r.episode_id for r in got)

@@ -24,11 +24,12 @@ from harness.runs import ray_pool  # noqa: E402
 from harness.runs.layout import run_row, store_url  # noqa: E402
 from harness.runs.ray_pool import (  # noqa: E402
     RAY_LEASE_SECONDS,
+    RayExecutor,
     check_store_reach,
-    run_jobs_on_ray,
 )
+from harness.runs.spec import Job, RunSpec  # noqa: E402
 from harness.runs.start import run_trials, trial_seed  # noqa: E402
-from harness.runs.worker import Job, TrialResult, WorkerLost  # noqa: E402
+from harness.runs.worker import TrialResult, WorkerLost  # noqa: E402
 
 from ..toy_env import write_suite  # noqa: E402
 from .ray_agents import ledger_lines  # noqa: E402
@@ -48,12 +49,12 @@ def cluster() -> Iterator[str]:
 
 def jobs_of(tasks: list[str], trials: int, seed: int) -> list[Job]:
     """The jobs of a run, as run_trials makes them."""
-    return [(t, i, trial_seed(seed, t, i), "new") for i in range(trials) for t in tasks]
+    return [Job(t, i, trial_seed(seed, t, i)) for i in range(trials) for t in tasks]
 
 
-def worker_args(
-    suite: Path, folder: Path, run_id: str, agent: str, options: Any
-) -> tuple[Any, ...]:
+def run_spec(
+    suite: Path, folder: Path, run_id: str, agent: str, options: Any, lease: float = 600.0
+) -> RunSpec:
     """What builds a run's workers (the suite, agent, store, run, policy...), as run_trials
     gives them; the run's store and its row are created here."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -61,7 +62,9 @@ def worker_args(
     store = hx.Store(url, create=True)
     store.add(run_row(run_id, suite="toy", status="running", config="{}", evidence="{}"))
     store.close()
-    return (str(suite), agent, options, url, run_id, hx.Policy(), None, 600.0, None, True)
+    return RunSpec(
+        str(suite), agent, url, run_id, hx.Policy(), agent_options=options, lease_seconds=lease
+    )
 
 
 def successes(results: list[TrialResult]) -> dict[str, int]:
@@ -84,11 +87,8 @@ def test_a_run_on_ray_counts_what_a_sequential_run_counts(cluster: str, tmp_path
     got: list[TrialResult] = []
     started: list[Job] = []
     jobs = jobs_of(["t0", "t1", "t2"], 3, 11)
-    run_jobs_on_ray(
+    RayExecutor(run_spec(suite, folder, "r", "simulated", options), workers=2, concurrency=2).run(
         jobs,
-        workers=2,
-        concurrency=2,
-        worker_args=worker_args(suite, folder, "r", "simulated", options),
         on_result=lambda _job, r: got.append(r) if r is not None else None,
         on_start=started.append,
     )
@@ -99,7 +99,7 @@ def test_a_run_on_ray_counts_what_a_sequential_run_counts(cluster: str, tmp_path
     assert successes(got) == expected
     store = hx.Store(store_url(folder))
     rows = store.trial_rows("r")
-    assert sorted(r.episode_id for r in rows) == sorted(f"r-{t}-{i}" for t, i, *_ in jobs)
+    assert sorted(r.episode_id for r in rows) == sorted(f"r-{j.task_id}-{j.trial}" for j in jobs)
     assert successes([TrialResult.from_row(r) for r in rows]) == expected
     assert store.verify().ok
     store.close()
@@ -115,22 +115,15 @@ def test_a_killed_ray_worker_repeats_nothing(cluster: str, tmp_path: Path):
     folder = tmp_path / "logs" / "r"
     got: list[TrialResult] = []
     jobs = jobs_of(["t0", "t1"], 3, 0)
-    run_jobs_on_ray(
-        jobs,
-        workers=2,
-        concurrency=2,
-        worker_args=worker_args(
-            suite,
-            folder,
-            "r",
-            "tests.runs.ray_agents:CrashOnce",
-            {"marker": str(marker), "task": "t1"},
-        ),
-        on_result=lambda _job, r: got.append(r) if r is not None else None,
+    spec = run_spec(
+        suite, folder, "r", "tests.runs.ray_agents:CrashOnce", {"marker": str(marker), "task": "t1"}
+    )
+    RayExecutor(spec, workers=2, concurrency=2).run(
+        jobs, on_result=lambda _job, r: got.append(r) if r is not None else None
     )
     crashed = marker.read_text()
     assert crashed.startswith("r-t1-")
-    assert sorted(r.episode_id for r in got) == sorted(f"r-{t}-{i}" for t, i, *_ in jobs)
+    assert sorted(r.episode_id for r in got) == sorted(f"r-{j.task_id}-{j.trial}" for j in jobs)
     assert all(r.passed for r in got)  # the final states equal the reference's: bumped once
 
     store = hx.Store(store_url(folder))
@@ -178,11 +171,12 @@ def test_a_trial_whose_worker_dies_every_time_is_given_up_after_the_others(
     got: list[TrialResult] = []
     options = {"marker": str(tmp_path / "m"), "task": "t1", "always": True}
     with pytest.raises(WorkerLost, match=r"given up, .* 1 time\(s\): t1 trial 0 .*harness resume"):
-        run_jobs_on_ray(
-            jobs_of(["t0", "t1"], 1, 0),
+        RayExecutor(
+            run_spec(suite, folder, "r", "tests.runs.ray_agents:CrashOnce", options),
             workers=2,
             concurrency=1,
-            worker_args=worker_args(suite, folder, "r", "tests.runs.ray_agents:CrashOnce", options),
+        ).run(
+            jobs_of(["t0", "t1"], 1, 0),
             on_result=lambda _job, r: got.append(r) if r is not None else None,
         )
     assert [r.episode_id for r in got] == ["r-t0-0"]
@@ -197,16 +191,12 @@ def test_a_trial_whose_lease_another_process_holds_runs_when_it_expires(
     handed out again until the lease expires, then runs, and its result is reported."""
     suite = write_suite(tmp_path / "suite", [1])
     folder = tmp_path / "logs" / "r"
-    args = list(worker_args(suite, folder, "r", "scripted", {}))
-    args[7] = 2.0  # the lease: the other holder's expires after two seconds
+    spec = run_spec(suite, folder, "r", "scripted", {}, lease=2.0)  # (the other's expires)
     store = hx.Store(store_url(folder))
     assert store.acquire_lease("r-t0-0", owner="elsewhere", seconds=2.0)
     got: list[TrialResult | None] = []
-    run_jobs_on_ray(
+    RayExecutor(spec, workers=1, concurrency=2).run(
         jobs_of(["t0"], 2, 0),
-        workers=1,
-        concurrency=2,
-        worker_args=tuple(args),
         on_result=lambda _job, r: got.append(r),
     )
     assert sorted(r.episode_id for r in got if r is not None) == ["r-t0-0", "r-t0-1"]
@@ -233,11 +223,8 @@ def test_a_stop_hands_out_nothing_more_and_lets_the_trials_in_flight_finish(
         stop.requested = True
 
     with pytest.raises(KeyboardInterrupt):
-        run_jobs_on_ray(
+        RayExecutor(run_spec(suite, folder, "r", "scripted", {}), workers=1, concurrency=1).run(
             jobs_of(["t0"], 6, 0),
-            workers=1,
-            concurrency=1,
-            worker_args=worker_args(suite, folder, "r", "scripted", {}),
             on_result=finished,
             stop=stop,
         )
@@ -310,7 +297,9 @@ def test_bad_input_is_refused_with_the_fix(tmp_path: Path):
     """Workers or concurrency below one, and a SQLite store of this machine for workers on
     others, are configuration errors that say what to do."""
     with pytest.raises(hx.ConfigurationError, match="concurrency >= 1"):
-        run_jobs_on_ray([], workers=1, concurrency=0, worker_args=(), on_result=print)
+        RayExecutor(
+            RunSpec("s", "scripted", "sqlite://", "r", hx.Policy()), workers=1, concurrency=0
+        ).run([Job("t", 0, 0)], on_result=print)
     with pytest.raises(hx.ConfigurationError, match="workers run on b, c: .* Postgres store"):
         check_store_reach("sqlite:///logs/r/harness.db", ["a", "c", "b", "a"], here="a")
     check_store_reach("sqlite:///logs/r/harness.db", ["a", "a"], here="a")

@@ -13,7 +13,7 @@ from harness.agents.openai import OpenAIAgent
 from harness.cli import main
 from harness.report import load_report
 from harness.report.gate import EXIT_BELOW_BAR, EXIT_INFRA
-from harness.runs.pool import Tally
+from harness.runs.executors import Tally
 from harness.runs.worker import TrialResult
 from harness.testing.model_server import Failure, FakeChatServer, text_reply
 
@@ -40,7 +40,16 @@ def folder_of(result: Result) -> Path:
 
 def trial(passed: bool, infra: bool = False) -> TrialResult:
     """A finished trial's result."""
-    return TrialResult("t", 0, 0, "e", passed, None, "committed", infra_error=infra)
+    return TrialResult(
+        task_id="t",
+        trial=0,
+        seed=0,
+        episode_id="e",
+        passed=passed,
+        partial=None,
+        outcome="committed",
+        infra_error=infra,
+    )
 
 
 def test_the_tally_counts_done_passed_failed_and_infrastructure():

@@ -28,7 +28,8 @@ ray = pytest.importorskip("ray")
 
 import harness as hx  # noqa: E402
 from harness.runs.layout import run_row  # noqa: E402
-from harness.runs.ray_pool import run_jobs_on_ray  # noqa: E402
+from harness.runs.ray_pool import RayExecutor  # noqa: E402
+from harness.runs.spec import Job, RunSpec  # noqa: E402
 from harness.runs.start import trial_seed  # noqa: E402
 from harness.runs.worker import TrialResult  # noqa: E402
 
@@ -123,16 +124,12 @@ def test_ray_workers_write_one_postgres_run_and_every_chain_verifies(
     suite = write_suite(tmp_path / "suite", state_url)
     store = hx.Store(store_url, create=True)
     store.add(run_row("r", suite="orders", status="running", config="{}", evidence="{}"))
-    jobs = [
-        (f"t{t}", i, trial_seed(0, f"t{t}", i), "new") for i in range(TRIALS) for t in range(TASKS)
-    ]
+    jobs = [Job(f"t{t}", i, trial_seed(0, f"t{t}", i)) for i in range(TRIALS) for t in range(TASKS)]
     got: list[TrialResult] = []
     try:
-        run_jobs_on_ray(
+        spec = RunSpec(str(suite), "scripted", store_url, "r", hx.Policy())
+        RayExecutor(spec, workers=3, concurrency=2).run(
             jobs,
-            workers=3,
-            concurrency=2,
-            worker_args=(str(suite), "scripted", {}, store_url, "r", hx.Policy()),
             on_result=lambda _job, r: got.append(r) if r is not None else None,
         )
         expected = sorted(f"r-t{t}-{i}" for t in range(TASKS) for i in range(TRIALS))

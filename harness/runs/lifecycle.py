@@ -1,0 +1,301 @@
+"""One lifecycle for a run, shared by starting it and resuming it.
+
+:func:`carry_out` does what both do once the jobs are known: record the run as running, run
+the jobs on the run's executor with Ctrl-C and the agent-error limit watched, stop on a model
+server that is down, a worker that died or a store that refuses a write, record the run as
+finished only when every trial has its result, sign it, and write its summary and evidence.
+Whatever stopped it, the store is left as a crash would leave it at worst: every finished trial
+with its row, every other one resumable, and ``harness verify`` passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._json import dumps
+from ..errors import ConfigurationError, EndpointDown, StoreError
+from ..stats import Estimate, pass_at_k, suite_pass_hat_k
+from ..store import EpisodeStatus, RunStatus, SigningKey, Store
+from ..store.signing import sign_run
+from .executors import AnyStop, Executor, StopFlag, StopOnSigint
+from .layout import (
+    EVIDENCE_FILE,
+    SUMMARY_FILE,
+    current_trials,
+    earlier_attempts,
+    run_row,
+    write_json,
+)
+from .spec import Job
+from .worker import TrialResult, WorkerLost
+
+__all__ = ["AgentErrorLimit", "RunRecord", "RunResult", "carry_out"]
+
+
+@dataclass
+class RunResult:
+    """The trials of one run and the statistics over them.
+
+    Attributes:
+        results: each trial's result (its last attempt).
+        interrupted: the run stopped before its end (Ctrl-C, or ``stopped``).
+        stopped: why it stopped, when something other than Ctrl-C stopped it (a model server
+            down, a worker lost, a store refusing a write, too many agent errors).
+        retried: the results of earlier attempts of trials that ran again (infrastructure
+            errors): not in the statistics, counted in :meth:`usage`.
+        missing: trials of the run with no result yet (``harness resume`` runs them), those
+            waiting for a person included.
+    """
+
+    run_id: str
+    folder: Path
+    suite: str
+    trials_per_task: int
+    results: list[TrialResult]
+    interrupted: bool = False
+    stopped: str | None = None
+    retried: list[TrialResult] = field(default_factory=list)
+    missing: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether every trial of the run has its result and nothing stopped it."""
+        return not self.interrupted and self.missing == 0
+
+    def usage(self) -> dict[str, float]:
+        """What the trials cost, summed over every attempt: model calls, their failed
+        attempts, seconds waited on the model and tokens, as far as the agent reported them
+        (:func:`~harness.runs.worker.trial_usage`)."""
+        total: Counter[str] = Counter()
+        for r in [*self.results, *self.retried]:
+            total.update(r.usage)
+        return dict(total)
+
+    def counts(self) -> tuple[list[str], list[int], list[int]]:
+        """Task ids, successes per task, trials per task (infrastructure errors count as fails)."""
+        by_task: dict[str, list[bool]] = {}
+        for r in self.results:
+            by_task.setdefault(r.task_id, []).append(r.passed)
+        ids = sorted(by_task)
+        return ids, [sum(by_task[i]) for i in ids], [len(by_task[i]) for i in ids]
+
+    def pass_hat(self, k: int, confidence: float = 0.95) -> Estimate:
+        """Suite pass^k with its interval."""
+        _, c, n = self.counts()
+        return suite_pass_hat_k(c, n, k, confidence=confidence)
+
+    def pass_at(self, k: int) -> float:
+        """Suite pass@k (mean over tasks)."""
+        _, c, n = self.counts()
+        return float(sum(pass_at_k(ni, ci, k) for ci, ni in zip(c, n, strict=True)) / len(c))
+
+    def failures_by_class(self) -> dict[str, int]:
+        """Failed tool calls by class over all trials, and agent errors (``agent error``)."""
+        total: Counter[str] = Counter()
+        for r in self.results:
+            total.update(r.failures)
+        return dict(total)
+
+    def agent_errors(self) -> list[TrialResult]:
+        """The trials whose agent raised."""
+        return [r for r in self.results if r.agent_error is not None]
+
+    def outcomes(self) -> dict[str, int]:
+        """Episodes by outcome."""
+        return dict(Counter(r.outcome for r in self.results))
+
+    def write_summary(self) -> None:
+        """Write ``summary.json`` in the run folder (when trials finished)."""
+        if self.results:
+            write_json(self.folder, SUMMARY_FILE, self.summary())
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        n = min(self.counts()[2], default=0)
+        return {
+            "run_id": self.run_id,
+            "folder": str(self.folder),
+            "suite": self.suite,
+            "tasks": len(self.counts()[0]),
+            "trials": len(self.results),
+            "interrupted": self.interrupted,
+            "stopped": self.stopped,
+            "missing": self.missing,
+            "retried": len(self.retried),
+            "agent_errors": len(self.agent_errors()),
+            "usage": self.usage(),
+            "pass_hat_k": {k: self.pass_hat(k).to_dict() for k in range(1, n + 1)},
+            "pass_at_k": {k: self.pass_at(k) for k in range(1, n + 1)},
+            "failures_by_class": self.failures_by_class(),
+            "outcomes": self.outcomes(),
+        }
+
+
+@dataclass(frozen=True)
+class AgentErrorLimit:
+    """When a run stops because its agent keeps raising, as Inspect's ``fail_on_error`` does:
+    more than ``limit`` trials with an agent error (an int), or more than that fraction of the
+    trials finished so far (a float below 1, judged once ``min_trials`` finished).
+
+    Raises:
+        ConfigurationError: a negative limit, or a fraction not below 1.
+    """
+
+    limit: float
+    min_trials: int = 10
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int | float):
+            raise ConfigurationError(
+                f"max_agent_errors={self.limit!r}: give a count (e.g. 5) or a fraction (0.2)"
+            )
+        if self.limit < 0 or (not float(self.limit).is_integer() and self.limit >= 1):
+            raise ConfigurationError(
+                f"max_agent_errors={self.limit}: give a count >= 0 or a fraction in [0, 1)"
+            )
+
+    @classmethod
+    def of(cls, value: float | AgentErrorLimit | None) -> AgentErrorLimit | None:
+        """The limit a caller's value gives (None: no limit)."""
+        if value is None or isinstance(value, AgentErrorLimit):
+            return value
+        return cls(value)
+
+    def exceeded(self, errors: int, finished: int) -> bool:
+        """Whether ``errors`` of ``finished`` trials is past the limit."""
+        if float(self.limit).is_integer():
+            return errors > self.limit
+        return finished >= self.min_trials and errors > math.floor(self.limit * finished)
+
+    def describe(self) -> str:
+        """The limit in words."""
+        if float(self.limit).is_integer():
+            return f"more than {int(self.limit)} agent error(s)"
+        return f"agent errors in more than {self.limit:.0%} of the trials"
+
+
+@dataclass
+class RunRecord:
+    """The run's row as this start or resume writes it (its status changes; the rest stays)."""
+
+    store: Store
+    run_id: str
+    suite: str
+    config: dict[str, Any]
+    evidence: dict[str, Any]
+    created_at: float | None = None
+
+    def write(self, status: str) -> None:
+        """Record the run with ``status``."""
+        extra = {} if self.created_at is None else {"created_at": self.created_at}
+        self.store.add(
+            run_row(
+                self.run_id,
+                suite=self.suite,
+                status=status,
+                config=dumps(self.config),
+                evidence=dumps(self.evidence),
+                **extra,
+            )
+        )
+
+
+def carry_out(
+    record: RunRecord,
+    jobs: Sequence[Job],
+    executor: Executor,
+    *,
+    folder: Path,
+    trials: int,
+    expected: int,
+    progress: Callable[[TrialResult], None] | None = None,
+    on_start: Callable[[Job], None] | None = None,
+    on_result: Callable[[Job, TrialResult | None], None] | None = None,
+    signing_key: SigningKey | None = None,
+    max_agent_errors: AgentErrorLimit | None = None,
+) -> RunResult:
+    """Run ``jobs`` as one start or resume of the run ``record`` names, and end it.
+
+    Args:
+        record: the run's row.
+        jobs: the trials to run now.
+        executor: where they run.
+        folder: the run folder (its summary and evidence are written there).
+        trials: trials per task.
+        expected: how many trials the run has in all (it is finished when each has a row).
+        progress: called with each trial finished now.
+        on_start: called as each trial is handed to a worker.
+        on_result: called with each job as it ends (None: another process held it, or it
+            needed nothing), after ``progress``.
+        signing_key: signs the run's manifest at the end.
+        max_agent_errors: stop the run once its agent raised past this limit.
+
+    Every stop is recorded: the run is ``interrupted`` and :attr:`RunResult.stopped` says why
+    (Ctrl-C leaves it None); the trials in flight end first, and ``harness resume`` runs the
+    rest. A second Ctrl-C interrupts at once (KeyboardInterrupt is raised after the run is
+    recorded as interrupted).
+    """
+    store = record.store
+    record.write(RunStatus.RUNNING)
+    sigint = StopOnSigint()
+    limit = StopFlag()
+    finished = errors = 0
+
+    def ended(job: Job, result: TrialResult | None) -> None:
+        nonlocal finished, errors
+        if result is not None:
+            finished += 1
+            errors += result.agent_error is not None
+            if progress is not None:
+                progress(result)
+            if max_agent_errors is not None and max_agent_errors.exceeded(errors, finished):
+                limit.ask(
+                    f"the agent raised in {errors} of {finished} trials, "
+                    f"{max_agent_errors.describe()} (--max-agent-errors): the agent looks broken; "
+                    "the last error: " + (result.agent_error or "")
+                )
+        if on_result is not None:
+            on_result(job, result)
+
+    interrupted, stopped = False, None
+    hard: BaseException | None = None
+    try:
+        executor.run(jobs, on_result=ended, on_start=on_start, stop=AnyStop([sigint, limit]))
+    except KeyboardInterrupt as exc:
+        interrupted, stopped = True, limit.why
+        if sigint.hard:
+            hard = exc
+    except (EndpointDown, WorkerLost) as exc:
+        interrupted, stopped = True, str(exc)
+    except StoreError as exc:
+        interrupted, stopped = True, f"the run's store refused a write: {exc}"
+    finally:
+        sigint.restore()
+    rows = store.trial_rows(record.run_id)
+    current = current_trials(rows)
+    waiting = any(r.outcome == EpisodeStatus.ESCALATED for r in current)
+    result = RunResult(
+        record.run_id,
+        folder,
+        record.suite,
+        trials,
+        [TrialResult.from_row(r) for r in current],
+        interrupted=interrupted,
+        stopped=stopped,
+        retried=[TrialResult.from_row(r) for r in earlier_attempts(rows)],
+        missing=max(expected - len(current), 0)
+        + sum(r.outcome == EpisodeStatus.ESCALATED for r in current),
+    )
+    record.write(RunStatus.FINISHED if result.complete and not waiting else RunStatus.INTERRUPTED)
+    if signing_key is not None:
+        sign_run(store, record.run_id, signing_key)
+    result.write_summary()
+    write_json(folder, EVIDENCE_FILE, record.evidence)
+    if hard is not None:
+        raise hard
+    return result
