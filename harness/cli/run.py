@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from ..report.gate import Bar, Basis, exit_status
 from ..report.model import Report, load_report
 from ..report.terminal import render_gate, render_summary
 from ..runs import RunResult, TrialResult, replay_episode, resume_run, run_trials
-from ..runs.executors import EXECUTORS, Tally
+from ..runs.executors import EXECUTORS, StopOnSigint, Tally
 from ..suite import load_suite, resolve_suite
 from ._common import (
     console,
@@ -64,6 +66,19 @@ ADDRESS_OPTION = click.option(
     help="--executor ray: the Ray cluster to join (ray://host:10001, or auto); "
     "default: a local one for the run.",
 )
+
+
+def stops_on_ctrl_c(command: Callable[..., None]) -> Callable[..., None]:
+    """The command owns Ctrl-C from its first line (:class:`StopOnSigint`): pressed while the
+    suite loads or trials run, the run stops after the trials in flight, and is recorded as
+    interrupted; pressed twice, at once."""
+
+    @functools.wraps(command)
+    def wrapped(*args: Any, **kwargs: Any) -> None:
+        with StopOnSigint():
+            command(*args, **kwargs)
+
+    return wrapped
 
 
 def _agent_error_limit(
@@ -231,6 +246,7 @@ def rerun_agent_options(command: Any) -> Any:
 @signing_key_option(_SIGNED)
 @all_k_option
 @fail_under_options
+@stops_on_ctrl_c
 def run_command(
     suite: str,
     agent: str,
@@ -571,6 +587,7 @@ def replay_command(
 @MAX_AGENT_ERRORS_OPTION
 @signing_key_option(_SIGNED)
 @unverified_option
+@stops_on_ctrl_c
 def resume_command(
     run: Path,
     workers: int,

@@ -33,7 +33,7 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,6 +54,7 @@ __all__ = [
     "Tally",
     "die_with_parent",
     "run_in_threads",
+    "sigint_ignored",
 ]
 
 EXECUTORS: tuple[str, ...] = ("processes", "ray")
@@ -132,15 +133,31 @@ class StopOnSigint:
     in flight; a second one interrupts at once (KeyboardInterrupt, :attr:`hard`).
 
     An interrupt raised at an arbitrary point can land where Python ignores it (a weakref
-    callback, a finaliser) and be lost; a flag read between trials cannot.
+    callback, a finaliser) and be lost; a flag read between trials cannot. One is active at a
+    time in a process (:meth:`active`): a command installs it before it loads anything, so a
+    Ctrl-C while the suite loads stops the run too, and the run's lifecycle uses it.
     """
+
+    _current: StopOnSigint | None = None
 
     def __init__(self) -> None:
         self.requested = False
         self.hard = False
         self._previous: Any = None
+        self._installed = False
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._ask)
+            self._installed = True
+            StopOnSigint._current = self
+
+    @classmethod
+    def active(cls) -> tuple[StopOnSigint, bool]:
+        """The stop installed in this process, or a new one; whether it is new (its maker
+        restores the handler)."""
+        current = cls._current
+        if current is not None and current._installed:
+            return current, False
+        return cls(), True
 
     def _ask(self, _signum: int, _frame: Any) -> None:
         if self.requested:
@@ -150,9 +167,31 @@ class StopOnSigint:
 
     def restore(self) -> None:
         """Put the handler back as it was."""
-        if self._previous is not None:
+        if self._installed:
             signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+            self._installed = False
+            if StopOnSigint._current is self:
+                StopOnSigint._current = None
+
+    def __enter__(self) -> StopOnSigint:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.restore()
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ctrl-C ignored while worker processes start: they inherit the disposition and so never
+    see the terminal's SIGINT (the run decides when they stop, and none prints a traceback)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Executor(Protocol):
@@ -367,8 +406,9 @@ class Processes:
             )
             for i in range(count)
         ]
-        for process in processes:
-            process.start()
+        with sigint_ignored():
+            for process in processes:
+                process.start()
         in_flight: dict[Job, int] = {}  # job -> how many times started (and not finished)
         error: BaseException | None = None
         running = count

@@ -242,7 +242,7 @@ def carry_out(
     """
     store = record.store
     record.write(RunStatus.RUNNING)
-    sigint = StopOnSigint()
+    sigint, own = StopOnSigint.active()
     limit = StopFlag()
     finished = errors = 0
 
@@ -275,7 +275,8 @@ def carry_out(
     except StoreError as exc:
         interrupted, stopped = True, f"the run's store refused a write: {exc}"
     finally:
-        sigint.restore()
+        if own:
+            sigint.restore()
     rows = store.trial_rows(record.run_id)
     current = current_trials(rows)
     waiting = any(r.outcome == EpisodeStatus.ESCALATED for r in current)
