@@ -8,12 +8,20 @@ shared by all the trials a process runs at once (``--concurrency``):
 - a pause new requests keep when the server answers 429 with ``Retry-After`` (the request
   that got it waits in its own retry, as retries do; the others hold back instead of
   hammering);
-- a circuit: when the server has failed for ``down_after`` seconds and ``down_failures``
-  requests in a row, with no answer between (no response, 5xx, a malformed body; a 429 or a
-  refused request is an answer), it opens, and requests fail at once with
-  :class:`~harness.errors.EndpointDown` instead of burning every trial's retries. A run stops on
-  it. After ``down_after`` seconds (at least :data:`PROBE_AFTER`) one request may probe the
-  server; an answer closes the circuit;
+- a circuit, fed by every request of every trial to the server (each attempt of a retried
+  request counts, whatever trial made it). It opens once ``down_failures`` requests in a row
+  have failed with no answer between (no response, 5xx, a malformed body; a 429 or a refused
+  request is an answer, and ends the streak) and the server has answered nothing for
+  ``down_after`` seconds since the first of them: measured to the latest failure, or, when a
+  request is about to be sent and none is in flight, to now (every request sent since the
+  streak began has failed, and none can still answer). The second case is what opens the
+  circuit within ``down_after`` of a server going down even while every trial waits out its
+  backoff, so the trials' last attempts are refused instead of spent; the time condition is
+  what keeps a blip (a few failures at once, then answers) from opening it. Once open,
+  requests fail at once with :class:`~harness.errors.EndpointDown` instead of burning every
+  trial's retries, and a run stops on it. After ``down_after`` seconds (at least
+  :data:`PROBE_AFTER`) one request may probe the server; an answer closes the circuit, a
+  failure opens it again;
 - counters (requests, answers, errors by kind, time waited), which the run's progress shows.
 """
 
@@ -30,7 +38,7 @@ from ..errors import ConfigurationError, EndpointDown, ModelRequestError, ModelS
 
 __all__ = ["Endpoint", "EndpointStats", "endpoint", "endpoints", "forget_endpoints"]
 
-DOWN_AFTER = 60.0
+DOWN_AFTER = 5.0  # seconds without an answer, with down_failures failures, that open it
 DOWN_FAILURES = 10
 PROBE_AFTER = 1.0  # the least time an open circuit refuses requests before a probe
 
@@ -162,19 +170,23 @@ class Endpoint:
             return probe
 
     def _check_circuit(self) -> bool:
-        """Raise :class:`EndpointDown` while the circuit is open; let one probe through once
+        """Raise :class:`EndpointDown` while the circuit is open (opening it first when the
+        server has answered nothing for long enough); let one probe through once
         ``down_after`` (at least :data:`PROBE_AFTER`) has passed since it opened (True: this
         request is the probe)."""
+        now = time.monotonic()
+        if self._opened_at is None and self._down(now, sending=True):
+            self._opened_at = now
         if self._opened_at is None:
             return False
         wait = max(self.down_after, PROBE_AFTER)
-        if not self._probing and time.monotonic() - self._opened_at >= wait:
+        if not self._probing and now - self._opened_at >= wait:
             self._probing = True
             return True
-        down_for = time.monotonic() - self._streak_since
+        down_for = now - self._streak_since
         raise EndpointDown(
-            f"model server at {self.url} is down: {self._streak} requests in a row failed "
-            f"over {down_for:.0f} s with no answer between; requests to it fail at once for "
+            f"model server at {self.url} is down: {self._streak} requests in a row failed, "
+            f"with no answer for {down_for:.1f} s; requests to it fail at once for "
             f"{max(self.down_after, PROBE_AFTER):g} s (the circuit is open). Check the server; "
             "`harness resume` runs the trials left once it is back",
             url=self.url,
@@ -201,14 +213,21 @@ class Endpoint:
                     if self._streak == 0:
                         self._streak_since = now
                     self._streak += 1
-                    if (
-                        self._streak >= self.down_failures
-                        and now - self._streak_since >= self.down_after
-                    ):
+                    if self._down(now, sending=False):
                         self._opened_at = now
             if probe:
                 self._probing = False
             self._cond.notify_all()
+
+    def _down(self, now: float, *, sending: bool) -> bool:
+        """Whether the circuit should open now (the rule in the module docstring): a failure
+        just came (``sending`` False), or a request is about to be sent (True), which counts
+        the time to now only when no request is in flight that could still answer."""
+        if self._streak < self.down_failures:
+            return False
+        if sending and self._in_flight > 0:
+            return False
+        return now - self._streak_since >= self.down_after
 
     # --- what the run shows ---
     def stats(self) -> EndpointStats:

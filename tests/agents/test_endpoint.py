@@ -3,6 +3,7 @@ circuit that fails requests at once while the server is down, and the counters."
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import threading
 import time
@@ -19,7 +20,7 @@ from harness.agents.openai import OpenAIAgent
 from harness.errors import ConfigurationError, EndpointDown, ModelRequestError, ModelServerError
 from harness.suite import Task
 from harness.testing import FakeClock
-from harness.testing.model_server import FakeChatServer, text_reply
+from harness.testing.model_server import Failure, FakeChatServer, text_reply
 
 URL = "http://x/v1"
 TASK = Task(id="t1", instruction="Say hello.", required_outputs=[])
@@ -257,21 +258,90 @@ def test_a_circuit_opened_with_down_after_0_still_refuses_before_its_probe(
     assert ep.stats().requests == 4
 
 
+class InFlight:
+    """One request held in flight on a thread until ``end()``, which fails it (no response)
+    or lets it answer."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self.inside, self.go = threading.Event(), threading.Event()
+        self.fails = True
+        self.thread = threading.Thread(target=self._request, args=(ep,))
+        self.thread.start()
+        assert self.inside.wait(5)
+
+    def _request(self, ep: Endpoint) -> None:
+        with contextlib.suppress(ModelServerError):
+            with ep.request():
+                self.inside.set()
+                self.go.wait(5)
+                if self.fails:
+                    raise no_response()
+
+    def end(self, *, fail: bool = True) -> None:
+        self.fails = fail
+        self.go.set()
+        self.thread.join(5)
+        assert not self.thread.is_alive()
+
+
 def test_failures_must_last_down_after_before_the_circuit_opens() -> None:
-    """With down_after=0.2 s, twenty quick failures in a row do not open it; one more after
-    0.2 s does."""
+    """With down_after=0.2 s, twenty quick failures in a row do not open it; a request in
+    flight failing after 0.2 s does."""
     ep = Endpoint(URL).configure(down_after=0.2, down_failures=3)
     first = time.monotonic()
     for _ in range(20):
         fail(ep, http(500))
     assert time.monotonic() - first < 0.2, "the failures took too long to test this"
     assert not ep.open
+    held = InFlight(ep)
     time.sleep(max(0.0, first + 0.2 - time.monotonic()) + 0.01)
-    fail(ep, no_response())
+    assert not ep.open
+    held.end(fail=True)
     assert ep.open
     with pytest.raises(EndpointDown) as info:
         succeed(ep)
     assert info.value.failures == 21 and info.value.down_for >= 0.2
+
+
+def test_time_passing_with_a_request_in_flight_does_not_open_the_circuit() -> None:
+    """After down_failures quick failures and down_after seconds, a new request is still sent
+    while another is in flight (it could still answer); its answer ends the streak."""
+    ep = Endpoint(URL).configure(down_after=0.2, down_failures=3)
+    for _ in range(5):
+        fail(ep, http(500))
+    held = InFlight(ep)
+    time.sleep(0.21)
+    succeed(ep)  # sent, not refused, and answered
+    held.end(fail=True)
+    assert not ep.open and ep.stats().requests == 7
+
+
+def test_a_request_after_down_after_with_none_in_flight_is_refused() -> None:
+    """Once down_failures have failed and nothing has answered for down_after, with no request
+    in flight that could, the next request opens the circuit and is refused unsent (a server
+    down while every trial waits out its backoff is found then, not at the next failure)."""
+    ep = Endpoint(URL).configure(down_after=0.2, down_failures=3)
+    for _ in range(3):
+        fail(ep, http(500))
+    assert not ep.open
+    time.sleep(0.21)
+    ran = False
+    with pytest.raises(EndpointDown) as info:
+        with ep.request(retry=True):
+            ran = True
+    assert not ran and ep.open and ep.stats().requests == 3
+    assert info.value.failures == 3 and info.value.down_for >= 0.2
+
+
+def test_fewer_than_down_failures_never_open_however_long_ago() -> None:
+    """Two failures (a blip) with down_failures=3 leave the circuit closed however long nothing
+    else is sent; the next request goes out."""
+    ep = Endpoint(URL).configure(down_after=0.05, down_failures=3)
+    fail(ep, http(503))
+    fail(ep, http(503))
+    time.sleep(0.1)
+    succeed(ep)
+    assert not ep.open and ep.stats().requests == 3
 
 
 def test_after_down_after_one_probe_goes_through_and_an_answer_closes_the_circuit(
@@ -494,6 +564,12 @@ def tools() -> dict[str, Any]:
     return {"get_time": get_time}
 
 
+def nothing_listening() -> tuple[str, int]:
+    """The base URL and port of a fake server gone: nothing listens there."""
+    with FakeChatServer([]) as gone:
+        return gone.base_url, gone.port
+
+
 def run_agent(agent: OpenAIAgent, store: hx.Store, clock: FakeClock) -> str:
     """One run of the agent in an episode of its own."""
     with hx.Episode(state=hx.DictState({}), store=store, clock=clock) as ep:
@@ -506,9 +582,7 @@ def test_agent_requests_fail_at_once_while_the_server_is_down(
     """Two runs failing against a server with nothing listening open the circuit: the third
     raises EndpointDown without contacting the server (back up by then); after down_after a run
     probes it and succeeds."""
-    with FakeChatServer([]) as gone:
-        port = gone.port
-        base_url = gone.base_url
+    base_url, port = nothing_listening()
     agent = OpenAIAgent(
         base_url=base_url,
         model="fake-model",
@@ -563,21 +637,26 @@ class Overlap:
                 self.now -= 1
 
 
-def runs_at_once(agent: OpenAIAgent, store: hx.Store, clock: FakeClock, n: int) -> list[str]:
-    answers: list[str] = []
+def runs_at_once(agent: OpenAIAgent, store: hx.Store, clock: FakeClock, n: int) -> list[Any]:
+    """``n`` runs at once in threads: each one's answer, or the ModelServerError it raised."""
+    outcomes: list[Any] = []
     lock = threading.Lock()
 
     def one() -> None:
-        answer = run_agent(agent, store, clock)
+        try:
+            outcome: Any = run_agent(agent, store, clock)
+        except ModelServerError as exc:
+            outcome = exc
         with lock:
-            answers.append(answer)
+            outcomes.append(outcome)
 
     threads = [threading.Thread(target=one) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
-    return answers
+    assert len(outcomes) == n
+    return outcomes
 
 
 @pytest.mark.parametrize("limit", [2, None])
@@ -597,3 +676,51 @@ def test_agent_max_in_flight_caps_the_requests_at_the_server(
         assert overlap.peak == limit
     stats = agent.endpoint.stats()
     assert (stats.requests, stats.answered, stats.error_count, stats.in_flight) == (6, 6, 0, 0)
+
+
+def test_a_server_down_from_the_start_opens_the_circuit_before_the_trials_last_attempts(
+    store: hx.Store, clock: FakeClock
+) -> None:
+    """Eight trials at once on a server with nothing listening (attempts=4, backoff 0.1 s:
+    attempts at 0, 0.1, 0.3 and 0.7 s; down_after=0.5 s): when the first last attempt is
+    due, every request has failed and none is in flight, so the circuit opens there and
+    then, and every trial ends with EndpointDown (the run stops, resumable) instead of
+    spending its last attempt; no failure came between 0.3 and 0.7 s, so a rule waiting for
+    one would have burnt them all."""
+    agent = OpenAIAgent(
+        base_url=nothing_listening()[0],
+        model="fake-model",
+        attempts=4,
+        backoff=0.1,
+        down_after=0.5,
+        down_failures=10,
+    )
+    started = time.monotonic()
+    raised = runs_at_once(agent, store, clock, 8)
+    assert time.monotonic() - started < 3.0
+    assert all(isinstance(e, EndpointDown) for e in raised), raised
+    stats = agent.endpoint.stats()
+    assert (
+        stats.open and stats.requests <= 8 * 3 and stats.errors == {"no response": stats.requests}
+    )
+
+
+def test_a_blip_failing_every_trials_first_attempts_at_once_does_not_open_the_circuit(
+    store: hx.Store, clock: FakeClock
+) -> None:
+    """Sixteen 503s (eight trials' first two attempts) with the defaults (10 failures, 5 s):
+    more than down_failures in a row, but not for down_after; the retries get answers and
+    the circuit stays closed."""
+    failures = [Failure.http(503)] * 16
+    with FakeChatServer(lambda request: text_reply("hello"), failures=failures) as server:
+        agent = OpenAIAgent(base_url=server.base_url, model="fake-model", sleep=clock.sleep)
+        raised = runs_at_once(agent, store, clock, 8)
+    assert raised == ["hello"] * 8
+    stats = agent.endpoint.stats()
+    assert not stats.open and stats.errors == {"503": 16} and stats.answered == 8
+
+
+def test_the_default_circuit_opens_within_seconds() -> None:
+    """The defaults: ten failures in a row with no answer for 5 s (not a minute)."""
+    ep = Endpoint(URL)
+    assert (ep.down_failures, ep.down_after) == (10, 5.0)
