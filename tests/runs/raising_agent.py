@@ -48,3 +48,22 @@ class ExitingAgent(RaisingAgent):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**{"raise_as": "exit", **options})
+
+
+class SlowAgent(SimulatedAgent):
+    """The simulated agent, taking ``delay`` seconds before each trial (a model's think time)."""
+
+    name = "slow"
+
+    def __init__(self, delay: float = 0.1, **options: Any) -> None:
+        super().__init__(**options)
+        self.delay = delay
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "agent": self.name, "delay": self.delay}
+
+    def run(self, task: Any, toolbox: Any, *, seed: int) -> Any:
+        import time
+
+        time.sleep(self.delay)
+        return super().run(task, toolbox, seed=seed)
