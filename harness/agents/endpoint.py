@@ -51,7 +51,8 @@ class EndpointStats:
         url: the server's API root.
         requests: requests sent (each attempt counts).
         answered: requests that got an answer (a 2xx body, a 429, a refusal).
-        errors: failed requests by kind (``429``, ``500``, ``no response``, ``malformed``...).
+        errors: failed requests by kind (``429``, ``500``, ``no response``, ``malformed``, a
+            limit passed such as ``max_response_bytes`` or ``request_timeout``...).
         in_flight: requests waiting for an answer now.
         waiting: requests held back now (by the limit or a ``Retry-After`` pause).
         seconds: time spent waiting for answers, summed over requests.
@@ -125,16 +126,24 @@ class Endpoint:
 
     # --- a request ---
     @contextmanager
-    def request(self, *, retry: bool = False) -> Iterator[None]:
+    def request(self, *, retry: bool = False, patience: float | None = None) -> Iterator[None]:
         """Send one request inside this block: it waits for a slot and, unless it is a
         ``retry`` (which has waited its own backoff), for any pause a server's ``Retry-After``
         asked for; its outcome (the exception leaving the block, or none) feeds the counters
         and the circuit.
 
+        Args:
+            retry: the request is a retry: it does not wait for the pause.
+            patience: the longest the request may wait for the pause, in seconds (its time
+                left); None: as long as the pause lasts.
+
         Raises:
             EndpointDown: the circuit is open; nothing is sent.
+            ModelServerError: the pause lasts longer than ``patience``; nothing is sent. Its
+                status is 429 and its ``retry_after`` the pause left, as if the server had
+                said so again.
         """
-        probe = self._enter(retry)
+        probe = self._enter(retry, patience)
         started = time.monotonic()
         try:
             yield
@@ -143,7 +152,7 @@ class Endpoint:
             raise
         self._leave(started, None, probe)
 
-    def _enter(self, retry: bool) -> bool:
+    def _enter(self, retry: bool, patience: float | None) -> bool:
         """Wait for a slot (and the pause); whether this request is the circuit's probe."""
         with self._cond:
             probe = self._check_circuit()
@@ -152,7 +161,16 @@ class Endpoint:
                 while True:
                     now = time.monotonic()
                     if not retry and self._pause_until > now:
-                        self._cond.wait(self._pause_until - now)
+                        left = self._pause_until - now
+                        if patience is not None and left > patience:
+                            raise ModelServerError(
+                                f"HTTP 429: the server asked every request to wait {left:.1f} s "
+                                f"more (Retry-After), longer than this one may ({patience:.1f} s)",
+                                url=self.url,
+                                status=429,
+                                retry_after=left,
+                            )
+                        self._cond.wait(left)
                     elif self.max_in_flight is not None and self._in_flight >= self.max_in_flight:
                         self._cond.wait()
                     else:
@@ -256,6 +274,9 @@ def _status(error: BaseException) -> int | None:
 
 
 def _kind(error: BaseException) -> str:
+    limit = getattr(error, "limit", None)
+    if isinstance(limit, str):  # a limit of ours, passed (max_response_bytes...): its name
+        return limit
     status = _status(error)
     if status is not None:
         return str(status)

@@ -708,12 +708,14 @@ def test_a_server_down_from_the_start_opens_the_circuit_before_the_trials_last_a
 def test_a_blip_failing_every_trials_first_attempts_at_once_does_not_open_the_circuit(
     store: hx.Store, clock: FakeClock
 ) -> None:
-    """Sixteen 503s (eight trials' first two attempts) with the defaults (10 failures, 5 s):
-    more than down_failures in a row, but not for down_after; the retries get answers and
-    the circuit stays closed."""
+    """Sixteen 503s in a row among eight trials at once, with the circuit's defaults (10
+    failures, 5 s): more than down_failures, but not for down_after; the retries get answers
+    and the circuit stays closed (attempts=17: whichever trials the failures fall on)."""
     failures = [Failure.http(503)] * 16
     with FakeChatServer(lambda request: text_reply("hello"), failures=failures) as server:
-        agent = OpenAIAgent(base_url=server.base_url, model="fake-model", sleep=clock.sleep)
+        agent = OpenAIAgent(
+            base_url=server.base_url, model="fake-model", attempts=17, sleep=clock.sleep
+        )
         raised = runs_at_once(agent, store, clock, 8)
     assert raised == ["hello"] * 8
     stats = agent.endpoint.stats()
@@ -724,3 +726,24 @@ def test_the_default_circuit_opens_within_seconds() -> None:
     """The defaults: ten failures in a row with no answer for 5 s (not a minute)."""
     ep = Endpoint(URL)
     assert (ep.down_failures, ep.down_after) == (10, 5.0)
+
+
+def test_a_request_that_may_not_wait_out_the_pause_is_refused_unsent() -> None:
+    """With a 429's pause of 0.5 s left, a new request whose patience is 0.1 s gets at once a
+    429 ModelServerError carrying the pause left (nothing sent); one with more patience, or a
+    retry, is sent."""
+    ep = Endpoint(URL)
+    fail(ep, http(429, retry_after=0.5))
+    started = time.monotonic()
+    with pytest.raises(ModelServerError) as info:
+        with ep.request(patience=0.1):
+            pytest.fail("sent")
+    assert time.monotonic() - started < 0.1
+    error = info.value
+    assert error.status == 429 and error.retry_after is not None and error.retry_after > 0.3
+    assert "Retry-After" in str(error) and ep.stats().requests == 1
+    assert ep.stats().waiting == 0
+    succeed(ep, retry=True)
+    with ep.request(patience=2.0):  # waits out the pause left, then goes
+        pass
+    assert ep.stats().requests == 3 and time.monotonic() - started >= 0.45
