@@ -358,8 +358,14 @@ class ModelServerError(HarnessError):
     Attributes:
         url: the endpoint called.
         status: the last HTTP status, or None when no response came (connection, timeout).
-        attempts: how many attempts were made.
+        attempts: how many attempts were made (sent to the server).
         errors: every attempt's error, in order.
+        retry_after: the wait the server asked for (``Retry-After``), in seconds, or None.
+        limit: the option whose limit the request passed (``max_response_bytes``,
+            ``request_timeout``, ``retry_for``), or None.
+        agent_meta: what the trial's agent metadata said when the error left the agent (its
+            model calls, the failed one included with its attempts, seconds, tokens), so a
+            trial ended by it keeps what it cost; empty unless the agent set it.
     """
 
     def __init__(
@@ -371,12 +377,15 @@ class ModelServerError(HarnessError):
         attempts: int = 1,
         errors: Sequence[BaseException] = (),
         retry_after: float | None = None,
+        limit: str | None = None,
     ) -> None:
         self.url = url
         self.status = status
         self.attempts = attempts
         self.errors = list(errors)
         self.retry_after = retry_after
+        self.limit = limit
+        self.agent_meta: dict[str, Any] = {}
         super().__init__(message)
 
     @property

@@ -47,12 +47,26 @@ information a task requires the agent to communicate in any of them); ``claimed_
 whether the conversation ended as ``user_stop`` or ``agent_stop``, the endings tau2 rewards.
 
 Failures of the model server itself (connection refused or dropped, timeouts, HTTP 5xx, 408,
-429) are retried here with exponential backoff, honouring the server's ``Retry-After`` (the
-client's own retries are off, so every attempt is counted and every wait is ours) and, if they
-persist, raised as :class:`ModelServerError`: an infrastructure error, not the agent's failure.
-A request the server refuses (HTTP 4xx other than 408 and 429: a wrong model name, a bad key, a
-request it cannot parse) is raised at once as :class:`ModelRequestError`, naming the status and
-the server's message.
+429) are retried here with exponential backoff, always waiting at least the server's
+``Retry-After`` (the client's own retries are off, so every attempt is counted and every wait
+is ours), within two bounds: ``attempts`` failures, and ``retry_for`` seconds over the call's
+attempts and waits. A 429 (the server is up and asks us to slow down) is bounded by
+``retry_for`` alone, so a rate-limit burst shorter than it costs time, not the trial; a wait
+that would end past ``retry_for`` ends the retries at once. Failures that persist are raised as
+:class:`ModelServerError`: an infrastructure error, not the agent's failure. A request the
+server refuses (HTTP 4xx other than 408 and 429: a wrong model name, a bad key, a request it
+cannot parse) is raised at once as :class:`ModelRequestError`, naming the status and the
+server's message. An error leaving :meth:`OpenAIAgent.run` carries ``agent_meta``: what the
+trial's metadata said so far (its model calls, the failed one with its attempts, the seconds
+and tokens), so a trial that ends on it still counts what it cost.
+
+A broken server cannot take the process down with it. Its body is read as it arrives and
+reading stops past ``max_response_bytes`` (an error body is cut at
+:data:`ERROR_BODY_BYTES`, which is plenty for its message); ``timeout`` bounds each wait for
+data, and ``request_timeout`` the whole attempt, so a server dripping a byte a second fails it
+too; a tool call's arguments longer than ``max_tool_argument_bytes`` are not parsed, and the
+model is told so as it is told of malformed arguments. Each limit's error names the option
+that changes it.
 
 ``openai`` is imported when the agent first talks to a server, not by ``import harness``.
 ``harness.testing.model_server.FakeChatServer`` is a scripted local server to test against.
@@ -61,14 +75,14 @@ the server's message.
 from __future__ import annotations
 
 import copy
+import functools
+import importlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-
-import tenacity
 
 from .._json import digest
 from ..action import ContextExecutor
@@ -101,8 +115,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_ERRORS",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_STEPS",
+    "DEFAULT_MAX_TOOL_ARGUMENT_BYTES",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_RETRY_FOR",
     "DEFAULT_SYSTEM_PROMPT",
+    "ERROR_BODY_BYTES",
     "GREETING",
     "TAU2_AGENT_INSTRUCTION",
     "TAU2_SYSTEM_PROMPT",
@@ -156,6 +175,22 @@ DEFAULT_MAX_ERRORS = 10
 """Failed tool calls a conversation may make before it ends as ``too_many_errors``
 (tau2-bench's ``DEFAULT_MAX_ERRORS``)."""
 
+DEFAULT_RETRY_FOR = 120.0
+"""Seconds a model call may spend on its attempts and the waits between them (``retry_for``)."""
+
+DEFAULT_REQUEST_TIMEOUT = 600.0
+"""Seconds one attempt may take from sending to the last byte of the answer
+(``request_timeout``; ``timeout`` bounds each wait for data within it)."""
+
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""Bytes of one response's body read at most (``max_response_bytes``)."""
+
+DEFAULT_MAX_TOOL_ARGUMENT_BYTES = 1024 * 1024
+"""Bytes of one tool call's arguments parsed at most (``max_tool_argument_bytes``)."""
+
+ERROR_BODY_BYTES = 64 * 1024
+"""Bytes of an error response's body read (the rest is dropped: the message is at its start)."""
+
 TRANSFER_TOOL = "transfer_to_human_agents"
 """tau2-bench's tool for handing the user to a person (a tool call like any other there: the
 conversation goes on until the user says ``###TRANSFER###``)."""
@@ -194,24 +229,57 @@ def _retry_after(headers: Any) -> float | None:
     return None
 
 
-def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
-    """A tool call's arguments as a dict, or the reason they cannot be read.
+def parse_arguments(
+    raw: Any, *, max_bytes: int | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """A tool call's arguments as a dict, or the reason they cannot be read (with what the
+    model should do instead).
 
     Servers send a JSON string (the protocol); some (Ollama) send the object itself.
+
+    Args:
+        raw: the call's ``arguments`` as the server sent them.
+        max_bytes: arguments longer than this (UTF-8 JSON) are refused without being parsed.
     """
+    if max_bytes is not None and not isinstance(raw, str | None):
+        size = _json_size(raw)
+        if size is not None and size > max_bytes:
+            return None, _too_long(size, max_bytes)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}, None
     if isinstance(raw, dict):
         return raw, None
+    hint = "; send the arguments as a JSON object"
     if not isinstance(raw, str):
-        return None, f"arguments must be a JSON object, got {type(raw).__name__}"
+        return None, f"arguments must be a JSON object, got {type(raw).__name__}{hint}"
+    if max_bytes is not None and len(raw) * 4 > max_bytes:  # (a character is 1 to 4 bytes)
+        size = len(raw) if len(raw) > max_bytes else len(raw.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            return None, _too_long(size, max_bytes)
     try:
         value = json.loads(raw)
     except ValueError as exc:
-        return None, f"arguments are not valid JSON ({exc}): {raw[:200]}"
+        return None, f"arguments are not valid JSON ({exc}): {raw[:200]}{hint}"
     if not isinstance(value, dict):
-        return None, f"arguments must be a JSON object, got {type(value).__name__}: {raw[:200]}"
+        return None, (
+            f"arguments must be a JSON object, got {type(value).__name__}: {raw[:200]}{hint}"
+        )
     return value, None
+
+
+def _json_size(value: Any) -> int | None:
+    """The UTF-8 length of ``value`` as JSON, or None when JSON cannot hold it."""
+    try:
+        return len(json.dumps(value).encode())
+    except (TypeError, ValueError):
+        return None
+
+
+def _too_long(size: int, limit: int) -> str:
+    return (
+        f"its arguments are {size:,} bytes, over the limit of {limit:,} "
+        "(max_tool_argument_bytes); send smaller arguments"
+    )
 
 
 def _as_text(result: ToolResult) -> str:
@@ -278,17 +346,110 @@ def _add_usage(total: dict[str, int], usage: Any) -> None:
             total[k] = total.get(k, 0) + v
 
 
-def _tau2_call(call: Mapping[str, Any]) -> dict[str, Any]:
+def _failed_call(
+    error: ModelServerError, request_digest: str | None, seconds: float
+) -> dict[str, Any]:
+    """The record of a model call that raised: its attempts (those sent), its time, the error;
+    no response."""
+    entry: dict[str, Any] = {
+        "response": None,
+        "error": f"{type(error).__name__}: {error}",
+        "attempts": error.attempts,
+        "seconds": round(seconds, 6),
+    }
+    if request_digest is not None:
+        entry = {"request_digest": request_digest, **entry}
+    return entry
+
+
+def _loop_meta(
+    calls: list[dict[str, Any]], usage: dict[str, int], *, stop_reason: str | None
+) -> dict[str, Any]:
+    """The metadata every loop of the agent starts with: its model calls and tokens (the
+    lists the loop fills), counts at zero."""
+    return {
+        "model_calls": calls,
+        "model_call_count": 0,
+        "usage": usage,
+        "tool_calls": 0,
+        "malformed_tool_calls": 0,
+        "parallel_turns": 0,
+        "stop_reason": stop_reason,
+    }
+
+
+def _with_seconds(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with what the trial cost in model time, summed over its calls (answers from
+    the record take none)."""
+    for calls, key in (("model_calls", "model_seconds"), ("user_calls", "user_seconds")):
+        if calls in meta:
+            meta[key] = round(sum(c.get("seconds", 0.0) for c in meta[calls]), 6)
+    return meta
+
+
+def _tau2_call(call: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
     """A tool call in tau2's shape (``ToolCall``: id, name, arguments as an object,
-    requestor); arguments that are not a JSON object are given as ``{}``."""
+    requestor); arguments that are not a JSON object, or longer than ``max_bytes``, are given
+    as ``{}``."""
     function = call.get("function") or {}
-    arguments, _ = parse_arguments(function.get("arguments"))
+    arguments, _ = parse_arguments(function.get("arguments"), max_bytes=max_bytes)
     return {
         "id": call.get("id", ""),
         "name": function.get("name") or "",
         "arguments": arguments if arguments is not None else {},
         "requestor": "assistant",
     }
+
+
+class _Overrun(Exception):
+    """A response passed a limit while it was read: ``limit`` names the option, ``size`` the
+    bytes read when it did (for ``max_response_bytes``)."""
+
+    def __init__(self, limit: str, size: int = 0) -> None:
+        self.limit = limit
+        self.size = size
+        super().__init__(limit)
+
+
+class _BoundedBody:
+    """A response's body stream, read through its limits: it raises :class:`_Overrun` once
+    more than ``limit`` bytes came (or were announced), or when ``deadline`` (monotonic) has
+    passed; with ``cut``, it ends quietly at ``limit`` bytes instead. Either way the
+    connection underneath is closed, not left half read."""
+
+    def __init__(
+        self, inner: Any, *, limit: int, declared: int | None, deadline: float, cut: bool
+    ) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._declared = declared
+        self._deadline = deadline
+        self._cut = cut
+        self._closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        if not self._cut and self._declared is not None and self._declared > self._limit:
+            self.close()
+            raise _Overrun("max_response_bytes", self._declared)
+        read = 0
+        for chunk in self._inner:
+            if time.monotonic() > self._deadline:
+                self.close()
+                raise _Overrun("request_timeout")
+            read += len(chunk)
+            if read > self._limit:
+                self.close()
+                if self._cut:
+                    yield chunk[: self._limit - (read - len(chunk))]
+                    return
+                raise _Overrun("max_response_bytes", read)
+            yield chunk
+
+    def close(self) -> None:
+        """Close the stream underneath, once (httpx closes a response again after us)."""
+        if not self._closed:
+            self._closed = True
+            self._inner.close()
 
 
 class _NotRun(BaseException):
@@ -373,8 +534,9 @@ def _call_in_order(
 
 
 class _ChatEndpoint:
-    """A model on an OpenAI-compatible chat-completions server: the client, its retries and
-    how errors are told (what :class:`OpenAIAgent` and :class:`OpenAIUser` share)."""
+    """A model on an OpenAI-compatible chat-completions server: the client, its retries, the
+    limits on what a response may cost, and how errors are told (what :class:`OpenAIAgent`
+    and :class:`OpenAIUser` share)."""
 
     def _init_endpoint(
         self,
@@ -391,6 +553,9 @@ class _ChatEndpoint:
         max_in_flight: int | None = None,
         down_after: float = DOWN_AFTER,
         down_failures: int = DOWN_FAILURES,
+        retry_for: float | None = DEFAULT_RETRY_FOR,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         """Check and keep the server's settings (errors name the class being built)."""
         who = type(self).__name__
@@ -405,6 +570,15 @@ class _ChatEndpoint:
             raise ConfigurationError(f"{who}: attempts must be >= 1")
         if timeout <= 0 or backoff < 0 or max_backoff < 0:
             raise ConfigurationError(f"{who}: timeout must be > 0, backoff waits >= 0")
+        if retry_for is not None and retry_for < 0:
+            raise ConfigurationError(
+                f"{who}(retry_for={retry_for}): give seconds >= 0, or None for no time limit"
+            )
+        if request_timeout <= 0 or max_response_bytes < 1:
+            raise ConfigurationError(
+                f"{who}: request_timeout must be > 0 seconds and max_response_bytes >= 1 "
+                f"(got {request_timeout}, {max_response_bytes})"
+            )
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
@@ -413,6 +587,9 @@ class _ChatEndpoint:
         self.attempts = attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.retry_for = retry_for
+        self.request_timeout = request_timeout
+        self.max_response_bytes = max_response_bytes
         self.proxy = proxy
         self._sleep = sleep
         self.max_in_flight = max_in_flight
@@ -420,16 +597,32 @@ class _ChatEndpoint:
         self.down_failures = down_failures
         # The client is imported now, once: trials started at once in threads would import it
         # side by side, and the client reads a half-imported httpx (no URL yet).
-        import httpx  # noqa: F401
         import openai  # noqa: F401
+
+        _http()
 
         self._client_lock = threading.Lock()
         self._shared_client: openai.OpenAI | None = None
+        # The deadline of the attempt each thread is making, for the bodies it reads.
+        self._attempt = threading.local()
 
         # Shared with every agent and user of this process calling the same server.
         self.endpoint = endpoint(self.base_url).configure(
             max_in_flight=max_in_flight, down_after=down_after, down_failures=down_failures
         )
+
+    def _transport_config(self) -> dict[str, Any]:
+        """The settings of the requests themselves, as ``config()`` records them."""
+        return {
+            "timeout": self.timeout,
+            "request_timeout": self.request_timeout,
+            "attempts": self.attempts,
+            "retry_for": self.retry_for,
+            "backoff": self.backoff,
+            "max_backoff": self.max_backoff,
+            "max_response_bytes": self.max_response_bytes,
+            "proxy": self.proxy,
+        }
 
     @staticmethod
     def _message(response: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -452,12 +645,16 @@ class _ChatEndpoint:
             return self._shared_client
 
     def _new_client(self) -> openai.OpenAI:
-        """An ``openai`` client on ``base_url`` that retries nothing itself (we do) and reads
-        no environment variable (no proxy but ``proxy``, no key but ``api_key``)."""
+        """An ``openai`` client on ``base_url`` that retries nothing itself (we do), reads no
+        environment variable (no proxy but ``proxy``, no key but ``api_key``) and reads every
+        body through its limits (:meth:`_bound_body`)."""
         import openai
 
         http_client = openai.DefaultHttpxClient(
-            trust_env=False, proxy=self.proxy, timeout=self.timeout
+            trust_env=False,
+            proxy=self.proxy,
+            timeout=self.timeout,  # httpx's: each connect, write and read (not the total)
+            event_hooks={"response": [self._bound_body]},
         )
         return openai.OpenAI(
             base_url=self.base_url,
@@ -469,6 +666,23 @@ class _ChatEndpoint:
             timeout=self.timeout,
             max_retries=0,
             http_client=http_client,
+        )
+
+    def _bound_body(self, response: Any) -> None:
+        """Have ``response``'s body read through its limits (an httpx response hook: it runs
+        once the headers are in, before any of the body is read, including the error bodies
+        the client reads itself)."""
+        deadline = getattr(self._attempt, "deadline", None)
+        if deadline is None:
+            deadline = time.monotonic() + self.request_timeout
+        failed = response.status_code >= 400
+        declared = response.headers.get("content-length")
+        response.stream = _bounded_body_type()(
+            response.stream,
+            limit=ERROR_BODY_BYTES if failed else self.max_response_bytes,
+            declared=int(declared) if declared and declared.isdigit() else None,
+            deadline=deadline,
+            cut=failed,
         )
 
     def _extra_headers(self) -> dict[str, Any]:
@@ -483,79 +697,112 @@ class _ChatEndpoint:
             omitted["Authorization"] = openai.Omit()
         return omitted
 
+    # --- retries ---
     def _complete(self, client: openai.OpenAI, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """Ask for one completion, retrying infrastructure errors; the response and tries."""
-        errors: list[ModelServerError] = []
+        """Ask for one completion, retrying infrastructure errors within ``attempts`` and
+        ``retry_for``; the response and the attempts it took.
 
-        def attempt() -> dict[str, Any]:
+        Raises:
+            ModelServerError: the retries ran out (every attempt's error in ``errors``), or a
+                failure another attempt cannot mend; its ``attempts`` counts those sent.
+            EndpointDown: the circuit is open (``attempts``: those sent before it opened).
+            ModelRequestError: the server refused the request.
+        """
+        errors: list[ModelServerError] = []
+        sent = 0  # attempts that reached the server (a circuit or a pause may refuse one)
+        spent = 0.0  # the call's time so far: its attempts and the waits between them
+        while True:
+            started = time.monotonic()
+            left = None if self.retry_for is None else max(self.retry_for - spent, 0.0)
             try:
-                with self.endpoint.request(retry=bool(errors)):
+                with self.endpoint.request(retry=bool(errors), patience=left):
+                    sent += 1
                     response = self._post(client, body)
                     self._message(response)
-                return response
-            except EndpointDown:
+                return response, sent
+            except (EndpointDown, ModelRequestError) as exc:
+                exc.attempts = sent
                 raise
             except ModelServerError as exc:
-                errors.append(exc)
-                raise
+                error = exc
             except ValueError as exc:  # a body that is not a chat completion
                 error = ModelServerError(
                     f"model server at {self.url} sent a malformed response: {exc}", url=self.url
                 )
-                errors.append(error)
-                raise error from exc
+                error.__cause__ = exc
+            spent += time.monotonic() - started
+            errors.append(error)
+            wait = _backoff(self.backoff, self.max_backoff, len(errors), error.retry_after)
+            final = self._give_up(errors, sent, spent, wait)
+            if final is not None:
+                raise final from error
+            self._sleep(wait)
+            spent += wait
 
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=self._wait,
-            retry=tenacity.retry_if_exception(
-                lambda e: isinstance(e, ModelServerError) and e.transient
-            ),
-            sleep=self._sleep,
-            reraise=True,
+    def _give_up(
+        self, errors: list[ModelServerError], sent: int, spent: float, wait: float
+    ) -> ModelServerError | None:
+        """The error ending a call's retries after ``errors`` (``sent`` of them reached the
+        server), or None to wait ``wait`` and try again: a failure no attempt can mend,
+        ``attempts`` failures (429s count only when ``retry_for`` is None: otherwise it bounds
+        them), or a wait that would end past ``retry_for`` (the server's ``Retry-After`` is
+        never cut short)."""
+        last = errors[-1]
+        limit: str | None = None
+        failures = sum(1 for e in errors if self.retry_for is None or e.status != 429)
+        if not last.transient or failures >= self.attempts:
+            why = ""
+        elif self.retry_for is not None and spent + wait > self.retry_for:
+            left = max(self.retry_for - spent, 0.0)
+            asked = "the server's Retry-After of" if last.retry_after == wait else "a backoff of"
+            why = (
+                f"; retries stopped: {asked} {wait:g} s is more than the {left:.1f} s left of "
+                f"retry_for={self.retry_for:g} s (raise retry_for, or give None for no time "
+                "limit)"
+            )
+            limit = "retry_for"
+        else:
+            return None
+        return ModelServerError(
+            f"model server at {self.url} failed {len(errors)} time(s) in {spent:.1f} s{why}; "
+            f"last: {last}",
+            url=self.url,
+            status=last.status,
+            attempts=sent,
+            errors=errors,
+            limit=limit or last.limit,
         )
-        try:
-            response: dict[str, Any] = retrying(attempt)
-        except (ModelRequestError, EndpointDown):
-            raise
-        except ModelServerError as last:
-            raise ModelServerError(
-                f"model server at {self.url} failed {len(errors)} time(s); last: {last}",
-                url=self.url,
-                status=last.status,
-                attempts=len(errors),
-                errors=errors,
-            ) from last
-        return response, len(errors) + 1
 
-    def _wait(self, state: tenacity.RetryCallState) -> float:
-        """Exponential from ``backoff``, capped; at least the server's ``Retry-After``."""
-        wait = min(self.backoff * 2 ** (state.attempt_number - 1), self.max_backoff)
-        error = state.outcome.exception() if state.outcome is not None else None
-        asked = getattr(error, "retry_after", None)
-        if isinstance(asked, float):
-            wait = max(wait, min(asked, self.max_backoff))
-        return float(wait)
-
+    # --- one attempt ---
     def _post(self, client: openai.OpenAI, body: dict[str, Any]) -> dict[str, Any]:
         """One attempt; the client's errors as :class:`ModelServerError` (or its 4xx subclass).
 
         The server's JSON is read as it was sent (not through the client's response types,
-        which would reshape what some servers send, such as Ollama's arguments as an object).
+        which would reshape what some servers send, such as Ollama's arguments as an object),
+        as it arrives, through the limits (:meth:`_bound_body`).
         """
-        import httpx
         import openai
 
+        http = _http()
+        self._attempt.deadline = time.monotonic() + self.request_timeout
         try:
             # The body as it is: the typed `chat.completions.create` walks the whole
             # conversation to rebuild it on every turn (about 20 ms for a long retail one).
             raw = client.post(
                 "/chat/completions",
                 body=body,
-                cast_to=httpx.Response,
+                cast_to=http.Response,
                 options={"headers": self._extra_headers()},
+                stream=True,
             )
-            text = raw.text
+            try:
+                content = bytearray()
+                for chunk in raw.iter_bytes():  # decoded: a compressed body counts in full
+                    content += chunk
+                    if len(content) > self.max_response_bytes:
+                        raise _Overrun("max_response_bytes", len(content))
+            finally:
+                raw.close()
         except openai.APIStatusError as exc:
             message = _server_message(exc.response.text)
             status = exc.status_code
@@ -572,26 +819,92 @@ class _ChatEndpoint:
                 status=status,
                 retry_after=_retry_after(exc.response.headers),
             ) from None
-        except openai.APITimeoutError as exc:
-            raise ModelServerError(f"no answer within {self.timeout} s", url=self.url) from exc
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__
-            if type(cause).__name__ == "ConnectError":  # nothing listening, or no route
-                raise ModelServerError(f"cannot reach the server: {cause}", url=self.url) from exc
-            raise ModelServerError(
-                f"connection failed: {type(cause).__name__}: {cause}", url=self.url
-            ) from exc
+        except _Overrun as exc:
+            raise self._overrun(exc) from None
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise self._no_answer(exc.__cause__ or exc) from exc
+        except http.TransportError as exc:  # while the body was read
+            raise self._no_answer(exc) from exc
+        except http.DecodingError as exc:
+            raise ValueError(f"its body cannot be decoded: {exc}") from None
         except openai.OpenAIError as exc:  # anything else the client raised
             raise ModelServerError(
                 f"the client failed: {type(exc).__name__}: {exc}", url=self.url
             ) from exc
+        finally:
+            self._attempt.deadline = None
         try:
-            value = json.loads(text)
+            value = json.loads(content)
         except ValueError as exc:
-            raise ValueError(f"not JSON ({exc}): {text[:200]!r}") from None
+            raise ValueError(f"not JSON ({exc}): {_start(content)!r}") from None
         if not isinstance(value, dict):
-            raise ValueError(f"not a JSON object: {text[:200]!r}")
+            raise ValueError(f"not a JSON object: {_start(content)!r}")
         return value
+
+    def _no_answer(self, cause: BaseException) -> ModelServerError:
+        """The error of an attempt that got no (whole) answer: a timeout, no connection, a
+        connection lost."""
+        http = _http()
+        if isinstance(cause, http.TimeoutException):
+            return ModelServerError(
+                f"no answer within {self.timeout} s (timeout, the longest wait for data)",
+                url=self.url,
+            )
+        if isinstance(cause, http.ConnectError):  # nothing listening, or no route
+            return ModelServerError(f"cannot reach the server: {cause}", url=self.url)
+        return ModelServerError(f"connection failed: {type(cause).__name__}: {cause}", url=self.url)
+
+    def _overrun(self, overrun: _Overrun) -> ModelServerError:
+        """The error of a response that passed a limit, naming it and the option."""
+        if overrun.limit == "request_timeout":
+            # No whole answer came: as a timeout, retried (within retry_for) and a down signal.
+            return ModelServerError(
+                f"the answer took longer than request_timeout={self.request_timeout:g} s "
+                "(the whole attempt, the server still sending); raise request_timeout if the "
+                "server is that slow",
+                url=self.url,
+                limit="request_timeout",
+            )
+        # The server answered (status 200): another attempt would get the same, so none is made.
+        return ModelServerError(
+            f"the response is larger than max_response_bytes={self.max_response_bytes:,} "
+            f"({overrun.size:,} bytes read or announced; the rest was not read); raise "
+            "max_response_bytes if it should be accepted, or cap the completion (max_tokens)",
+            url=self.url,
+            status=200,
+            limit="max_response_bytes",
+        )
+
+
+@functools.cache
+def _bounded_body_type() -> type[_BoundedBody]:
+    """:class:`_BoundedBody` as the HTTP library's own ``SyncByteStream`` (which it checks
+    a response's stream is, to close it)."""
+    bases = (_BoundedBody, _http().SyncByteStream)
+    made: type[_BoundedBody] = type("BoundedBody", bases, {"__module__": __name__})
+    return made
+
+
+@functools.cache
+def _http() -> Any:
+    """The HTTP library the installed ``openai`` client runs on: ``httpx2`` (openai 3),
+    ``httpx`` before; its response, stream and error types are what a request meets."""
+    import openai
+
+    library = openai.DefaultHttpxClient.__mro__[1].__module__.partition(".")[0]
+    return importlib.import_module(library)
+
+
+def _backoff(backoff: float, max_backoff: float, failures: int, asked: float | None) -> float:
+    """The wait after ``failures`` failed attempts: exponential from ``backoff``, capped at
+    ``max_backoff``, and never shorter than the server's ``Retry-After`` (``asked``)."""
+    wait = min(backoff * 2.0 ** min(failures - 1, 64), max_backoff)
+    return max(wait, asked) if asked is not None else wait
+
+
+def _start(content: bytes | bytearray) -> str:
+    """The start of a body, as text, for an error message."""
+    return bytes(content[:200]).decode("utf-8", "replace")
 
 
 class OpenAIAgent(_ChatEndpoint):
@@ -605,13 +918,29 @@ class OpenAIAgent(_ChatEndpoint):
             one no ``Authorization`` header is sent).
         temperature: sampling temperature.
         max_turns: model calls per task before the agent gives up.
-        timeout: seconds to wait on the server for one request.
+        timeout: seconds to wait for the server at each step of a request (connecting,
+            sending, each read of the answer): a server that stops sending fails the attempt.
+        request_timeout: seconds one attempt may take in all, from sending to the answer's
+            last byte (default :data:`DEFAULT_REQUEST_TIMEOUT`): a server dripping its answer
+            fails it too (retried as a timeout is).
         system_prompt: the instructions the model gets first (default
             :data:`DEFAULT_SYSTEM_PROMPT`).
         max_tokens: a cap on each completion, when given.
-        attempts: attempts per model call on infrastructure errors, the first included.
+        attempts: attempts per model call on infrastructure errors, the first included (a 429
+            counts only when ``retry_for`` is None; otherwise ``retry_for`` bounds them).
+        retry_for: seconds a model call may spend on its attempts and the waits between them
+            (default :data:`DEFAULT_RETRY_FOR`); a wait that would end past it ends the
+            retries at once, with a :class:`ModelServerError` saying so. None: no bound but
+            ``attempts``.
         backoff: first wait in seconds between attempts; doubles each attempt.
-        max_backoff: cap on one wait (a server's ``Retry-After`` is honoured up to it).
+        max_backoff: cap on one wait of our own (a server's ``Retry-After`` is always waited
+            out in full, within ``retry_for``).
+        max_response_bytes: bytes of a response read at most (default
+            :data:`DEFAULT_MAX_RESPONSE_BYTES`); a larger one fails the call, unretried, with
+            a :class:`ModelServerError` naming the option, and is not read past the limit.
+        max_tool_argument_bytes: bytes of one tool call's arguments read at most (default
+            :data:`DEFAULT_MAX_TOOL_ARGUMENT_BYTES`); longer ones are not parsed, and the
+            model is told so in the call's result, as for malformed arguments.
         proxy: an HTTP proxy URL; none by default.
         parallel_tool_calls: run the tool calls of one reply at once, in threads that carry the
             episode (each call its own transaction; the episode runs their transactions one at
@@ -624,7 +953,8 @@ class OpenAIAgent(_ChatEndpoint):
         user_model: the ``openai`` user's model (default: ``model``).
         user_base_url: the ``openai`` user's server (default: ``base_url``).
         user_api_key: the ``openai`` user's key (default: ``api_key`` when the user's server
-            is the agent's, else none). The user shares the agent's timeout, retries and proxy.
+            is the agent's, else none). The user shares the agent's timeouts, retries,
+            response limit, proxy and circuit settings.
         user_temperature: the ``openai`` user's temperature (tau2's 0.0).
         user_replies: the ``scripted`` user's replies (default: the task's instruction).
         max_steps: with a user, steps before the conversation ends as ``max_steps`` (tau2's
@@ -635,9 +965,10 @@ class OpenAIAgent(_ChatEndpoint):
             every trial it runs (``--concurrency``) and the user on the same server; None: no
             limit (:mod:`harness.agents.endpoint`).
         down_after, down_failures: the server counts as down, and its requests fail at once
-            with :class:`~harness.errors.EndpointDown` (a run stops on it), once it has failed
-            for ``down_after`` seconds and ``down_failures`` requests in a row with no answer
-            between.
+            with :class:`~harness.errors.EndpointDown` (a run stops on it), once
+            ``down_failures`` requests in a row (of every trial of the process) have failed
+            with no answer between and it has answered nothing for ``down_after`` seconds
+            (5 s by default; the rule is :mod:`harness.agents.endpoint`'s).
 
     Configuration is what is passed in: environment variables (``http_proxy``,
     ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``) are not
@@ -674,6 +1005,10 @@ class OpenAIAgent(_ChatEndpoint):
         max_in_flight: int | None = None,
         down_after: float = DOWN_AFTER,
         down_failures: int = DOWN_FAILURES,
+        retry_for: float | None = DEFAULT_RETRY_FOR,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_tool_argument_bytes: int = DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
     ) -> None:
         if max_turns < 1:
             raise ConfigurationError("OpenAIAgent: max_turns and attempts must be >= 1")
@@ -690,7 +1025,16 @@ class OpenAIAgent(_ChatEndpoint):
             max_in_flight=max_in_flight,
             down_after=down_after,
             down_failures=down_failures,
+            retry_for=retry_for,
+            request_timeout=request_timeout,
+            max_response_bytes=max_response_bytes,
         )
+        if max_tool_argument_bytes < 1:
+            raise ConfigurationError(
+                f"OpenAIAgent(max_tool_argument_bytes={max_tool_argument_bytes}): give at "
+                "least 1 byte"
+            )
+        self.max_tool_argument_bytes = max_tool_argument_bytes
         self.temperature = temperature
         self.max_turns = max_turns
         self._custom_prompt = system_prompt is not None
@@ -721,13 +1065,10 @@ class OpenAIAgent(_ChatEndpoint):
             "api_key": "set" if self.api_key else None,
             "temperature": self.temperature,
             "max_turns": self.max_turns,
-            "timeout": self.timeout,
             "system_prompt": self.system_prompt,
             "max_tokens": self.max_tokens,
-            "attempts": self.attempts,
-            "backoff": self.backoff,
-            "max_backoff": self.max_backoff,
-            "proxy": self.proxy,
+            **self._transport_config(),
+            "max_tool_argument_bytes": self.max_tool_argument_bytes,
             "parallel_tool_calls": self.parallel_tool_calls,
             "max_in_flight": self.max_in_flight,
             "down_after": self.down_after,
@@ -746,24 +1087,32 @@ class OpenAIAgent(_ChatEndpoint):
         with a user, run tau2-bench's conversation until it ends (module docstring).
 
         Raises:
-            ModelServerError: the server kept failing (an infrastructure error).
-            ModelRequestError: the server refused a request (4xx).
+            ModelServerError: the server kept failing (an infrastructure error); its
+                ``agent_meta`` is the trial's metadata so far, the failed call included.
+            EndpointDown: the server's circuit is open (``agent_meta`` as above).
+            ModelRequestError: the server refused a request (4xx; ``agent_meta`` as above).
             Escalated: a tool call was escalated to a person (from :meth:`Toolbox.call`); the
                 other calls of the same reply have finished by then.
         """
         client = self._client()
-        if self.user is not None:
-            out = self._converse_with_user(client, task, toolbox, seed, self.user)
-        else:
-            out = self._converse(client, task, toolbox, seed)
-        # What the trial cost in model time (answers from the record take none).
-        for calls, key in (("model_calls", "model_seconds"), ("user_calls", "user_seconds")):
-            if calls in out.meta:
-                out.meta[key] = round(sum(c.get("seconds", 0.0) for c in out.meta[calls]), 6)
+        meta: dict[str, Any] = {}  # filled by the loop as it goes, for an error to carry
+        try:
+            if self.user is not None:
+                out = self._converse_with_user(client, task, toolbox, seed, self.user, meta)
+            else:
+                out = self._converse(client, task, toolbox, seed, meta)
+        except ModelServerError as exc:
+            meta.update(
+                model_call_count=len(meta.get("model_calls", ())),
+                stop_reason="model_server_error",
+            )
+            exc.agent_meta = _with_seconds(meta)
+            raise
+        _with_seconds(out.meta)
         return out
 
     def _converse(
-        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int
+        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int, meta: dict[str, Any]
     ) -> AgentOutput:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self._system_prompt(toolbox)},
@@ -771,15 +1120,7 @@ class OpenAIAgent(_ChatEndpoint):
         ]
         calls: list[dict[str, Any]] = []
         usage: dict[str, int] = {}
-        meta: dict[str, Any] = {
-            "model_calls": calls,
-            "model_call_count": 0,
-            "usage": usage,
-            "tool_calls": 0,
-            "malformed_tool_calls": 0,
-            "parallel_turns": 0,
-            "stop_reason": "max_turns",
-        }
+        meta.update(_loop_meta(calls, usage, stop_reason="max_turns"))
         content = ""
         for turn in range(self.max_turns):
             message, _ = self._agent_turn(client, toolbox, messages, seed, calls, usage)
@@ -848,11 +1189,7 @@ class OpenAIAgent(_ChatEndpoint):
                 "api_key": user_api_key
                 or (self.api_key if base_url.rstrip("/") == self.base_url else None),
                 "temperature": user_temperature,
-                "timeout": self.timeout,
-                "attempts": self.attempts,
-                "backoff": self.backoff,
-                "max_backoff": self.max_backoff,
-                "proxy": self.proxy,
+                **self._transport_config(),
                 "sleep": self._sleep,
                 "max_in_flight": self.max_in_flight,
                 "down_after": self.down_after,
@@ -880,7 +1217,13 @@ class OpenAIAgent(_ChatEndpoint):
         )
 
     def _converse_with_user(
-        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int, user: User
+        self,
+        client: openai.OpenAI,
+        task: Task,
+        toolbox: Toolbox,
+        seed: int,
+        user: User,
+        meta: dict[str, Any],
     ) -> AgentOutput:
         """tau2's half-duplex loop (``Orchestrator.step`` and ``_check_termination``)."""
         greeting: dict[str, Any] = {
@@ -901,32 +1244,33 @@ class OpenAIAgent(_ChatEndpoint):
         user_calls: list[dict[str, Any]] = []
         usage: dict[str, int] = {}
         user_usage: dict[str, int] = {}
-        meta: dict[str, Any] = {
-            "model_calls": calls,
-            "model_call_count": 0,
-            "usage": usage,
-            "tool_calls": 0,
-            "malformed_tool_calls": 0,
-            "parallel_turns": 0,
-            "stop_reason": None,
-            "messages": trajectory,
-            "termination_reason": None,
-            "max_steps": self.max_steps,
-            "max_errors": self.max_errors,
-            "user": user.config(),
-            "user_calls": user_calls,
-            "user_usage": user_usage,
-            "steps": 0,
-            "num_errors": 0,
-            "transferred": False,
-            "stop_token": None,
-        }
+        meta.update(
+            {
+                **_loop_meta(calls, usage, stop_reason=None),
+                "messages": trajectory,
+                "termination_reason": None,
+                "max_steps": self.max_steps,
+                "max_errors": self.max_errors,
+                "user": user.config(),
+                "user_calls": user_calls,
+                "user_usage": user_usage,
+                "steps": 0,
+                "num_errors": 0,
+                "transferred": False,
+                "stop_token": None,
+            }
+        )
         to_role, pending = "user", []  # pending: the tool calls of the agent's last reply
         steps = errors = 0
         reason: str | None = None
         while reason is None:
             if to_role == "user":
-                turn = user.respond(task, list(trajectory), session=toolbox.episode, seed=seed)
+                asked = time.perf_counter()
+                try:
+                    turn = user.respond(task, list(trajectory), session=toolbox.episode, seed=seed)
+                except ModelServerError as exc:
+                    user_calls.append(_failed_call(exc, None, time.perf_counter() - asked))
+                    raise
                 if not isinstance(turn, UserTurn):
                     raise ConfigurationError(
                         f"user {user.name!r}: respond() must return a UserTurn, got "
@@ -962,7 +1306,8 @@ class OpenAIAgent(_ChatEndpoint):
                     {
                         "role": "assistant",
                         "content": text,
-                        "tool_calls": [_tau2_call(c) for c in pending] or None,
+                        "tool_calls": [_tau2_call(c, self.max_tool_argument_bytes) for c in pending]
+                        or None,
                         "turn_idx": len(trajectory),
                         "timestamp": _now(),
                         "cost": _cost(response),
@@ -1036,7 +1381,11 @@ class OpenAIAgent(_ChatEndpoint):
         body = self._request_body(history, toolbox.specs, seed)
         request_digest = digest(body)
         started = time.perf_counter()
-        response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
+        try:
+            response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
+        except ModelServerError as exc:
+            calls.append(_failed_call(exc, request_digest, time.perf_counter() - started))
+            raise
         seconds = time.perf_counter() - started
         message, finish_reason = self._message(response)
         calls.append(
@@ -1126,25 +1475,24 @@ class OpenAIAgent(_ChatEndpoint):
             results.append(outcome)
         return results
 
-    @staticmethod
     def _prepare(
-        call: dict[str, Any], meta: dict[str, Any]
+        self, call: dict[str, Any], meta: dict[str, Any]
     ) -> tuple[str, dict[str, Any]] | ToolResult:
-        """A call's tool name and arguments, or the result telling the model it was malformed."""
+        """A call's tool name and arguments, or the result telling the model it was malformed
+        (its arguments longer than ``max_tool_argument_bytes`` included: the model wrote them,
+        and may write shorter ones)."""
         function = call.get("function")
         function = function if isinstance(function, dict) else {}
         name = function.get("name")
         if not isinstance(name, str) or not name:
             meta["malformed_tool_calls"] += 1
             return ToolResult(False, error="tool call without a function name", kind="invalid")
-        arguments, problem = parse_arguments(function.get("arguments"))
+        arguments, problem = parse_arguments(
+            function.get("arguments"), max_bytes=self.max_tool_argument_bytes
+        )
         if arguments is None:
             meta["malformed_tool_calls"] += 1
-            return ToolResult(
-                False,
-                error=f"tool {name!r} not called: {problem}; send the arguments as a JSON object",
-                kind="invalid",
-            )
+            return ToolResult(False, error=f"tool {name!r} not called: {problem}", kind="invalid")
         return name, arguments
 
     # --- the model ---
@@ -1183,7 +1531,9 @@ class OpenAIUser(_ChatEndpoint):
         guidelines: the global simulation guidelines (default tau2's,
             :data:`~harness.agents.user.SIMULATION_GUIDELINES`).
         max_tokens: a cap on each completion, when given.
-        timeout, attempts, backoff, max_backoff, proxy, sleep: as for :class:`OpenAIAgent`.
+        timeout, request_timeout, attempts, retry_for, backoff, max_backoff,
+            max_response_bytes, proxy, sleep, max_in_flight, down_after, down_failures: as
+            for :class:`OpenAIAgent`.
     """
 
     name = "openai"
@@ -1206,6 +1556,9 @@ class OpenAIUser(_ChatEndpoint):
         max_in_flight: int | None = None,
         down_after: float = DOWN_AFTER,
         down_failures: int = DOWN_FAILURES,
+        retry_for: float | None = DEFAULT_RETRY_FOR,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self._init_endpoint(
             base_url=base_url,
@@ -1220,6 +1573,9 @@ class OpenAIUser(_ChatEndpoint):
             max_in_flight=max_in_flight,
             down_after=down_after,
             down_failures=down_failures,
+            retry_for=retry_for,
+            request_timeout=request_timeout,
+            max_response_bytes=max_response_bytes,
         )
         self.temperature = temperature
         self.guidelines = SIMULATION_GUIDELINES if guidelines is None else guidelines
@@ -1227,7 +1583,7 @@ class OpenAIUser(_ChatEndpoint):
 
     def config(self) -> dict[str, Any]:
         """tau2's ``UserInfo`` (implementation, llm, llm_args, global_simulation_guidelines)
-        with the server's URL (the key itself is left out)."""
+        with the server's URL and the requests' settings (the key itself is left out)."""
         return {
             "implementation": self.name,
             "llm": self.model,
@@ -1236,6 +1592,7 @@ class OpenAIUser(_ChatEndpoint):
             "base_url": self.base_url,
             "api_key": "set" if self.api_key else None,
             "max_tokens": self.max_tokens,
+            **self._transport_config(),
         }
 
     def request_body(

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,64 +30,12 @@ from harness.testing.model_server import (
 )
 
 from ..conftest import Shop
+from .conftest import agent_for, shop_tools
 
 TAU2_TASKS = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2-retail" / "tasks.json"
 NO_TAU2 = f"reference data absent: {TAU2_TASKS.name} (the shared folder beside the repository)"
 
 TASK = Task(id="t1", instruction="Please cancel my order o1.", required_outputs=["cancelled"])
-
-
-def shop_tools(shop: Shop) -> dict[str, Any]:
-    """A cancel action (pending orders only, undoable) and a read tool over the shop."""
-
-    @hx.action(writes=["orders/{order_id}"], idempotency_key=lambda a: a.order_id)
-    def cancel_order(order_id: str) -> dict[str, Any]:
-        """Cancel a pending order.
-
-        Args:
-            order_id: the order to cancel.
-        """
-        return shop.set_status(order_id, "cancelled")
-
-    @cancel_order.precondition
-    def is_pending(ctx: hx.Context) -> bool:
-        order = ctx.state.get(f"orders/{ctx.args.order_id}")
-        return order is not None and order["status"] == "pending"
-
-    @cancel_order.postcondition
-    def is_cancelled(ctx: hx.Context) -> bool:
-        return bool(ctx.after[f"orders/{ctx.args.order_id}"]["status"] == "cancelled")
-
-    cancel_order.compensation(shop.restore)
-
-    def get_order(order_id: str) -> dict[str, Any]:
-        """Look up an order.
-
-        Args:
-            order_id: the order to look up.
-        """
-        return dict(shop.state[f"orders/{order_id}"])
-
-    return {"cancel_order": cancel_order, "get_order": get_order}
-
-
-@pytest.fixture
-def episode(shop: Shop, store: hx.Store, clock: FakeClock) -> Iterator[hx.Episode]:
-    """An open episode on the shop."""
-    with hx.Episode(state=shop.state, store=store, clock=clock) as ep:
-        yield ep
-
-
-@pytest.fixture
-def toolbox(shop: Shop, episode: hx.Episode) -> Toolbox:
-    """The shop's tools in the open episode."""
-    return Toolbox(shop_tools(shop), episode)
-
-
-def agent_for(server: FakeChatServer, clock: FakeClock, **options: Any) -> OpenAIAgent:
-    """An agent on the fake server whose backoff sleeps go to the fake clock."""
-    options.setdefault("model", "fake-model")
-    return OpenAIAgent(base_url=server.base_url, sleep=clock.sleep, **options)
 
 
 def test_sends_tool_specs_instruction_and_seed(toolbox: Toolbox, clock: FakeClock) -> None:
@@ -351,9 +298,11 @@ def test_each_server_failure_is_an_infrastructure_error_saying_what_happened(
     toolbox: Toolbox, clock: FakeClock, failure: Failure, status: int | None, said: str
 ) -> None:
     """Dropped connections, timeouts, 429 and 5xx are ModelServerError (never the 4xx
-    ModelRequestError), with the status and a message saying what happened, after every try."""
+    ModelRequestError), with the status and a message saying what happened, after every try
+    (two: attempts=2 ends the others; the 429s, which attempts does not bound, are ended by
+    retry_for=3, a second wait of 2 s not fitting in it)."""
     with FakeChatServer([text_reply("never")], failures=[failure] * 2) as server:
-        agent = agent_for(server, clock, timeout=0.05, attempts=2)
+        agent = agent_for(server, clock, timeout=0.05, attempts=2, retry_for=3)
         url = f"{server.base_url}/chat/completions"
         with pytest.raises(ModelServerError) as info:
             agent.run(TASK, toolbox, seed=0)
