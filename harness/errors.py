@@ -6,6 +6,7 @@ The tree::
     ├── ConfigurationError      a decorator, policy or adapter was configured wrongly
     │   └── FaultPlanError      a fault plan is malformed (harness.faults)
     ├── StoreError              the store cannot be opened, read or written
+    │   └── StoreWriteFailed    the database refused a write (disk full, read-only, I/O, locked)
     ├── NotInEpisode            an action was called outside ``with Episode(...)``
     ├── InvalidArguments        arguments do not match the action's schema; nothing ran
     ├── IdempotencyConflict     a committed key was reused with other arguments; nothing ran
@@ -60,6 +61,7 @@ __all__ = [
     "RunNotFound",
     "ScopeViolation",
     "StoreError",
+    "StoreWriteFailed",
     "SuiteError",
     "TransientError",
     "WriteConflict",
@@ -77,6 +79,30 @@ class ConfigurationError(HarnessError):
 
 class StoreError(HarnessError):
     """The store could not be opened, read or written."""
+
+
+class StoreWriteFailed(StoreError):
+    """The database refused a write: the disk is full, the file or database is read-only, an
+    I/O error, or the write lock stayed taken past the busy timeout. The refused write was
+    rolled back whole; everything committed before it is kept.
+
+    Attributes:
+        database: the database, as shown to people (a file path, or a URL without password).
+        cause: why, in plain words (``the disk is full``).
+        fix: what to do about it.
+        error: the driver's error.
+    """
+
+    def __init__(self, database: str, cause: str, fix: str, error: BaseException) -> None:
+        self.database = database
+        self.cause = cause
+        self.fix = fix
+        self.error = error
+        said = " ".join(str(error).split()) or type(error).__name__
+        super().__init__(
+            f"the store {database} could not be written: {cause} (the database said: {said}); "
+            f"that write was rolled back whole. {fix}"
+        )
 
 
 class NotInEpisode(HarnessError):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlmodel import Session, select
 
 from ..errors import StoreError
+from .failures import writing
 from .tables import LeaseRow
 
 
@@ -27,6 +28,12 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _is_sqlite(conn: Any) -> bool:
+    """Whether a store's driver connection is SQLite's (a read-only store's comes through
+    SQLAlchemy's pool, which wraps it)."""
+    return isinstance(getattr(conn, "driver_connection", conn), sqlite3.Connection)
 
 
 CLAIM_SECONDS = 60.0
@@ -63,6 +70,8 @@ class _Leases:
 
     _lease_lock: threading.Lock
     _lease_conn: Any
+    database: str
+    readonly: bool
 
     if TYPE_CHECKING:  # provided by Store
 
@@ -87,9 +96,9 @@ class _Leases:
         owner in this process holds it (nothing is written then)."""
         now = time.time()
         host, pid = socket.gethostname(), os.getpid()
-        with self._lease_lock:
+        with self._lease_lock, writing(self.database, readonly=self.readonly):
             conn = self._lease_connection()
-            sqlite = isinstance(conn, sqlite3.Connection)
+            sqlite = _is_sqlite(conn)
             mark = "?" if sqlite else "%s"
             cur = conn.cursor()
             try:
@@ -121,16 +130,17 @@ class _Leases:
                 conn.commit()
                 return "taken", None
             except BaseException:
-                conn.rollback()
+                with contextlib.suppress(Exception):  # (the error raised says what failed)
+                    conn.rollback()
                 raise
             finally:
                 cur.close()
 
     def release_lease(self, episode_id: str, *, owner: str) -> None:
         """Give the lease on ``episode_id`` back (only its owner can)."""
-        with self._lease_lock:
+        with self._lease_lock, writing(self.database, readonly=self.readonly):
             conn = self._lease_connection()
-            mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+            mark = "?" if _is_sqlite(conn) else "%s"
             cur = conn.cursor()
             try:
                 cur.execute(
@@ -138,6 +148,10 @@ class _Leases:
                     (episode_id, owner),
                 )
                 conn.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+                raise
             finally:
                 cur.close()
 

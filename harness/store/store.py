@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from sqlmodel import Session, col, func, select
 from .._json import dumps
 from ..errors import StoreError
 from .chain import _Chain
+from .failures import shown, write_failure, writing
 from .jsonlines import EpisodeLog, JsonLines, _stamp
 from .leases import _Leases
 from .projection import derive
@@ -67,6 +68,23 @@ def _normalise_url(url: str | Path) -> str:
 _SCHEMA_LOCK = 0x6878_5343
 
 
+class _Session(Session):
+    """A SQLModel session whose writes (its flushes and commits) raise
+    :class:`~harness.errors.StoreWriteFailed` when the database refuses them; the session
+    rolls the refused write back when it closes."""
+
+    database = ""
+    readonly = False
+
+    def flush(self, objects: Sequence[Any] | None = None) -> None:
+        with writing(self.database, readonly=self.readonly):
+            super().flush(objects)
+
+    def commit(self) -> None:
+        with writing(self.database, readonly=self.readonly):
+            super().commit()
+
+
 class Store(_Chain, _Leases):
     """A run's records, in SQLite under ``logs/`` by default or any SQLAlchemy URL.
 
@@ -103,6 +121,7 @@ class Store(_Chain, _Leases):
                 f"store URL {self.url!r} is not a database URL ({exc}); "
                 "give sqlite:///logs/harness.db, a file path, or postgresql://..."
             ) from exc
+        self.database = shown(self.url, self.path)
         if self.path is not None and not self.path.exists():
             if not create or readonly:
                 raise StoreError(
@@ -249,6 +268,9 @@ class Store(_Chain, _Leases):
         except OperationalError as exc:
             if "already exists" in str(exc):
                 raise
+            refused = write_failure(exc, self.database)
+            if refused is not None:
+                raise refused from exc
             raise StoreError(
                 f"store {self.url!r} does not open as a database ({exc.orig}); "
                 "point it at a new file or a healthy database"
@@ -262,7 +284,9 @@ class Store(_Chain, _Leases):
     # --- the hot path ---
     def writer(self, episode_id: str) -> EpisodeWriter:
         """A writer bound to one episode, on its own driver connection."""
-        return EpisodeWriter(self.raw_connection(), self.engine.dialect, episode_id)
+        return EpisodeWriter(
+            self.raw_connection(), self.engine.dialect, episode_id, database=self.database
+        )
 
     def raw_connection(self) -> Any:
         """A DBAPI connection with the store's pragmas; the caller commits and closes it (a
@@ -294,8 +318,10 @@ class Store(_Chain, _Leases):
     # --- queries ---
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A SQLModel session for ad-hoc queries."""
-        with Session(self.engine) as s:
+        """A SQLModel session for ad-hoc queries (a write the database refuses raises
+        :class:`~harness.errors.StoreWriteFailed`)."""
+        with _Session(self.engine) as s:
+            s.database, s.readonly = self.database, self.readonly
             yield s
 
     def runs(self) -> list[RunRow]:

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Dialect
 
 from .._json import dumps, loads
 from ..errors import StoreError
+from .failures import write_failure
 from .projection import HOT_OUTCOMES, checkpoint_row, committed_row
 from .tables import (
     GENESIS,
@@ -45,8 +46,12 @@ FLUSH_EVERY = 1024
 """Hot-path commits held before their rows are materialised even without another write."""
 
 
-def _unwritable(exc: BaseException) -> StoreError:
-    """A driver's error while writing, as the store's own."""
+def _unwritable(exc: BaseException, database: str) -> StoreError:
+    """A driver's error while writing, as the store's own: :class:`StoreWriteFailed` when the
+    database refused the write (disk full, read-only, I/O error, locked)."""
+    refused = write_failure(exc, database)
+    if refused is not None:
+        return refused
     return StoreError(f"the store could not be written ({type(exc).__name__}: {exc})")
 
 
@@ -89,11 +94,19 @@ class EpisodeWriter:
 
     ``batch()`` groups writes into one database transaction; ``append`` extends the episode's
     hash chain; ``hot`` writes one record as its own transaction. A batch or a hot write holds
-    the writer's lock, so an episode's threads never share its connection at once.
+    the writer's lock, so an episode's threads never share its connection at once. A write
+    that fails leaves nothing: its transaction is rolled back, and the writer's head (the
+    chain's last record, the rows still to write) is where the database's is.
+
+    Args:
+        database: the database as people are shown it, for the errors.
     """
 
-    def __init__(self, connection: Any, dialect: Dialect, episode_id: str) -> None:
+    def __init__(
+        self, connection: Any, dialect: Dialect, episode_id: str, *, database: str = ""
+    ) -> None:
         self.episode_id = episode_id
+        self.database = database
         self.conn = connection
         self._sqlite = isinstance(self.conn, sqlite3.Connection)
         style = "named" if self._sqlite else dialect.paramstyle
@@ -163,7 +176,7 @@ class EpisodeWriter:
             self._depth += 1
             outer = self._depth == 1
             chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
-            pending = self.pending
+            pending, num = self.pending, self.num
             try:
                 if outer:
                     if self._sqlite:
@@ -185,8 +198,10 @@ class EpisodeWriter:
                     self.seq, self.head = chain[0], chain[1]
                     self.pending = pending[: chain[2]]
                     self.steps, self.digest = chain[3], chain[4]
+                    if num is None:  # (the episode row it inserted is gone too)
+                        self.num, self._base, self._range = None, 0, {}
                 if isinstance(exc, self._driver_errors):
-                    raise _unwritable(exc) from exc
+                    raise _unwritable(exc, self.database) from exc
                 raise
             finally:
                 self._depth -= 1
@@ -214,7 +229,7 @@ class EpisodeWriter:
             try:
                 self.append_text(kind, txn_id, text, projected)
             except self._driver_errors as exc:
-                raise _unwritable(exc) from exc
+                raise _unwritable(exc, self.database) from exc
             return
         chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
         try:
@@ -228,7 +243,7 @@ class EpisodeWriter:
                 del self.pending[chain[2] :]
                 self.steps, self.digest = chain[3], chain[4]
             if isinstance(exc, self._driver_errors):
-                raise _unwritable(exc) from exc
+                raise _unwritable(exc, self.database) from exc
             raise
 
     def _landed(self, key: int, h: str) -> bool:
