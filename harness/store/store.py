@@ -348,6 +348,38 @@ class Store(_Chain, _Leases):
             s.merge(row)
             s.commit()
 
+    def record_verdict(self, episode_id: str, payload: Mapping[str, Any], trial: TrialRow) -> None:
+        """Append an episode's ``verdict`` record to its hash chain and store its trial row
+        (inserted, or replacing the one with its id) in one database transaction: both are
+        written or neither is, so no crash between them leaves a verdict without its row.
+
+        Sign the episode's head after it (:func:`~harness.store.signing.sign_episode`): the
+        verdict moves the head.
+
+        Args:
+            episode_id: the trial's episode.
+            payload: the verdict record's payload (what ``trial`` must agree with).
+            trial: the trial's row.
+
+        Raises:
+            StoreWriteFailed: the database refused the write (nothing of it was kept).
+            StoreError: another error of the driver (nothing of it was kept).
+        """
+        writer = self.writer(episode_id)
+        try:
+            with writer.batch():
+                writer.load_head()
+                if writer.num is None:
+                    raise StoreError(
+                        f"no episode {episode_id!r} in {self.database} to record a verdict for; "
+                        "nothing was written"
+                    )
+                writer.append("verdict", None, payload)
+                writer.update_head()
+                writer.put_row(trial)
+        finally:
+            writer.close()
+
     def episodes(self, run_id: str | None = None) -> list[EpisodeRow]:
         """Episodes, oldest first; only those of ``run_id`` when given."""
         with self.session() as s:

@@ -496,6 +496,22 @@ class EpisodeWriter:
             )
         self._exec(sql, {**fields, "ep_": self.episode_id, "seq_": txn_seq(txn_id)})
 
+    def put_row(self, row: Any) -> None:
+        """Insert a table row (a :class:`~.tables.TrialRow`...), or replace the one with its
+        primary key, as :meth:`Store.add <harness.store.Store.add>` does, in this writer's
+        transaction (inside a batch: with the records it writes)."""
+        table: Any = type(row)
+        cols = [c.name for c in table.__table__.columns]
+        keys = [c.name for c in table.__table__.primary_key.columns]
+        sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c not in keys)
+        self._exec(
+            f"INSERT INTO {table.__tablename__} ({', '.join(cols)}) "
+            f"VALUES ({', '.join(self._p(c) for c in cols)}) "
+            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}",
+            # (A status enum goes as its text: drivers bind plain values.)
+            {c: str(v) if isinstance(v, str) else v for c in cols for v in [getattr(row, c)]},
+        )
+
     def insert_escalation(self, row: Mapping[str, Any]) -> str:
         """Insert an escalation; returns its id."""
         esc_id = row.get("id") or uuid.uuid4().hex[:12]

@@ -20,8 +20,8 @@ from sqlmodel import select
 import harness as hx
 from harness._json import dumps
 from harness.cli import main
-from harness.errors import StoreWriteFailed
-from harness.store import LogRow, RunRow
+from harness.errors import StoreError, StoreWriteFailed
+from harness.store import LogRow, RunRow, TrialRow
 from harness.store.failures import FULL, IO_ERROR, LOCKED, READ_ONLY, write_failure
 
 from ..toy_env import write_suite
@@ -362,3 +362,97 @@ def test_a_shown_postgres_url_hides_its_password() -> None:
     """The database named in the errors never shows a password."""
     shown = hx.store.failures.shown("postgresql+psycopg://me:secret@host/db", None)
     assert "secret" not in shown and "host/db" in shown
+
+
+# --- the verdict and its trial row: one transaction ---
+
+
+def _trial_row(episode_id: str, **fields: Any) -> TrialRow:
+    base: dict[str, Any] = {
+        "id": episode_id,
+        "run_id": "r1",
+        "task_id": "t0",
+        "trial": 0,
+        "seed": 0,
+        "episode_id": episode_id,
+        "passed": True,
+        "outcome": "committed",
+        "verdict": '{"passed": true}',
+        "created_at": time.time(),
+    }
+    return TrialRow(**(base | fields))
+
+
+PAYLOAD = {
+    "task_id": "t0",
+    "trial": 0,
+    "passed": True,
+    "partial": None,
+    "outcome": "committed",
+    "infra_error": False,
+    "verdict": {"passed": True},
+}
+
+
+def test_record_verdict_writes_the_record_and_the_row_and_they_verify(
+    episode_store: tuple[hx.Store, Path],
+) -> None:
+    """The verdict record ends the chain, the episode's head moves with it, the trial row is
+    stored (replacing an earlier one of the same id), and the store verifies."""
+    store, _ = episode_store
+    store.record_verdict("e1", {**PAYLOAD, "passed": False}, _trial_row("e1", passed=False))
+    store.record_verdict("e1", PAYLOAD, _trial_row("e1", message="again"))
+    log = store.log("e1")
+    assert [r.kind for r in log[-2:]] == ["verdict", "verdict"]
+    episode = store.episode("e1")
+    assert episode is not None and (episode.log_count, episode.head_hash) == _on_disk(store, "e1")
+    (trial,) = store.trial_rows("r1")
+    assert trial.passed and trial.message == "again"
+    report = store.verify()
+    assert report.ok, report.findings
+
+
+@pytest.mark.parametrize("failure", ["row refused", "disk full"])
+def test_a_verdict_whose_trial_row_fails_leaves_neither(
+    disk: Disk, episode_store: tuple[hx.Store, Path], failure: str
+) -> None:
+    """The trial row's insert failing after the verdict record was appended (a trigger
+    refusing it, or a disk too full for it) rolls both back: no verdict record, no row, the
+    episode's head unmoved, the store verifies; written again, both land."""
+    store, db = episode_store
+    head = _on_disk(store, "e1")
+    if failure == "row refused":
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON hx_trial "
+                "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+        conn.close()
+        with pytest.raises(StoreError, match="refused"):
+            store.record_verdict("e1", PAYLOAD, _trial_row("e1"))
+    else:
+        disk.fill()
+        with pytest.raises(StoreWriteFailed) as info:
+            store.record_verdict("e1", PAYLOAD, _trial_row("e1", message=BIG))
+        _clear(info.value, db)
+    assert _on_disk(store, "e1") == head
+    assert [r.kind for r in store.log("e1")].count("verdict") == 0
+    assert store.trial_rows() == []
+    episode = store.episode("e1")
+    assert episode is not None and (episode.log_count, episode.head_hash) == head
+    assert store.verify().ok
+
+    disk.free()
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS refuse")
+    conn.close()
+    store.record_verdict("e1", PAYLOAD, _trial_row("e1"))
+    assert len(store.trial_rows()) == 1 and store.log("e1")[-1].kind == "verdict"
+    assert store.verify().ok
+
+
+def test_record_verdict_for_an_unknown_episode_writes_nothing(store: hx.Store) -> None:
+    """No such episode: a clear error, and neither a record nor a row."""
+    with pytest.raises(StoreError, match="no episode 'nope'.*nothing was written"):
+        store.record_verdict("nope", PAYLOAD, _trial_row("nope"))
+    assert store.trial_rows() == [] and store.log("nope") == []
