@@ -8,7 +8,9 @@ episode, ``<run id>-<task id>-<trial>``.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -142,31 +144,80 @@ def _shorter_than_its_header(db: Path) -> str:
     return ""
 
 
+def _beside(db: Path, suffix: str) -> Path | None:
+    """The write-ahead log (``-wal``) or rollback journal (``-journal``) beside ``db``, when
+    it holds anything."""
+    path = Path(f"{db}{suffix}")
+    try:
+        return path if path.stat().st_size > 0 else None
+    except OSError:
+        return None
+
+
+def _damaged(db: Path, what: str) -> StoreError:
+    return StoreError(
+        f"{db} is {what}; nothing was written. Restore it from a copy, or save what is "
+        f"readable with `sqlite3 {db} .recover`"
+    )
+
+
 def check_database(db: Path) -> None:
     """Refuse, without writing to it, a database that is damaged or from a newer harness.
+
+    SQLite judges it (``PRAGMA quick_check``) as it would open it, with what it recovers from
+    beside it: a file shorter than its header records is what a checkpoint or commit cut
+    short (by a full disk, a crash) leaves, and is damaged only when no write-ahead log or
+    rollback journal beside it holds the rest. A rollback journal is replayed in a copy (a
+    read-only open cannot replay it); the file itself is left as it is.
 
     Raises:
         StoreError: naming the file, what is wrong and what to do.
     """
     short = _shorter_than_its_header(db)
-    if short:
-        raise StoreError(
-            f"{db} is damaged ({short}); nothing was written. Restore it from a copy, or save "
-            f"what is readable with `sqlite3 {db} .recover`"
-        )
+    journal = _beside(db, "-journal")
+    if journal is not None:
+        _check_replayed(db, journal, short)
+        return
+    if short and _beside(db, "-wal") is None:
+        raise _damaged(db, f"damaged ({short})")
     # Without a write-ahead log to read, open it immutable: not even a -shm file is created.
     mode = "mode=ro" if Path(f"{db}-wal").exists() else "mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(f"{db.resolve().as_uri()}?{mode}", uri=True)
     except sqlite3.Error as exc:
         raise StoreError(f"{db} does not open ({exc}); check its permissions") from exc
+    _judge(conn, db, short and f"{short}, and its write-ahead log does not hold the rest")
+
+
+def _check_replayed(db: Path, journal: Path, short: str) -> None:
+    """Judge ``db`` as SQLite leaves it once it has replayed its rollback journal (an
+    unfinished write, undone when the store is next opened for writing): in a copy."""
+    with tempfile.TemporaryDirectory(prefix="hx-check-") as tmp:
+        copy = Path(tmp) / db.name
+        try:
+            shutil.copyfile(db, copy)
+            shutil.copyfile(journal, f"{copy}-journal")
+        except OSError as exc:
+            raise StoreError(
+                f"{db} holds an unfinished write in {journal.name}, undone the next time the "
+                f"store is opened for writing; checking it first needs a copy, which could not "
+                f"be made in {tmp} ({exc}); nothing was written. Free space there, then try again"
+            ) from exc
+        try:
+            conn = sqlite3.connect(copy)  # (read-write: SQLite replays the journal on open)
+        except sqlite3.Error as exc:
+            raise _damaged(db, f"damaged or not a database ({exc})") from exc
+        _judge(conn, db, short and f"{short}, and its rollback journal does not hold the rest")
+
+
+def _judge(conn: sqlite3.Connection, db: Path, short: str) -> None:
+    """Refuse the database open on ``conn`` if SQLite finds it damaged, or it is from a newer
+    harness (``short``: why its size alone looked wrong, said with the damage); closes it."""
+    cut = f"; {short}" if short else ""
     try:
         problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
         if problems != ["ok"]:
-            raise StoreError(
-                f"{db} is damaged ({'; '.join(problems[:3])}); nothing was written. Restore it "
-                f"from a copy, or save what is readable with `sqlite3 {db} .recover`"
-            )
+            raise _damaged(db, f"damaged ({'; '.join(problems[:3])}{cut})")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "hx_meta" in tables:
             row = conn.execute("SELECT value FROM hx_meta WHERE key = 'schema_version'").fetchone()
@@ -177,10 +228,7 @@ def check_database(db: Path) -> None:
                     f"({SCHEMA_VERSION}); nothing was written. Upgrade harness to read it"
                 )
     except sqlite3.DatabaseError as exc:
-        raise StoreError(
-            f"{db} is damaged or not a database ({exc}); nothing was written. Restore it "
-            f"from a copy, or save what is readable with `sqlite3 {db} .recover`"
-        ) from exc
+        raise _damaged(db, f"damaged or not a database ({exc}{cut})") from exc
     finally:
         conn.close()
 

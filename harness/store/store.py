@@ -154,11 +154,12 @@ class Store(_Chain, _Leases):
 
     def _readonly_connection(self) -> sqlite3.Connection:
         """A read-only SQLite connection (``readonly=True``): it cannot write the file. With no
-        write-ahead log beside the file it is opened immutable, so not even a -shm file is
-        made; with one, read-only, reading what the log holds."""
+        write-ahead log or rollback journal beside the file it is opened immutable, so not
+        even a -shm file is made; with one, read-only, reading what the log holds (a hot
+        journal refuses it: the write it undoes would be read half done)."""
         assert self.path is not None
-        wal = Path(f"{self.path}-wal").exists()
-        mode = "mode=ro" if wal else "mode=ro&immutable=1"
+        beside = any(Path(f"{self.path}{end}").exists() for end in ("-wal", "-journal"))
+        mode = "mode=ro" if beside else "mode=ro&immutable=1"
         conn = sqlite3.connect(
             f"{self.path.resolve().as_uri()}?{mode}", uri=True, check_same_thread=False
         )
@@ -182,6 +183,16 @@ class Store(_Chain, _Leases):
                 )
         except (DatabaseError, sqlite3.Error) as exc:
             self.engine.dispose()
+            orig = getattr(exc, "orig", exc)
+            if getattr(orig, "sqlite_errorname", "") == "SQLITE_READONLY_ROLLBACK":
+                raise StoreError(
+                    f"{where} holds an unfinished write in {Path(f'{where}-journal').name} "
+                    "(a write cut short: a full disk, a crash), which SQLite undoes the next "
+                    "time the store is opened for writing; read now, it would show that write "
+                    "half done, so nothing was read or written. Open it for writing once "
+                    f"(`harness resume {Path(str(where)).parent}`, or hx.Store(path)) to undo "
+                    "it: nothing committed is lost"
+                ) from exc
             raise StoreError(
                 f"{where} does not open as a database ({getattr(exc, 'orig', exc)}); "
                 "nothing was written"

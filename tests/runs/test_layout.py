@@ -3,9 +3,15 @@ and a file that is not a harness store is refused without being touched."""
 
 from __future__ import annotations
 
+import json
 import os
+import resource
+import shutil
+import signal
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +20,7 @@ import harness as hx
 from harness.cli import main
 from harness.cli.run import replay_command
 from harness.errors import StoreError
-from harness.runs.layout import open_run
+from harness.runs.layout import check_database, open_run
 
 OLD = 1_600_000_000_000_000_000  # an mtime far in the past, so any touch shows
 
@@ -143,3 +149,183 @@ def test_resolving_an_escalation_still_writes(good_run: Path) -> None:
     )
     assert result.exit_code == 2 and "no escalation 'nope'" in result.output
     assert _snapshot(good_run) == before
+
+
+# --- a write cut short (a full disk, a crash) is recovered, not called damaged ---
+
+
+def _short_by(db: Path) -> int:
+    """How many bytes the file lacks of the size its SQLite header records (0: none)."""
+    header = db.read_bytes()[:100]
+    size = int.from_bytes(header[16:18], "big") * int.from_bytes(header[28:32], "big")
+    return max(size - db.stat().st_size, 0)
+
+
+def _in_child(work: Callable[[], None]) -> None:
+    """Run ``work`` in a forked process that then dies at once (closing nothing, as a killed
+    process would); check it got to the end."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def _checkpoint_cut_short(db: Path, written: Path) -> None:
+    """Write a new episode into ``db`` (through the harness, into its write-ahead log), then
+    checkpoint it on a disk with no room for the database file to grow (a file size limit):
+    SQLite writes the first page, with the new page count, and fails on the next, leaving the
+    file shorter than its header says, the log whole beside it. The episode's log goes to
+    ``written``."""
+
+    def work() -> None:
+        keeper = sqlite3.connect(db)  # (open throughout: the harness's closes do not checkpoint)
+        state = hx.DictState({"notes/a": "", "notes/b": ""})
+
+        @hx.action(writes=["notes/{name}"], idempotency_key=lambda a: a.name)
+        def note(name: str, text: str) -> None:
+            """Write a note."""
+            state[f"notes/{name}"] = text
+
+        store = hx.Store(db)
+        with hx.Episode(state=state, store=store, episode_id="extra"):
+            note("a", "a" * 30_000)
+            note("b", "b" * 30_000)
+        written.write_text(json.dumps([[r.seq, r.hash] for r in store.log("extra")]))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (db.stat().st_size, resource.RLIM_INFINITY))
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+            keeper.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    _in_child(work)
+
+
+@pytest.fixture
+def cut_short(good_run: Path, tmp_path: Path) -> tuple[Path, list[list[Any]]]:
+    """A copy of the good run whose last checkpoint a full disk cut short (the run folder
+    and the log records of the episode written just before)."""
+    folder = tmp_path / "logs" / "good"
+    shutil.copytree(good_run, folder)
+    _checkpoint_cut_short(folder / "harness.db", tmp_path / "written.json")
+    db = folder / "harness.db"
+    assert _short_by(db) > 0 and Path(f"{db}-wal").stat().st_size > 0  # the reported case
+    return folder, json.loads((tmp_path / "written.json").read_text())
+
+
+def test_a_checkpoint_cut_short_by_a_full_disk_opens_from_its_wal_with_nothing_lost(
+    cut_short: tuple[Path, list[list[Any]]],
+) -> None:
+    """The database file is shorter than its header records, its write-ahead log holds the
+    rest: reading the run accepts it and writes nothing, `harness verify` passes, resuming
+    opens it, and every record is there; the next checkpoint (with space) completes it."""
+    folder, written = cut_short
+    db = folder / "harness.db"
+    _age(folder)
+    before = _snapshot(folder)
+    with open_run(folder) as opened:
+        assert len(opened.trials) == 4
+        assert [[r.seq, r.hash] for r in opened.store.log("extra")] == written
+        assert opened.store.verify().ok
+    result = CliRunner().invoke(main, ["verify", str(folder)])
+    assert result.exit_code == 0 and "verified" in result.output, result.output
+    assert _snapshot(folder) == before
+    with open_run(folder, writable=True) as opened:
+        assert [[r.seq, r.hash] for r in opened.store.log("extra")] == written
+    assert _short_by(db) == 0 and not Path(f"{db}-wal").exists()
+    store = hx.Store(db, readonly=True)
+    try:
+        assert [[r.seq, r.hash] for r in store.log("extra")] == written
+        assert store.verify().ok and len(store.trial_rows()) == 4
+    finally:
+        store.close()
+
+
+def test_a_truncated_file_with_no_log_holding_the_rest_is_still_damaged(
+    cut_short: tuple[Path, list[list[Any]]], good_run: Path, tmp_path: Path
+) -> None:
+    """Cut short with its write-ahead log gone, or cut in half beside a log that holds other
+    pages: refused as damaged, naming `.recover`, the files left as they are."""
+    folder, _ = cut_short
+    db = folder / "harness.db"
+    for leftover in ("harness.db-wal", "harness.db-shm"):
+        (folder / leftover).unlink()
+    before = _snapshot(folder)
+    with pytest.raises(StoreError, match=r"damaged \(truncated: .*\.recover"):
+        check_database(db)
+    assert _snapshot(folder) == before
+
+    halved = tmp_path / "halved"
+    shutil.copytree(good_run, halved)
+    db = halved / "harness.db"
+    with sqlite3.connect(db) as conn:  # (the run's records move from its log into the file)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+    def small_write() -> None:
+        conn = sqlite3.connect(db)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("UPDATE hx_run SET suite = suite || ' '")
+        conn.commit()  # (in the log; the process dies before any checkpoint)
+
+    _in_child(small_write)
+    assert Path(f"{db}-wal").stat().st_size > 0
+    db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+    _age(halved)
+    before = _snapshot(halved)
+    with pytest.raises(StoreError, match=r"damaged.*\.recover"):
+        with open_run(halved, writable=True):
+            pass
+    assert _snapshot(halved) == before
+
+
+def test_a_commit_cut_short_beside_its_rollback_journal_is_undone_by_resume(
+    good_run: Path, tmp_path: Path
+) -> None:
+    """A database in rollback-journal mode left by a commit cut after its first page (the
+    file shorter than its header, the unfinished write's journal beside it): not damaged.
+    Reading it is refused with what to do (a read-only open cannot undo the write) and
+    writes nothing; opening it to resume undoes the write, and every trial is there."""
+    folder = tmp_path / "logs" / "good"
+    shutil.copytree(good_run, folder)
+    db = folder / "harness.db"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    conn.close()
+    size = db.stat().st_size
+
+    def unfinished_write() -> None:
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("PRAGMA cache_size=2")  # (spills to the file: the journal is written)
+        conn.execute("BEGIN")
+        for n in range(50):
+            conn.execute(
+                "INSERT INTO hx_run (id, created_at, suite, status, config, evidence) "
+                "VALUES (?, 0, '', 'running', '{}', ?)",
+                (f"x{n}", "x" * 2000),
+            )
+
+    _in_child(unfinished_write)
+    journal = Path(f"{db}-journal")
+    assert journal.stat().st_size > 0
+    # The commit got as far as the first page (its new page count), not the pages past the end.
+    data = bytearray(db.read_bytes()[:size])
+    pages = int.from_bytes(data[28:32], "big")
+    data[28:32] = (pages + 40).to_bytes(4, "big")
+    db.write_bytes(bytes(data))
+    assert _short_by(db) > 0
+
+    _age(folder)
+    before = _snapshot(folder)
+    check_database(db)
+    with pytest.raises(StoreError, match=r"unfinished write.*harness resume.*nothing committed"):
+        with open_run(folder):
+            pass
+    assert _snapshot(folder) == before
+    with open_run(folder, writable=True) as opened:
+        assert [r.id for r in opened.store.runs()] == ["good"] and len(opened.trials) == 4
+        assert opened.store.verify().ok
+    assert not journal.exists() and _short_by(db) == 0
