@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -11,6 +12,10 @@ from typing import Any
 
 import structlog
 
+KEEP = 1 << 20
+"""Bytes of lines held while the file cannot be written (a full disk); older lines past it are
+dropped, and counted."""
+
 
 class JsonLines:
     """structlog's sink for the JSON-lines log: whole lines, appended in batches.
@@ -18,7 +23,10 @@ class JsonLines:
     Lines are buffered and written with one ``write`` per batch of whole lines (so processes
     appending to the same file never split each other's lines), when the buffer passes 64 KiB,
     when a second has passed, and on :meth:`flush` (episodes flush when they end). The
-    database is the durable record; these lines are for people and log shippers.
+    database is the durable record; these lines are for people and log shippers: a write
+    the file refuses (a full disk) never stops the harness. Its lines wait for the next flush
+    (the newest :data:`KEEP` bytes of them; older ones are dropped, counted in
+    :attr:`dropped`, and a ``jsonl_lines_dropped`` line says how many once writing works again).
     """
 
     def __init__(self, path: Path) -> None:
@@ -28,6 +36,9 @@ class JsonLines:
         self._size = 0
         self._last = time.monotonic()
         self._lock = threading.Lock()
+        self._unwritten = b""  # what a refused write left, written first next time
+        self.dropped = 0
+        self._told = 0  # (how many of the dropped lines a line has said)
 
     def msg(self, message: str) -> None:
         """Queue one line."""
@@ -40,11 +51,30 @@ class JsonLines:
     info = debug = warning = error = critical = exception = log = msg
 
     def _flush_locked(self) -> None:
-        if self._lines:
-            os.write(self._fd, "".join(self._lines).encode())
-            self._lines.clear()
-            self._size = 0
         self._last = time.monotonic()
+        data = self._unwritten + "".join(self._lines).encode()
+        self._lines.clear()
+        self._size = 0
+        data = self._write(data)
+        if not data and self.dropped > self._told:  # (writing works again: say what is lost)
+            note = {"event": "jsonl_lines_dropped", "count": self.dropped - self._told}
+            self._told = self.dropped
+            line = json.dumps(note | {"level": "warning", "ts": time.time()}) + "\n"
+            data = self._write(line.encode())
+        if len(data) > KEEP:
+            cut = data.find(b"\n", len(data) - KEEP) + 1
+            self.dropped += data[:cut].count(b"\n")
+            data = data[cut:]
+        self._unwritten = data
+
+    def _write(self, data: bytes) -> bytes:
+        """Write ``data``; return what the file refused (a full disk: the rest)."""
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError:
+            pass  # (the database is the record: a line the disk refuses never stops the harness)
+        return data
 
     def flush(self) -> None:
         """Write every queued line."""
