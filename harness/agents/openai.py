@@ -49,10 +49,10 @@ whether the conversation ended as ``user_stop`` or ``agent_stop``, the endings t
 Failures of the model server itself (connection refused or dropped, timeouts, HTTP 5xx, 408,
 429) are retried here with exponential backoff, always waiting at least the server's
 ``Retry-After`` (the client's own retries are off, so every attempt is counted and every wait
-is ours), within two bounds: ``attempts`` failures, and ``retry_for`` seconds over the call's
-attempts and waits. A 429 (the server is up and asks us to slow down) is bounded by
-``retry_for`` alone, so a rate-limit burst shorter than it costs time, not the trial; a wait
-that would end past ``retry_for`` ends the retries at once. Failures that persist are raised as
+is ours), within two bounds: ``attempts`` failed attempts (429s included), and ``retry_for``
+seconds over the call's attempts and waits, so a rate-limit burst can be waited out with many
+attempts and still not for ever; a wait that would end past ``retry_for`` (the server's
+``Retry-After`` included) ends the retries at once. Failures that persist are raised as
 :class:`ModelServerError`: an infrastructure error, not the agent's failure. A request the
 server refuses (HTTP 4xx other than 408 and 429: a wrong model name, a bad key, a request it
 cannot parse) is raised at once as :class:`ModelRequestError`, naming the status and the
@@ -744,13 +744,11 @@ class _ChatEndpoint:
     ) -> ModelServerError | None:
         """The error ending a call's retries after ``errors`` (``sent`` of them reached the
         server), or None to wait ``wait`` and try again: a failure no attempt can mend,
-        ``attempts`` failures (429s count only when ``retry_for`` is None: otherwise it bounds
-        them), or a wait that would end past ``retry_for`` (the server's ``Retry-After`` is
-        never cut short)."""
+        ``attempts`` failures, or a wait that would end past ``retry_for`` (the server's
+        ``Retry-After`` is never cut short)."""
         last = errors[-1]
         limit: str | None = None
-        failures = sum(1 for e in errors if self.retry_for is None or e.status != 429)
-        if not last.transient or failures >= self.attempts:
+        if not last.transient or len(errors) >= self.attempts:
             why = ""
         elif self.retry_for is not None and spent + wait > self.retry_for:
             left = max(self.retry_for - spent, 0.0)
@@ -926,8 +924,8 @@ class OpenAIAgent(_ChatEndpoint):
         system_prompt: the instructions the model gets first (default
             :data:`DEFAULT_SYSTEM_PROMPT`).
         max_tokens: a cap on each completion, when given.
-        attempts: attempts per model call on infrastructure errors, the first included (a 429
-            counts only when ``retry_for`` is None; otherwise ``retry_for`` bounds them).
+        attempts: attempts per model call on infrastructure errors (429s included), the first
+            included; ``retry_for`` bounds their time as well.
         retry_for: seconds a model call may spend on its attempts and the waits between them
             (default :data:`DEFAULT_RETRY_FOR`); a wait that would end past it ends the
             retries at once, with a :class:`ModelServerError` saying so. None: no bound but

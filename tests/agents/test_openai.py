@@ -298,11 +298,9 @@ def test_each_server_failure_is_an_infrastructure_error_saying_what_happened(
     toolbox: Toolbox, clock: FakeClock, failure: Failure, status: int | None, said: str
 ) -> None:
     """Dropped connections, timeouts, 429 and 5xx are ModelServerError (never the 4xx
-    ModelRequestError), with the status and a message saying what happened, after every try
-    (two: attempts=2 ends the others; the 429s, which attempts does not bound, are ended by
-    retry_for=3, a second wait of 2 s not fitting in it)."""
+    ModelRequestError), with the status and a message saying what happened, after every try."""
     with FakeChatServer([text_reply("never")], failures=[failure] * 2) as server:
-        agent = agent_for(server, clock, timeout=0.05, attempts=2, retry_for=3)
+        agent = agent_for(server, clock, timeout=0.05, attempts=2)
         url = f"{server.base_url}/chat/completions"
         with pytest.raises(ModelServerError) as info:
             agent.run(TASK, toolbox, seed=0)

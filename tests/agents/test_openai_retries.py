@@ -37,18 +37,32 @@ def _fresh_endpoints() -> Iterator[None]:
     forget_endpoints()
 
 
-# --- rate limits: bounded by time ---
-def test_a_rate_limit_burst_longer_than_attempts_is_waited_out(
+# --- rate limits ---
+def test_a_rate_limit_burst_is_waited_out_with_attempts_enough(
     toolbox: Toolbox, clock: FakeClock
 ) -> None:
-    """Six 429s with Retry-After: 2 (a burst that outlasts attempts=4) cost waits, not the
-    trial: the seventh attempt answers, within the default retry_for."""
+    """Six 429s with Retry-After: 2 (about 12 s of a burst, the waits growing from it): with
+    attempts=10 the seventh attempt answers, within the default retry_for."""
     failures = [Failure.rate_limited(retry_after=2)] * 6
     with FakeChatServer([text_reply("hello")], failures=failures) as server:
-        output = agent_for(server, clock).run(TASK, toolbox, seed=0)
+        output = agent_for(server, clock, attempts=10).run(TASK, toolbox, seed=0)
     assert output.message == "hello" and len(server.requests) == 7
     assert clock.sleeps == [2.0, 2.0, 4.0, 8.0, 16.0, 30.0]
     assert output.meta["model_calls"][0]["attempts"] == 7
+
+
+def test_a_rate_limit_that_does_not_end_is_ended_by_retry_for(
+    toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """429s without end and attempts=1000: retry_for=60 ends the call once the next wait
+    would pass it (2 + 2 + 4 + 8 + 16 = 32 s waited; 30 more would be 62)."""
+    failures = [Failure.rate_limited(retry_after=2)] * 50
+    with FakeChatServer([text_reply("never")], failures=failures) as server:
+        with pytest.raises(ModelServerError) as info:
+            agent_for(server, clock, attempts=1000, retry_for=60).run(TASK, toolbox, seed=0)
+    assert clock.sleeps == [2.0, 2.0, 4.0, 8.0, 16.0] and len(server.requests) == 6
+    assert info.value.limit == "retry_for" and info.value.attempts == 6
+    assert info.value.status == 429
 
 
 def test_a_retry_after_longer_than_max_backoff_is_waited_in_full(
@@ -78,14 +92,15 @@ def test_a_retry_after_past_retry_for_ends_the_retries_at_once(
     assert "raise retry_for" in message and "HTTP 429: rate limit exceeded" in message
 
 
-def test_retry_for_none_leaves_rate_limits_to_attempts(toolbox: Toolbox, clock: FakeClock) -> None:
-    """Without a time bound (retry_for=None), a 429 counts as an attempt like any failure."""
-    failures = [Failure.rate_limited(retry_after=1)] * 5
+def test_retry_for_none_leaves_only_attempts(toolbox: Toolbox, clock: FakeClock) -> None:
+    """Without a time bound (retry_for=None), a Retry-After of an hour is waited out, and
+    attempts alone ends the call."""
+    failures = [Failure.rate_limited(retry_after=3600)] * 5
     with FakeChatServer([text_reply("never")], failures=failures) as server:
         with pytest.raises(ModelServerError) as info:
             agent_for(server, clock, attempts=3, retry_for=None).run(TASK, toolbox, seed=0)
     assert info.value.attempts == 3 and info.value.limit is None and len(server.requests) == 3
-    assert clock.sleeps == [1.0, 2.0]
+    assert clock.sleeps == [3600.0, 3600.0]
 
 
 # --- failures: bounded by count and by time ---
