@@ -195,6 +195,21 @@ def rerun_agent_options(command: Any) -> Any:
     type=click.IntRange(1),
     help="openai agent: requests in flight to the server at once, per worker [default: no limit].",
 )
+@click.option(
+    "--model-retries",
+    default=None,
+    type=click.IntRange(0),
+    help="openai agent and user: retries of one failed model request (429, 5xx, no "
+    "answer) [default: 3].",
+)
+@click.option(
+    "--model-retry-for",
+    default=None,
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    help="openai agent and user: the most time one model request may spend on its retries and "
+    "their waits, the server's Retry-After always waited out within it [default: 120].",
+)
 @INFRA_OPTION
 @click.option(
     "--user",
@@ -263,6 +278,8 @@ def run_command(
     base_url: str | None,
     model: str | None,
     max_in_flight: int | None,
+    model_retries: int | None,
+    model_retry_for: float | None,
     infra: str,
     user: str | None,
     user_model: str | None,
@@ -299,11 +316,21 @@ def run_command(
         options = openai_settings(base_url, model)
         if max_in_flight is not None:
             options["max_in_flight"] = max_in_flight
-    if max_in_flight is not None and agent != "openai":
-        raise click.BadParameter(
-            f"--max-in-flight limits the openai agent's requests, not {agent!r}'s",
-            param_hint="'--max-in-flight'",
-        )
+        if model_retries is not None:
+            options["attempts"] = model_retries + 1
+        if model_retry_for is not None:
+            options["retry_for"] = model_retry_for
+    model_flags = {
+        "--max-in-flight": max_in_flight,
+        "--model-retries": model_retries,
+        "--model-retry-for": model_retry_for,
+    }
+    for flag, value in model_flags.items():
+        if value is not None and agent != "openai":
+            raise click.BadParameter(
+                f"{flag} applies to the openai agent's model requests, not {agent!r}'s",
+                param_hint=f"'{flag}'",
+            )
     if address is not None and executor != "ray":
         raise click.BadParameter(
             "--address names a Ray cluster: add --executor ray", param_hint="'--address'"

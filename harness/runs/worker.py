@@ -366,8 +366,7 @@ class Worker:
         # transaction as the trial row (a kill between them would leave a verdict whose row
         # is missing): the row is checked against it, and the head is signed again now that
         # the record is final.
-        _record_verdict(
-            self.store,
+        self.store.record_verdict(
             eid,
             {
                 "task_id": task_id,
@@ -421,15 +420,3 @@ def _partial_meta(exc: BaseException) -> dict[str, Any]:
     the model calls made, the failed attempts among them, the tokens)."""
     meta = getattr(exc, "agent_meta", None)
     return dict(meta) if isinstance(meta, dict) else {}
-
-
-def _record_verdict(store: Store, eid: str, payload: dict[str, Any], row: TrialRow) -> None:
-    writer = store.writer(eid)
-    try:
-        with writer.batch():
-            writer.load_head()
-            writer.append("verdict", None, payload)
-            writer.update_head()
-    finally:
-        writer.close()
-    store.add(row)

@@ -288,6 +288,11 @@ class FakeChatServer:
         with self._lock:
             self._failures[:0] = failures
 
+    def clear_failures(self) -> None:
+        """Drop the failures not injected yet: the server answers every request again."""
+        with self._lock:
+            self._failures.clear()
+
     @property
     def last_request(self) -> dict[str, Any]:
         """The most recent request body."""

@@ -248,10 +248,97 @@ def test_cli_runs_trials_in_flight_and_checks_its_flags(toy: Suite, tmp_path: Pa
     for extra, words in (
         (["--address", "auto"], "--executor ray"),
         (["--max-in-flight", "2"], "openai agent"),
+        (["--model-retries", "2"], "openai agent"),
+        (["--model-retry-for", "5"], "openai agent"),
     ):
         out = runner.invoke(main, [*base, *extra, "--logs", str(tmp_path / "no")])
         assert out.exit_code == 2 and words in out.output, out.output
     assert not (tmp_path / "no").exists()
+
+
+def openai_run(toy: Suite, server: FakeChatServer, logs: Path, *extra: str) -> tuple[int, str]:
+    """``harness run`` of the toy suite with the openai agent on ``server``: exit code, output."""
+    forget_endpoints()  # (each command is a new process to its endpoints)
+    out = CliRunner().invoke(
+        main,
+        [
+            *("run", str(toy.path), "--agent", "openai", "--base-url", server.base_url),
+            *("--model", "fake", "--logs", str(logs), *extra),
+        ],
+    )
+    return out.exit_code, out.output
+
+
+def test_a_rate_limit_burst_past_the_retry_budget_is_run_again_by_resume(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """A burst of 429s (Retry-After 0.2 s) longer than the requests' retries (2) ends the
+    trials in flight as infrastructure errors, their failed attempts counted in the usage;
+    `harness resume` runs exactly those trials again in new episodes, keeping the failed
+    attempts in the record, and every trial is then judged."""
+    with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
+        server.fail_next(*[Failure.rate_limited(retry_after=0.2)] * 9)
+        code, out = openai_run(
+            toy,
+            server,
+            tmp_path,
+            *("--trials", "2", "--concurrency", "3", "--model-retries", "2"),
+            *("--model-retry-for", "10"),
+        )
+        (folder,) = tmp_path.iterdir()
+        store = hx.Store(folder / "harness.db")
+        failed = [r for r in store.trial_rows() if r.infra_error]
+        store.close()
+        assert code == 0 and 1 <= len(failed) <= 3, out
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["usage"]["model_retries"] >= 2 * len(failed)
+        forget_endpoints()
+        resumed = CliRunner().invoke(main, ["resume", str(folder), "--suite", str(toy.path)])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"ran {len(failed)} again after an infrastructure error" in resumed.output
+    store = hx.Store(folder / "harness.db")
+    rows = store.trial_rows()
+    assert len(rows) == 12 + len(failed)  # (the failed attempts stay)
+    report = load_report(folder)
+    assert sum(t.trials for t in report.tasks) == 12
+    assert sum(t.successes for t in report.tasks) == 12
+    again = {r.episode_id for r in rows} - {r.episode_id for r in failed}
+    assert {f"{r.episode_id}~1" for r in failed} <= again
+    assert store.verify().ok and store.runs()[0].status == "finished"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["retried"] == len(failed) and summary["trials"] == 12
+    assert summary["usage"]["model_retries"] >= 2 * len(failed)  # (the failed attempts')
+    store.close()
+
+
+def test_a_server_down_from_the_start_stops_the_run_within_seconds(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """Every request fails (503) from the start, 8 trials in flight: the circuit opens within
+    seconds, the run stops having touched at most the trials in flight, exits 3 and says so;
+    once the server is back, `harness resume` finishes every trial."""
+    with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
+        server.fail_next(*[Failure.http(503)] * 10_000)
+        started = time.monotonic()
+        code, out = openai_run(toy, server, tmp_path, "--trials", "2", "--concurrency", "8")
+        took = time.monotonic() - started
+        (folder,) = tmp_path.iterdir()
+        assert code == 3 and "is down" in out, out
+        assert took < 30, took
+        store = hx.Store(folder / "harness.db")
+        assert len(store.episodes()) <= 8
+        assert store.runs()[0].status == "interrupted"
+        store.close()
+        server.clear_failures()  # the server is back
+        forget_endpoints()
+        resumed = CliRunner().invoke(
+            main, ["resume", str(folder), "--suite", str(toy.path), "--concurrency", "4"]
+        )
+    assert resumed.exit_code == 0, resumed.output
+    store = hx.Store(folder / "harness.db")
+    assert len(store.trial_rows()) == 12 and all(r.passed for r in store.trial_rows())
+    assert store.verify().ok
+    store.close()
 
 
 def test_cli_says_why_a_run_stopped_and_exits_3(
