@@ -341,6 +341,61 @@ def test_a_server_down_from_the_start_stops_the_run_within_seconds(
     store.close()
 
 
+def test_a_broken_server_ends_its_trials_as_infrastructure_errors_and_the_run_goes_on(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """Through `harness run`: a server answering 300 MB bodies ends each trial it answers as an
+    infrastructure error naming max_response_bytes, within seconds and without reading the
+    bodies whole; one dripping its answer a byte at a time ends the trial at request_timeout.
+    The run finishes, the store verifies, and nothing is counted as the agent's failure."""
+    from ..agents.test_openai_limits import RawServer, completion, headers, huge_body
+
+    with RawServer(huge_body(300 * 1024 * 1024)) as server:
+        forget_endpoints()
+        started = time.monotonic()
+        out = CliRunner().invoke(
+            main,
+            [
+                *("run", str(toy.path), "--agent", "openai", "--base-url", server.base_url),
+                *("--model", "m", "--trials", "1", "--task", "t0", "--task", "t1"),
+                *("--logs", str(tmp_path / "huge")),
+            ],
+        )
+        took = time.monotonic() - started
+    assert out.exit_code == 3 and "max_response_bytes" in out.output, out.output
+    assert "infrastructure failures: 2 of 2" in out.output
+    assert took < 60 and server.requests == 2  # (not retried: the same answer would come)
+    (folder,) = (tmp_path / "huge").iterdir()
+    store = hx.Store(folder / "harness.db")
+    assert [r.infra_error for r in store.trial_rows()] == [True, True]
+    assert store.verify().ok and store.runs()[0].status == "finished"
+    store.close()
+
+    body = completion("slow")
+
+    def drip(server: RawServer, handler: Any) -> None:
+        headers(handler, length=len(body))
+        for i in range(len(body)):
+            server.write(handler, body[i : i + 1])
+            time.sleep(0.05)
+
+    with RawServer(drip) as server:
+        forget_endpoints()
+        options = {"base_url": server.base_url, "model": "m", "attempts": 1}
+        result = run_trials(
+            toy,
+            agent="openai",
+            agent_options={**options, "timeout": 5.0, "request_timeout": 0.5},
+            tasks=["t0"],
+            logs=tmp_path / "drip",
+        )
+    (trial,) = result.results
+    assert trial.infra_error and not trial.passed and result.failures_by_class() == {}
+    store = hx.Store(result.folder / "harness.db")
+    assert "request_timeout" in json.loads(store.trial_rows()[0].agent_meta)["error"]
+    store.close()
+
+
 def test_cli_says_why_a_run_stopped_and_exits_3(
     toy: Suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
