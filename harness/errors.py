@@ -104,6 +104,10 @@ class StoreWriteFailed(StoreError):
             f"that write was rolled back whole. {fix}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (a worker process sends it to the run's process)
+        return (type(self), (self.database, self.cause, self.fix, self.error))
+
 
 class NotInEpisode(HarnessError):
     """An action was called with no active episode."""

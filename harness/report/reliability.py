@@ -30,6 +30,7 @@ from sqlmodel import col, select
 from .._json import loads
 from ..errors import StoreError
 from ..faults import KINDS
+from ..runs.layout import current_trials
 from ..store import (
     EpisodeRow,
     EpisodeStatus,
@@ -235,7 +236,7 @@ def _transactions(store: Store, episode_ids: Sequence[str]) -> list[TransactionR
 
 def reliability_report(store: Store, run_id: str | None = None) -> ReliabilityReport:
     """Read one run (or every run) of ``store`` into a :class:`ReliabilityReport`."""
-    trials = store.trial_rows(run_id)
+    trials = current_trials(store.trial_rows(run_id))  # (each trial's last attempt)
     with store.session() as s:
         eq = select(FaultEventRow)
         tq = select(FaultTrialRow)

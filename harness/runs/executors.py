@@ -53,6 +53,7 @@ __all__ = [
     "StopOnSigint",
     "Tally",
     "die_with_parent",
+    "portable",
     "run_in_threads",
     "sigint_ignored",
 ]
@@ -334,6 +335,25 @@ class _EventStop:
         return bool(self.event.is_set())
 
 
+def portable(exc: BaseException) -> BaseException:
+    """``exc`` as it can cross to another process: itself when it pickles and unpickles, else
+    its nearest harness error class (or RuntimeError) with its message."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        pass
+    for cls in type(exc).__mro__:
+        if cls.__module__ == "harness.errors":
+            try:
+                copy: BaseException = cls(str(exc))
+                pickle.loads(pickle.dumps(copy))
+                return copy
+            except Exception:
+                continue
+    return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
 def _queued_jobs(jobs: Any, halt: Any) -> Iterable[Job]:
     """The jobs a worker process takes from the run's queue, one when it has room, until
     the queue says there are no more (None) or the run stops."""
@@ -359,14 +379,11 @@ def _process_main(spec: RunSpec, concurrency: int, jobs: Any, results: Any, halt
             on_start=lambda job: results.put(("start", job, None)),
         ):
             results.put(("result", job, outcome))
-    except KeyboardInterrupt:
-        pass  # the parent asked
+    except KeyboardInterrupt as exc:
+        if not halt.is_set():  # (the agent's own interrupt: a stop of the run, as here)
+            results.put(("error", None, exc))
     except BaseException as exc:
-        try:
-            pickle.dumps(exc)
-        except Exception:
-            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
-        results.put(("error", None, exc))
+        results.put(("error", None, portable(exc)))
     finally:
         results.put(("done", None, None))
 

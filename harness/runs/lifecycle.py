@@ -28,11 +28,12 @@ from .layout import (
     SUMMARY_FILE,
     current_trials,
     earlier_attempts,
+    episode_id,
     run_row,
     write_json,
 )
 from .spec import Job
-from .worker import TrialResult, WorkerLost
+from .worker import TrialResult, WorkerLost, trial_state
 
 __all__ = ["AgentErrorLimit", "RunRecord", "RunResult", "carry_out"]
 
@@ -154,7 +155,11 @@ class AgentErrorLimit:
             raise ConfigurationError(
                 f"max_agent_errors={self.limit!r}: give a count (e.g. 5) or a fraction (0.2)"
             )
-        if self.limit < 0 or (not float(self.limit).is_integer() and self.limit >= 1):
+        if (
+            not math.isfinite(self.limit)
+            or self.limit < 0
+            or (not float(self.limit).is_integer() and self.limit >= 1)
+        ):
             raise ConfigurationError(
                 f"max_agent_errors={self.limit}: give a count >= 0 or a fraction in [0, 1)"
             )
@@ -170,7 +175,8 @@ class AgentErrorLimit:
         """Whether ``errors`` of ``finished`` trials is past the limit."""
         if float(self.limit).is_integer():
             return errors > self.limit
-        return finished >= self.min_trials and errors > math.floor(self.limit * finished)
+        # (a margin: 0.29 * 100 is 28.999... in floating point, and 29 of 100 is not past 29%)
+        return finished >= self.min_trials and errors > self.limit * finished + 1e-9
 
     def describe(self) -> str:
         """The limit in words."""
@@ -248,7 +254,9 @@ def carry_out(
 
     def ended(job: Job, result: TrialResult | None) -> None:
         nonlocal finished, errors
-        if result is not None:
+        if result is None:
+            held.append(job)
+        else:
             finished += 1
             errors += result.agent_error is not None
             if progress is not None:
@@ -264,6 +272,7 @@ def carry_out(
 
     interrupted, stopped = False, None
     hard: BaseException | None = None
+    held: list[Job] = []
     try:
         executor.run(jobs, on_result=ended, on_start=on_start, stop=AnyStop([sigint, limit]))
     except KeyboardInterrupt as exc:
@@ -274,12 +283,21 @@ def carry_out(
         interrupted, stopped = True, str(exc)
     except StoreError as exc:
         interrupted, stopped = True, f"the run's store refused a write: {exc}"
+    except Exception as exc:  # (recorded as interrupted, then raised: a bug, or a bad setup)
+        interrupted, stopped = True, f"{type(exc).__name__}: {exc}"
+        hard = exc
     finally:
         if own:
             sigint.restore()
     rows = store.trial_rows(record.run_id)
     current = current_trials(rows)
     waiting = any(r.outcome == EpisodeStatus.ESCALATED for r in current)
+    # A trial another process held whose last attempt is an infrastructure error to run
+    # again is not done, though it has a row.
+    again = sum(
+        trial_state(store, episode_id(record.run_id, job.task_id, job.trial))[0] == "retry"
+        for job in held
+    )
     result = RunResult(
         record.run_id,
         folder,
@@ -290,7 +308,8 @@ def carry_out(
         stopped=stopped,
         retried=[TrialResult.from_row(r) for r in earlier_attempts(rows)],
         missing=max(expected - len(current), 0)
-        + sum(r.outcome == EpisodeStatus.ESCALATED for r in current),
+        + sum(r.outcome == EpisodeStatus.ESCALATED for r in current)
+        + again,
     )
     record.write(RunStatus.FINISHED if result.complete and not waiting else RunStatus.INTERRUPTED)
     if signing_key is not None:

@@ -290,7 +290,7 @@ class Worker:
                     # refuses (wrong model, bad key) is a configuration the run must not count
                     # as the agent's success or failure either.
                     infra = isinstance(exc, ModelServerError)
-                    meta = {**_partial_meta(exc), "error": f"{type(exc).__name__}: {exc}"}
+                    meta = {**_partial_meta(exc), "error": _said(exc)}
                 except WorkerCrash as crash:
                     # An injected worker death: resume the episode from its records, as a
                     # restarted worker would, and let the agent start its turn over.
@@ -305,7 +305,7 @@ class Worker:
                 except BaseException as exc:
                     # The agent's own bug (SystemExit included): this trial fails as the
                     # agent's error, with its traceback on record; the run goes on.
-                    agent_error = f"{type(exc).__name__}: {exc}"
+                    agent_error = _said(exc)
                     meta = {
                         **_partial_meta(exc),
                         "error": agent_error,
@@ -409,10 +409,24 @@ AGENT_ERROR = "agent error"
 _TRACEBACK_CHARS = 20_000
 
 
+_MESSAGE_CHARS = 4_000
+
+
+def _said(exc: BaseException) -> str:
+    """``Type: message``, the message cut when it is long."""
+    text = str(exc)
+    if len(text) > _MESSAGE_CHARS:
+        text = text[:_MESSAGE_CHARS] + f"… ({len(text):,} characters)"
+    return f"{type(exc).__name__}: {text}"
+
+
 def _traceback(exc: BaseException) -> str:
     """The exception's traceback as text, its end kept when it is long."""
     text = "".join(traceback.format_exception(exc))
-    return text if len(text) <= _TRACEBACK_CHARS else "…" + text[-_TRACEBACK_CHARS:]
+    if len(text) <= _TRACEBACK_CHARS:
+        return text
+    half = _TRACEBACK_CHARS // 2
+    return text[:half] + "\n…\n" + text[-half:]
 
 
 def _partial_meta(exc: BaseException) -> dict[str, Any]:

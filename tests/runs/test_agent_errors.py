@@ -135,3 +135,37 @@ def test_an_agent_interrupted_stops_the_run_as_ctrl_c_does(tmp_path: Path):
     store = hx.Store(result.folder / "harness.db")
     assert store.verify().ok
     store.close()
+
+
+def test_agent_error_limits_judge_counts_and_fractions_exactly():
+    """A count is past when more trials raised; a fraction when more than that share of the
+    trials finished raised (29 of 100 is not past 29%), after ten; NaN is refused."""
+    from harness.runs.lifecycle import AgentErrorLimit
+
+    assert not AgentErrorLimit(2).exceeded(2, 3) and AgentErrorLimit(2).exceeded(3, 3)
+    assert not AgentErrorLimit(0.29).exceeded(29, 100)
+    assert AgentErrorLimit(0.29).exceeded(30, 100)
+    assert not AgentErrorLimit(0.1).exceeded(5, 9)  # (fewer than ten finished)
+    with pytest.raises(hx.ConfigurationError):
+        AgentErrorLimit(float("nan"))
+    code, out = run_cli("run", "retail", "--max-agent-errors", "nan")
+    assert code == 2 and "a count >= 0" in out
+
+
+def test_errors_a_worker_process_sends_arrive_whole():
+    """A store refusing a write in a worker process reaches the run as itself (it pickles and
+    unpickles); an error that cannot becomes its nearest harness class, message kept."""
+    import pickle
+
+    from harness.runs.executors import portable
+
+    refused = hx.StoreWriteFailed("db", "the disk is full", "free space", OSError("full"))
+    back = pickle.loads(pickle.dumps(portable(refused)))
+    assert isinstance(back, hx.StoreWriteFailed) and back.cause == "the disk is full"
+
+    class Odd(hx.StoreError):
+        def __init__(self, a: str, b: str) -> None:
+            super().__init__(f"{a} {b}")
+
+    copy = portable(Odd("x", "y"))
+    assert type(copy) is hx.StoreError and str(copy) == "x y"
