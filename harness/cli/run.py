@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 import time
@@ -95,7 +96,8 @@ def _agent_error_limit(
             f"{value!r}: give a count of trials (5) or a fraction of them (0.2 or 20%)"
         ) from None
     if (
-        number < 0
+        not math.isfinite(number)
+        or number < 0
         or (number >= 1 and not number.is_integer())
         or (text.endswith("%") and number >= 1)
     ):
