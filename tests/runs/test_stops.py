@@ -167,8 +167,9 @@ def test_ctrl_c_stops_after_the_trials_in_flight_and_resume_finishes(tmp_path: P
 
 
 def test_ctrl_c_while_the_suite_loads_stops_before_any_trial(tmp_path: Path):
-    """Ctrl-C before any trial started (the suite still loading) stops the run: exit 130, no
-    traceback; resume runs it all."""
+    """Ctrl-C early (the interpreter starting, or the suite loading) ends the command: killed by
+    the signal when it comes before the command owns Ctrl-C, else exit 130 with no traceback;
+    either way the run does not go on to finish its trials."""
     suite = ledger_suite(
         tmp_path / "suite", [PLAN] * TASKS, ledger=str(tmp_path / "ledger.txt"), delay=0.0
     )
@@ -179,3 +180,6 @@ def test_ctrl_c_while_the_suite_loads_stops_before_any_trial(tmp_path: Path):
     assert run.returncode in (130, -signal.SIGINT), out + err
     if run.returncode == 130:
         assert "Traceback" not in err, err
+    folders = list((tmp_path / "logs").glob("*/harness.db")) if (tmp_path / "logs").exists() else []
+    for db in folders:
+        assert rows_of(db.parent) < TASKS * TRIALS
