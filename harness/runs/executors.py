@@ -35,7 +35,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, EndpointDown
 from .spec import Job, RunSpec
@@ -47,6 +47,7 @@ __all__ = [
     "InProcess",
     "OnResult",
     "OnStart",
+    "Prepares",
     "Processes",
     "Stop",
     "StopFlag",
@@ -214,6 +215,25 @@ class Executor(Protocol):
             EndpointDown: the model server is down; the run stopped.
             WorkerLost: a worker died with trials in flight (the others were finished).
         """
+        ...
+
+
+@runtime_checkable
+class Prepares(Protocol):
+    """An executor with something to set up before its run is recorded (Ray's workers, which
+    check that they reach the run's store): a setup refused leaves no run behind."""
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Set up to run ``jobs`` (once: a second call does nothing); :meth:`Executor.run` uses
+        it and releases it at its end.
+
+        Raises:
+            ConfigurationError: the setup was refused (nothing was set up).
+        """
+        ...
+
+    def close(self) -> None:
+        """Release what :meth:`prepare` set up, when the run will not be run."""
         ...
 
 

@@ -22,7 +22,7 @@ from ..errors import ConfigurationError, EndpointDown, StoreError
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
 from ..store import EpisodeStatus, RunStatus, SigningKey, Store
 from ..store.signing import sign_run
-from .executors import AnyStop, Executor, StopFlag, StopOnSigint
+from .executors import AnyStop, Executor, Prepares, StopFlag, StopOnSigint
 from .layout import (
     EVIDENCE_FILE,
     SUMMARY_FILE,
@@ -245,9 +245,20 @@ def carry_out(
     (Ctrl-C leaves it None); the trials in flight end first, and ``harness resume`` runs the
     rest. A second Ctrl-C interrupts at once (KeyboardInterrupt is raised after the run is
     recorded as interrupted).
+
+    An executor's setup (:class:`~.executors.Prepares`: Ray's workers checking they reach the
+    store) comes before anything is recorded: when it is refused (ConfigurationError), the run's
+    record is left as it was.
     """
     store = record.store
-    record.write(RunStatus.RUNNING)
+    if isinstance(executor, Prepares):
+        executor.prepare(jobs)
+    try:
+        record.write(RunStatus.RUNNING)
+    except BaseException:
+        if isinstance(executor, Prepares):
+            executor.close()
+        raise
     sigint, own = StopOnSigint.active()
     limit = StopFlag()
     finished = errors = 0

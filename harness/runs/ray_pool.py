@@ -19,7 +19,11 @@ of a local pool would have them, so relative run folders, suites, environments a
 ``module:Class`` resolve alike. A cluster given by address gets this harness's packages shipped
 with the job (Ray's ``runtime_env`` ``py_modules``), so its workers run the same harness as the
 driver; the suite, the agent's code and the store must be reachable from every node at the same
-paths (a shared filesystem, and a Postgres store for nodes on other machines).
+paths (a shared filesystem, and a Postgres store for nodes on other machines). A worker on
+another machine than the driver refuses a SQLite store before it builds its run worker, on its
+first start and on every restart (:func:`check_store_reach`), so no SQLite file is written
+there; workers are started before the run is recorded (:meth:`RayExecutor.prepare`), so a run
+refused that way leaves nothing recorded.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, HarnessError
@@ -136,14 +140,22 @@ def check_store_reach(store_url: str, hosts: Sequence[str], here: str | None = N
 class RayWorker:
     """What runs in one Ray worker process: one :class:`~.worker.Worker`, kept for every trial.
 
+    The store's reach is checked here, before the worker is built (building it opens the
+    store, and would create a SQLite file of its own on another machine): on its first start and
+    on every restart Ray gives it, wherever that lands.
+
     Args:
         cwd: the driver's working directory, entered when it exists here (and the job gave no
             working directory of its own).
         paths: folders of the driver's code to add to ``sys.path`` when they exist here.
         spec: the run; ``Worker(spec)`` builds the worker.
+        driver_host: the driver's host name: on another host, a SQLite store is refused
+            (:func:`check_store_reach`) and no worker is built.
     """
 
-    def __init__(self, cwd: str, paths: list[str], spec: RunSpec) -> None:
+    def __init__(
+        self, cwd: str, paths: list[str], spec: RunSpec, driver_host: str | None = None
+    ) -> None:
         if os.path.isdir(cwd) and not _job_working_dir():
             os.chdir(cwd)
         for path in paths:
@@ -153,6 +165,8 @@ class RayWorker:
         self.worker: Worker | None = None
         self.error: str | None = None
         try:
+            if driver_host is not None:
+                check_store_reach(spec.store_url, [socket.gethostname()], here=driver_host)
             self.worker = Worker(spec)
         except Exception as exc:  # said to the driver, which stops the run with it
             self.error = f"{type(exc).__name__}: {exc}"
@@ -206,8 +220,9 @@ class RayExecutor:
     this process is not connected to Ray yet; with an ``address`` (``ray.init(address=...)``:
     ``auto``, ``host:port`` or ``ray://host:port``) the run connects to that cluster and
     disconnects after, leaving it running. A process already connected to Ray uses that
-    connection as it is. Each job runs in mode ``auto``, whatever mode it names (a job handed
-    out again must resume its episode, not start it anew); the episode lease is capped at
+    connection as it is. The workers are spread over the cluster's live nodes, one node after
+    another. Each job runs in mode ``auto``, whatever mode it names (a job handed out again
+    must resume its episode, not start it anew); the episode lease is capped at
     :data:`RAY_LEASE_SECONDS`.
     """
 
@@ -215,6 +230,38 @@ class RayExecutor:
     workers: int = 1
     concurrency: int = 1
     address: str | None = None
+    _started: _Started | None = field(default=None, init=False, repr=False, compare=False)
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Connect to Ray and start the workers for ``jobs``, each checking that it can reach
+        the run's store before it builds its run worker (:class:`RayWorker`): a run refused
+        here has recorded nothing. :meth:`run` uses them and :meth:`close` lets them go.
+
+        Raises:
+            ConfigurationError: Ray is not installed, ``workers`` or ``concurrency`` is below
+                1, a worker could not build its run worker (a suite, agent or store it cannot
+                reach), or a SQLite store would be written from several machines.
+        """
+        if self.workers < 1 or self.concurrency < 1:
+            raise ConfigurationError(
+                f"the Ray executor needs workers >= 1 and concurrency >= 1 (got workers="
+                f"{self.workers}, concurrency={self.concurrency})"
+            )
+        ray = _import_ray()
+        if self._started is None and jobs:
+            self._started = _start(
+                ray,
+                self.spec.with_lease(RAY_LEASE_SECONDS),
+                workers=min(self.workers, len(jobs)),
+                concurrency=self.concurrency,
+                address=self.address,
+            )
+
+    def close(self) -> None:
+        """Stop the workers, and the Ray connection or instance :meth:`prepare` made."""
+        started, self._started = self._started, None
+        if started is not None:
+            started.stop()
 
     def run(
         self,
@@ -224,47 +271,60 @@ class RayExecutor:
         on_start: OnStart | None = None,
         stop: Stop | None = None,
     ) -> None:
-        """Run ``jobs``; results reach ``on_result`` here as they finish.
+        """Run ``jobs`` (starting the workers first unless :meth:`prepare` did); results reach
+        ``on_result`` here as they finish. The workers are stopped after.
 
         Raises:
-            ConfigurationError: Ray is not installed, ``workers`` or ``concurrency`` is below
-                1, a worker could not build its run worker (a suite, agent or store it cannot
-                reach), or a SQLite store would be written from several machines.
+            ConfigurationError: as :meth:`prepare`, or a worker Ray restarted could not build
+                its run worker (on another machine, a SQLite store).
             WorkerLost: a trial's worker died more than :data:`LOST_WORKER_LIMIT` times
                 (raised after the other trials finished; ``harness resume`` finishes it).
             KeyboardInterrupt: a stop was requested.
         """
-        _run_on_ray(
-            jobs,
-            spec=self.spec.with_lease(RAY_LEASE_SECONDS),
-            workers=self.workers,
-            concurrency=self.concurrency,
-            address=self.address,
-            on_result=on_result,
-            on_start=on_start,
-            stop=stop,
-        )
+        try:
+            self.prepare(jobs)
+            if self._started is None:  # no jobs
+                return
+            spec = self.spec.with_lease(RAY_LEASE_SECONDS)
+            _drive(
+                self._started.ray,
+                self._started.actors,
+                jobs,
+                store_url=spec.store_url,
+                concurrency=self.concurrency,
+                on_result=on_result,
+                on_start=on_start,
+                stop=stop,
+                poll=min(5.0, spec.lease_seconds / 3),
+            )
+        finally:
+            self.close()
 
 
-def _run_on_ray(
-    jobs: Sequence[Job],
-    *,
-    spec: RunSpec,
-    workers: int,
-    concurrency: int,
-    address: str | None,
-    on_result: OnResult,
-    on_start: OnStart | None,
-    stop: Stop | None,
-) -> None:
-    if workers < 1 or concurrency < 1:
-        raise ConfigurationError(
-            f"the Ray executor needs workers >= 1 and concurrency >= 1 (got workers={workers}, "
-            f"concurrency={concurrency})"
-        )
-    ray = _import_ray()
-    if not jobs:
-        return
+@dataclass
+class _Started:
+    """The Ray workers of one run, and how to leave Ray as it was found."""
+
+    ray: Any
+    actors: list[Any]
+    connected_here: bool
+    sigterm: Any
+
+    def stop(self) -> None:
+        for actor in self.actors:
+            with contextlib.suppress(Exception):  # already gone
+                self.ray.kill(actor, no_restart=True)
+        if self.connected_here:
+            self.ray.shutdown()
+            if self.sigterm is not None:
+                signal.signal(signal.SIGTERM, self.sigterm)
+
+
+def _start(
+    ray: Any, spec: RunSpec, *, workers: int, concurrency: int, address: str | None
+) -> _Started:
+    """Connect to Ray (unless connected), start ``workers`` actors over the live nodes and wait
+    until each has built its run worker, or refused to."""
     connected_here = not ray.is_initialized()
     # ray.init sets a SIGTERM handler of its own in the main thread; put ours back after.
     main = threading.current_thread() is threading.main_thread()
@@ -281,44 +341,54 @@ def _run_on_ray(
                     "excludes": ["__pycache__", "*.pyc"],
                 },
             )
-    actors: list[Any] = []
+    started = _Started(ray, [], connected_here, sigterm)
     try:
         remote = ray.remote(
             num_cpus=0,  # a worker waits on models and stores; it can always be (re)placed
             max_concurrency=concurrency,
             max_restarts=-1,
             max_task_retries=0,  # the driver hands a lost trial out again itself
-            scheduling_strategy="SPREAD",
         )(RayWorker)
-        args = (os.getcwd(), _code_paths(), spec)
-        actors = [remote.remote(*args) for _ in range(min(workers, len(jobs)))]
-        hosts = []
-        for host, where, error in ray.get([a.ready.remote() for a in actors]):
+        here = socket.gethostname()
+        args = (os.getcwd(), _code_paths(), spec, here)
+        started.actors = [
+            remote.options(scheduling_strategy=where).remote(*args)
+            for where in _placements(ray, workers)
+        ]
+        answers = ray.get([a.ready.remote() for a in started.actors])
+        check_store_reach(spec.store_url, [host for host, _, _ in answers], here=here)
+        for _host, where, error in answers:
             if error is not None:
                 raise ConfigurationError(
                     f"Ray worker {where} could not build the run's worker: {error}; every Ray "
                     "node needs the run's suite, agent code and store at the same paths as here"
                 )
-            hosts.append(host)
-        check_store_reach(spec.store_url, hosts)
-        _drive(
-            ray,
-            actors,
-            jobs,
-            concurrency=concurrency,
-            on_result=on_result,
-            on_start=on_start,
-            stop=stop,
-            poll=min(5.0, spec.lease_seconds / 3),
-        )
-    finally:
-        for actor in actors:
-            with contextlib.suppress(Exception):  # already gone
-                ray.kill(actor, no_restart=True)
-        if connected_here:
-            ray.shutdown()
-            if sigterm is not None:
-                signal.signal(signal.SIGTERM, sigterm)
+    except BaseException:
+        started.stop()
+        raise
+    return started
+
+
+def _placements(ray: Any, workers: int) -> list[Any]:
+    """Where each of ``workers`` actors starts: the cluster's live nodes in turn (Ray's
+    ``SPREAD`` alone may put two actors needing no CPU on one node of two), each a preference
+    only, so an actor whose node died is restarted on another; the driver's own node first;
+    ``SPREAD`` when the nodes are not known."""
+    try:
+        strategies = importlib.import_module("ray.util.scheduling_strategies")
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        own = ray.get_runtime_context().get_node_id()
+    except Exception:  # (a Ray without node affinity, or no node list): Ray's own spread
+        nodes, own = [], None
+    if own in nodes:  # this machine's node first: one worker runs beside the driver
+        nodes.remove(own)
+        nodes.insert(0, own)
+    if not nodes:
+        return ["SPREAD"] * workers
+    return [
+        strategies.NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
+        for i in range(workers)
+    ]
 
 
 def _drive(
@@ -326,6 +396,7 @@ def _drive(
     actors: list[Any],
     jobs: Sequence[Job],
     *,
+    store_url: str,
     concurrency: int,
     on_result: OnResult,
     on_start: OnStart | None,
@@ -387,10 +458,11 @@ def _drive(
             if ref in pings:
                 i = pings.pop(ref)
                 try:
-                    _host, where, error = ray.get(ref)
+                    host, where, error = ray.get(ref)
                 except errors.RayError:  # still restarting
                     repings.append((time.monotonic() + 0.2, i))
                     continue
+                check_store_reach(store_url, [host])  # (it refused to build its worker)
                 if error is not None:
                     raise ConfigurationError(
                         f"Ray worker {where} (restarted) could not build the run's worker: "
