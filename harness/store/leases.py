@@ -36,6 +36,22 @@ def _is_sqlite(conn: Any) -> bool:
     return isinstance(getattr(conn, "driver_connection", conn), sqlite3.Connection)
 
 
+@contextmanager
+def committed(conn: Any) -> Iterator[Any]:
+    """A cursor of the driver connection ``conn``, its transaction committed when the block
+    ends (nothing, when the block rolled it back) and rolled back when the block raises."""
+    cur = conn.cursor()
+    try:
+        yield cur
+        conn.commit()
+    except BaseException:
+        with contextlib.suppress(Exception):  # (the error raised says what failed)
+            conn.rollback()
+        raise
+    finally:
+        cur.close()
+
+
 CLAIM_SECONDS = 60.0
 """How long an open episode's claim lasts without renewal (renewed every third of it)."""
 
@@ -100,8 +116,7 @@ class _Leases:
             conn = self._lease_connection()
             sqlite = _is_sqlite(conn)
             mark = "?" if sqlite else "%s"
-            cur = conn.cursor()
-            try:
+            with committed(conn) as cur:
                 if sqlite:
                     cur.execute("BEGIN IMMEDIATE")
                 else:
@@ -127,33 +142,18 @@ class _Leases:
                     f"VALUES ({', '.join([mark] * 6)})",
                     (episode_id, owner, pid, host, now, now + seconds),
                 )
-                conn.commit()
                 return "taken", None
-            except BaseException:
-                with contextlib.suppress(Exception):  # (the error raised says what failed)
-                    conn.rollback()
-                raise
-            finally:
-                cur.close()
 
     def release_lease(self, episode_id: str, *, owner: str) -> None:
         """Give the lease on ``episode_id`` back (only its owner can)."""
         with self._lease_lock, writing(self.database, readonly=self.readonly):
             conn = self._lease_connection()
             mark = "?" if _is_sqlite(conn) else "%s"
-            cur = conn.cursor()
-            try:
+            with committed(conn) as cur:
                 cur.execute(
                     f"DELETE FROM hx_lease WHERE episode_id = {mark} AND owner = {mark}",
                     (episode_id, owner),
                 )
-                conn.commit()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                raise
-            finally:
-                cur.close()
 
     @contextmanager
     def lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> Iterator[bool]:

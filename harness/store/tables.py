@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Integer
+from sqlalchemy import BigInteger, Column, Index, Integer
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
@@ -306,6 +306,49 @@ class LeaseRow(_Base, table=True):
     host: str
     acquired_at: float
     expires_at: float
+
+
+class LimitSlotRow(_Base, table=True):
+    """A model request in flight under its run's limit (:mod:`harness.store.limiter`): whose,
+    and until when unless its holder renews it."""
+
+    __tablename__ = "hx_limit_slot"
+    id: str = Field(primary_key=True)
+    run_id: str = Field(index=True)
+    url: str
+    holder: str = Field(index=True)
+    pid: int
+    host: str
+    expires_at: float
+
+
+class LimitUseRow(_Base, table=True):
+    """A request started (``kind`` ``request``) or the tokens a response used (``tokens``,
+    ``amount`` of them), in its run's sliding window (:mod:`harness.store.limiter`)."""
+
+    __tablename__ = "hx_limit_use"
+    __table_args__ = (Index("ix_hx_limit_use_window", "run_id", "url", "kind", "at"),)
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str
+    url: str
+    kind: str
+    at: float
+    amount: int = 1
+
+
+class CircuitRow(_Base, table=True):
+    """A model server a process of the run found down: every process refuses its requests
+    until ``until`` (:mod:`harness.store.limiter`)."""
+
+    __tablename__ = "hx_circuit"
+    run_id: str = Field(primary_key=True)
+    url: str = Field(primary_key=True)
+    until: float
+    why: str
+    failures: int = 0
+    down_for: float = 0.0
+    pid: int
+    host: str
 
 
 class KeyRow(_Base, table=True):
