@@ -14,6 +14,7 @@ import inspect
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -249,6 +250,7 @@ def run_trials(
         raise ConfigurationError(f"run_trials: no tasks selected from {loaded.name}")
     run_id = run_id or new_run_id()
     folder = Path(logs) / run_id
+    fresh = not folder.exists()  # (a run refused before it is recorded leaves no folder then)
     folder.mkdir(parents=True, exist_ok=True)
     url = store_url(folder)
     store = Store(url, create=True)
@@ -312,5 +314,18 @@ def run_trials(
             signing_key=signing_key,
             max_agent_errors=limit,
         )
+    except BaseException:
+        if fresh and not _recorded(store, run_id):
+            store.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     finally:
         store.close()
+
+
+def _recorded(store: Store, run_id: str) -> bool:
+    """Whether ``store`` holds the run's row (True when it cannot be read: keep what is there)."""
+    try:
+        return any(r.id == run_id for r in store.runs())
+    except Exception:
+        return True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -25,6 +26,7 @@ from harness.runs.layout import run_row, store_url  # noqa: E402
 from harness.runs.ray_pool import (  # noqa: E402
     RAY_LEASE_SECONDS,
     RayExecutor,
+    RayWorker,
     check_store_reach,
 )
 from harness.runs.spec import Job, RunSpec  # noqa: E402
@@ -338,3 +340,35 @@ def test_a_stopped_run_resumes_on_ray(cluster: str, tmp_path: Path):
         r.episode_id: 1 for r in done.run.results
     }
     assert store.verify_chain().ok
+
+
+def test_a_ray_worker_on_another_host_refuses_a_sqlite_store_before_writing_a_file(
+    cluster: str, tmp_path: Path
+):
+    """A Ray worker whose driver runs on another host builds no run worker on a SQLite store:
+    ready() says why in the store-reach words, and no database file is created here."""
+    db = tmp_path / "logs" / "r" / "harness.db"
+    suite = write_suite(tmp_path / "suite", [1])
+    spec = RunSpec(str(suite), "scripted", f"sqlite:///{db}", "r", hx.Policy())
+    worker = RayWorker(os.getcwd(), [], spec, "hx-driver")
+    host, where, error = worker.ready()
+    assert worker.worker is None and where.startswith(f"{host}:")
+    assert error is not None and "SQLite file on this machine (hx-driver" in error
+    assert f"Ray workers run on {host}" in error
+    assert not db.parent.exists()
+    with pytest.raises(hx.HarnessError, match="could not build its worker"):
+        worker.trial(Job("t0", 0, 0), again=False)
+
+
+def test_a_run_whose_ray_workers_cannot_reach_its_sqlite_store_leaves_no_folder(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """run_trials on Ray workers of another host (here the driver is told another host name)
+    with the folder's SQLite store is refused with the store-reach message before the run is
+    recorded: no run folder is left, so no run shows as running or interrupted."""
+    suite = write_suite(tmp_path / "suite", [1, 2])
+    monkeypatch.setattr(socket, "gethostname", lambda: "hx-driver")  # (the driver's only)
+    with pytest.raises(hx.ConfigurationError, match=r"SQLite file on this machine \(hx-driver"):
+        run_trials(suite, executor="ray", workers=2, logs=tmp_path / "logs", run_id="r")
+    assert list((tmp_path / "logs").iterdir()) == []
+    assert ray.is_initialized()  # (the caller's connection stays)
