@@ -117,7 +117,7 @@ def judge_bars(report: Report, bars: list[Bar], basis: Basis) -> list[Judgement]
 
 
 @click.command("report", epilog=GATE_HELP)
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("run")
 @INFRA_OPTION
 @CONFIDENCE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -134,7 +134,7 @@ def judge_bars(report: Report, bars: list[Bar], basis: Basis) -> list[Judgement]
 @fail_under_options
 @verify_options
 def report_command(
-    run: Path,
+    run: str,
     infra: InfraPolicy,
     confidence: float,
     as_json: bool,
@@ -180,16 +180,16 @@ def report_command(
 
 
 @click.command("compare")
-@click.argument("run_a", type=click.Path(path_type=Path))
-@click.argument("run_b", type=click.Path(path_type=Path))
+@click.argument("run_a")
+@click.argument("run_b")
 @INFRA_OPTION
 @CONFIDENCE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @all_k_option
 @verify_options
 def compare_command(
-    run_a: Path,
-    run_b: Path,
+    run_a: str,
+    run_b: str,
     infra: InfraPolicy,
     confidence: float,
     as_json: bool,
@@ -213,7 +213,7 @@ def compare_command(
 
 
 @click.command("export")
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("run")
 @click.option(
     "--format",
     "fmt",
@@ -244,7 +244,7 @@ def compare_command(
 @suite_options
 @verify_options
 def export_command(
-    run: Path,
+    run: str,
     fmt: ExportFormat,
     out: Path | None,
     infra: InfraPolicy,

@@ -175,6 +175,14 @@ def rerun_agent_options(command: Any) -> Any:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--logs", default="logs", show_default=True, type=click.Path(file_okay=False))
 @click.option(
+    "--store",
+    default=None,
+    metavar="URL",
+    help="The run's store: a database URL (postgresql://user@host/db) that workers on other "
+    "machines can write. The run folder records it without its password; the password comes "
+    "from PGPASSWORD or ~/.pgpass. [default: the run folder's harness.db]",
+)
+@click.option(
     "--error-rate",
     default=0.1,
     show_default=True,
@@ -274,6 +282,7 @@ def run_command(
     address: str | None,
     seed: int,
     logs: str,
+    store: str | None,
     error_rate: float,
     self_conditioning: float,
     tasks: tuple[str, ...],
@@ -398,6 +407,7 @@ def run_command(
                 workers=workers,
                 seed=seed,
                 logs=logs,
+                store=store,
                 tasks=tasks or None,
                 progress=tick,
                 faults=plan,
@@ -413,11 +423,11 @@ def run_command(
         fail(exc)
     status = 0
     if result.results:
-        report = _summary(result.folder, all_k, infra=infra)
+        report = _summary(result.where, all_k, infra=infra)
         if plan is not None:
             from ..report.reliability import load_reliability, render_reliability
 
-            render_reliability(load_reliability(result.folder, result.run_id), console)
+            render_reliability(load_reliability(result.where, result.run_id), console)
         if not result.interrupted:
             judgements = judge_bars(report, bars, fail_under_on)
             render_gate(judgements, fail_under_on, console)
@@ -439,7 +449,7 @@ def show_agent_errors(result: RunResult) -> None:
         f"[red]{len(errors)} trial(s) ended in an agent error[/red] (counted as the agent's "
         f"failures); first: {escape(first.task_id)} trial {first.trial}: "
         f"{escape(first.agent_error or '')}\n"
-        f"its traceback: `harness audit {result.folder} --episode {first.episode_id}`"
+        f"its traceback: `harness audit {result.where} --episode {first.episode_id}`"
     )
 
 
@@ -460,17 +470,17 @@ def show_stop(result: RunResult, status: int) -> int:
     if result.stopped is not None:
         console.print(
             f"[red]stopped[/red] after {done} trials: {escape(result.stopped)}\n"
-            f"the store is consistent; `harness resume {result.folder}` runs the rest"
+            f"the store is consistent; `harness resume {result.where}` runs the rest"
         )
     elif result.interrupted:
         console.print(
             f"[yellow]interrupted[/yellow] after {done} trials; the store is consistent; "
-            f"`harness resume {result.folder}` runs the rest"
+            f"`harness resume {result.where}` runs the rest"
         )
     elif result.missing:
         console.print(
             f"[yellow]{result.missing} trial(s) not finished[/yellow] (waiting for a person, or "
-            f"held by another process); `harness resume {result.folder}` runs them once they "
+            f"held by another process); `harness resume {result.where}` runs them once they "
             "are free"
         )
     return stop_status(result, status)
@@ -528,7 +538,7 @@ class Flight(ProgressColumn):
         return Text(self.text())
 
 
-def _summary(folder: Path, all_k: bool, *, infra: str = "fail") -> Report:
+def _summary(folder: str | Path, all_k: bool, *, infra: str = "fail") -> Report:
     """Print a run's pass^k, failures and infrastructure failures; its report."""
     try:
         report = load_report(folder, infra=infra)  # type: ignore[arg-type]
@@ -539,14 +549,14 @@ def _summary(folder: Path, all_k: bool, *, infra: str = "fail") -> Report:
 
 
 @click.command("replay")
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("run")
 @click.option("--episode", required=True, help="The episode to replay.")
 @suite_options
 @rerun_agent_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @verify_options
 def replay_command(
-    run: Path,
+    run: str,
     episode: str,
     suite: str | None,
     trust_suite: bool,
@@ -599,7 +609,7 @@ def replay_command(
 
 
 @click.command("resume")
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("run")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
 @click.option(
     "--concurrency",
@@ -618,7 +628,7 @@ def replay_command(
 @unverified_option
 @stops_on_ctrl_c
 def resume_command(
-    run: Path,
+    run: str,
     workers: int,
     concurrency: int,
     executor: str,
@@ -680,7 +690,7 @@ def resume_command(
     if result.pending:
         console.print(f"resolve them with `harness escalations {run}`, then resume again")
     if result.run.results:
-        _summary(result.run.folder, all_k=False)
+        _summary(result.run.where, all_k=False)
     show_agent_errors(result.run)
     status = show_stop(result.run, 0)
     if status:

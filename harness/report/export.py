@@ -878,7 +878,8 @@ def export_run(
         target = (
             Path(out)
             if out is not None
-            else data.folder / ("export.jsonl" if fmt == "jsonl" else f"export-{fmt}.json")
+            else (data.folder or Path("."))
+            / ("export.jsonl" if fmt == "jsonl" else f"export-{fmt}.json")
         )
         if fmt == "jsonl":
             text: str | Iterable[str] = (json_text(record) + "\n" for record in jsonl_records(data))

@@ -352,7 +352,7 @@ def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: floa
     dropped = tuple(ids[i] for i in range(len(ids)) if int(n[i]) == 0)
     if not keep:
         raise RunNotFound(
-            data.folder,
+            data.where,
             f"run {data.run.id}: every trial ended in an infrastructure error, so nothing is "
             "left to estimate under --infra exclude; use --infra fail to count them as failures",
         )
@@ -403,7 +403,7 @@ def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: floa
         run_id=data.run.id,
         suite=data.run.suite,
         status=data.run.status,
-        folder=str(data.folder),
+        folder=data.where,
         infra_policy=infra,
         confidence=curve.confidence,
         tasks=tuple(tasks),

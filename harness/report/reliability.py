@@ -28,9 +28,8 @@ from rich.table import Table
 from sqlmodel import col, select
 
 from .._json import loads
-from ..errors import StoreError
 from ..faults import KINDS
-from ..runs.layout import current_trials
+from ..runs.layout import current_trials, open_store
 from ..store import (
     EpisodeRow,
     EpisodeStatus,
@@ -324,24 +323,18 @@ def reliability_report(store: Store, run_id: str | None = None) -> ReliabilityRe
 
 
 def load_reliability(run: str | Path, run_id: str | None = None) -> ReliabilityReport:
-    """The reliability report of a run folder (``logs/<run>``) or a store file.
+    """The reliability report of a run folder (``logs/<run>``), a store file or a store URL
+    (``...#<run id>`` names one run of it).
 
     Args:
-        run: the run's folder, or a store's database file.
-        run_id: which run of the store (default: the folder's name when it names a run of
-            the store, else every run).
+        run: the run's folder, a store's database file, or a store URL.
+        run_id: which run of the store (default: the run the target names, else every run).
+
+    Raises:
+        RunNotFound, StoreError: as :func:`~harness.runs.layout.open_store` raises them.
     """
-    path = Path(run)
-    db = path / "harness.db" if path.is_dir() else path
-    if not db.is_file():
-        raise StoreError(f"{run}: no run store here (expected {db})")
-    store = Store(db, readonly=True)
-    try:
-        if run_id is None and path.is_dir() and any(r.id == path.name for r in store.runs()):
-            run_id = path.name
-        return reliability_report(store, run_id)
-    finally:
-        store.close()
+    with open_store(run) as opened:
+        return reliability_report(opened.store, run_id or opened.run_id)
 
 
 def _pct(value: float | None) -> str:

@@ -4,10 +4,17 @@ A run lives in ``<logs>/<run id>/``: ``harness.db`` (the store: run row, episode
 trials, the hash-chained log), ``evidence.json`` (what the run must keep to be reproduced and
 believed) and ``summary.json`` (pass^k and pass@k when trials finished). Each trial is one
 episode, ``<run id>-<task id>-<trial>``.
+
+A run whose store is elsewhere (``harness run --store postgresql://...``, shared by machines)
+has ``store.json`` in its folder instead of ``harness.db``: the store's URL without its
+password (which comes from the environment, ``PGPASSWORD``, or a ``~/.pgpass`` or service
+file), followed by every command given the folder. The store's URL names the run as well:
+``postgresql://host/db#<run id>`` (the fragment may be left out when the store holds one run).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import tempfile
@@ -19,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from .._json import loads_or
-from ..errors import RunNotFound, StoreError
+from ..errors import ConfigurationError, RunNotFound, StoreError
 from ..store import SCHEMA_VERSION, RunRow, Store, TrialRow
 from ..store.store import sqlite_file
 from .output import json_text, write_output
@@ -30,6 +38,7 @@ from .output import json_text, write_output
 __all__ = [
     "DB_FILE",
     "EVIDENCE_FILE",
+    "STORE_FILE",
     "SUMMARY_FILE",
     "OpenRun",
     "OpenStore",
@@ -41,14 +50,23 @@ __all__ = [
     "new_run_id",
     "open_run",
     "open_store",
+    "public_url",
+    "recorded_store",
     "run_row",
+    "run_target",
+    "split_target",
     "store_url",
     "write_json",
+    "write_store_pointer",
 ]
 
 DB_FILE = "harness.db"
 EVIDENCE_FILE = "evidence.json"
 SUMMARY_FILE = "summary.json"
+STORE_FILE = "store.json"
+_STORE_FORMAT = "harness.store"
+# Query parameters of a database URL that carry a secret (libpq's names).
+_SECRET_PARAMS = frozenset({"password", "sslpassword", "passfile"})
 
 
 def new_run_id() -> str:
@@ -94,8 +112,71 @@ def _attempt(row: TrialRow) -> int:
 
 
 def store_url(folder: Path) -> str:
-    """The URL of a run folder's store."""
-    return f"sqlite:///{folder / DB_FILE}"
+    """The URL of a run folder's store: the one its ``store.json`` records, else its own
+    ``harness.db``.
+
+    Raises:
+        StoreError: ``store.json`` is there but damaged.
+    """
+    return recorded_store(folder) or f"sqlite:///{folder / DB_FILE}"
+
+
+def public_url(url: str) -> str:
+    """``url`` as a run folder may record it: without its password (in the URL or its query).
+
+    Raises:
+        ConfigurationError: ``url`` is not a database URL.
+    """
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ConfigurationError(
+            f"store URL {url!r} is not a database URL ({exc}): give postgresql://user@host/db "
+            "or sqlite:///path/harness.db"
+        ) from exc
+    query = {k: v for k, v in parsed.query.items() if k.lower() not in _SECRET_PARAMS}
+    return parsed.set(password=None, query=query).render_as_string(hide_password=False)
+
+
+def write_store_pointer(folder: Path, url: str, run_id: str) -> None:
+    """Record in ``folder`` that the run ``run_id``'s store is at ``url`` (no password)."""
+    write_json(
+        folder, STORE_FILE, {"format": _STORE_FORMAT, "url": public_url(url), "run_id": run_id}
+    )
+
+
+def recorded_store(folder: Path) -> str | None:
+    """The store URL ``folder/store.json`` records (None when there is none).
+
+    Raises:
+        StoreError: the file is not one ``harness run --store`` wrote (nothing is opened).
+    """
+    path = folder / STORE_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path} does not read as JSON ({exc}); nothing was opened") from exc
+    url = data.get("url") if isinstance(data, dict) else None
+    if not isinstance(url, str) or data.get("format") != _STORE_FORMAT or "://" not in url:
+        raise StoreError(
+            f"{path} is not a store record `harness run --store` wrote (it needs "
+            f'{{"format": "{_STORE_FORMAT}", "url": "postgresql://..."}}); nothing was opened'
+        )
+    return url
+
+
+def split_target(text: str) -> tuple[str, str | None]:
+    """A store URL that may name a run (``postgresql://host/db#<run id>``): the URL, the run."""
+    url, sep, run = text.partition("#")
+    return url, (run or None) if sep else None
+
+
+def run_target(url: str, run_id: str) -> str:
+    """How to name the run ``run_id`` of the store at ``url`` on a command line (its password
+    left out)."""
+    return f"{public_url(url)}#{run_id}"
 
 
 def write_json(folder: Path, name: str, data: Any) -> None:
@@ -235,15 +316,30 @@ def _judge(conn: sqlite3.Connection, db: Path, short: str) -> None:
 
 @dataclass
 class OpenRun:
-    """A run folder opened for reading: its store, run row, configuration, evidence, trials."""
+    """A run opened for reading: its store, run row, configuration, evidence, trials.
 
-    folder: Path
-    db: Path
+    Attributes:
+        folder: the run's folder on this machine (None when the run was named by its store's
+            URL: nothing is written beside it then).
+        db: the folder's own store file (None when the store is elsewhere).
+        url: the store's URL (its password included when the caller gave one).
+        target: how to name the run again (the folder, or ``<store URL>#<run id>``).
+    """
+
+    folder: Path | None
+    db: Path | None
     store: Store
     run: RunRow
     config: dict[str, Any]
     evidence: dict[str, Any]
     trials: list[TrialRow] = field(default_factory=list)
+    url: str = ""
+    target: str = ""
+
+    @property
+    def where(self) -> str:
+        """The run as messages name it: its folder, or its store's URL and id."""
+        return self.target or str(self.folder)
 
     def close(self) -> None:
         """Release the store's connections."""
@@ -253,7 +349,11 @@ class OpenRun:
 def _runs_hint(folder: Path) -> str:
     parent = folder.parent if str(folder.parent) not in ("", ".") else Path(".")
     try:
-        runs = sorted(p.name for p in parent.iterdir() if (p / "harness.db").is_file())
+        runs = sorted(
+            p.name
+            for p in parent.iterdir()
+            if (p / "harness.db").is_file() or (p / STORE_FILE).is_file()
+        )
     except OSError:
         runs = []
     if not runs:
@@ -266,11 +366,58 @@ def _not_found(folder: Path, message: str) -> RunNotFound:
     return RunNotFound(folder, message + _runs_hint(folder))
 
 
+def _open_url(url: str, *, readonly: bool, recorded_in: Path | None = None) -> Store:
+    """The store at ``url`` (a SQLite file checked first); a store a run folder records that
+    does not open says where the password comes from."""
+    try:
+        file = sqlite_file(url)
+    except (ArgumentError, ValueError):
+        file = None  # (Store(url) says what is wrong with it)
+    if file is not None:
+        if not file.is_file():
+            raise RunNotFound(file, f"no database file {file}: check the URL's path")
+        check_database(file)
+    try:
+        return Store(url, readonly=readonly)
+    except StoreError as exc:
+        if recorded_in is None or file is not None:
+            raise
+        raise StoreError(
+            f"{exc}. The run folder {recorded_in} records its store at {public_url(url)} without "
+            "a password: give it in the environment (PGPASSWORD), in ~/.pgpass or in a service "
+            "file (PGSERVICEFILE), or name the store yourself with its URL in place of the folder"
+        ) from exc
+
+
+def _choose_run(store: Store, where: str, run_id: str | None, url: str) -> RunRow:
+    runs = {r.id: r for r in store.runs()}
+    if run_id is not None:
+        if run_id not in runs:
+            known = ", ".join(sorted(runs)[-5:]) or "none"
+            raise RunNotFound(where, f"{where}: the store holds no run {run_id!r} (runs: {known})")
+        return runs[run_id]
+    if not runs:
+        raise RunNotFound(where, f"{where} holds no run record: was it written by `harness run`?")
+    if len(runs) == 1:
+        (run,) = runs.values()
+        return run
+    latest = sorted(runs.values(), key=lambda r: r.created_at)[-3:]
+    raise RunNotFound(
+        where,
+        f"{where} holds {len(runs)} runs: name one as {public_url(url)}#<run id> (the latest: "
+        + ", ".join(r.id for r in reversed(latest))
+        + ")",
+    )
+
+
 @contextmanager
 def open_run(
     path: str | Path, *, finished: bool = False, writable: bool = False
 ) -> Iterator[OpenRun]:
-    """Open the run in ``path`` (``logs/<run>`` or its ``harness.db``); nothing is created.
+    """Open the run in ``path``: a run folder (``logs/<run>``, or its ``harness.db``), or a
+    store URL naming the run (``postgresql://host/db#<run id>``; the fragment may be left out
+    when the store holds one run). A folder whose ``store.json`` records a store elsewhere
+    opens that store. Nothing is created.
 
     The store is opened read-only (``Store(db, readonly=True)``): reading a run never creates
     or changes a file, not even a -wal or -shm file where there was none.
@@ -280,54 +427,89 @@ def open_run(
         writable: open the store for writing (``harness resume``, which continues the run).
 
     Raises:
-        RunNotFound: the folder does not exist, has no ``harness.db``, or holds no run (or,
-            with ``finished``, no finished trial).
+        RunNotFound: the folder does not exist, has no ``harness.db`` or ``store.json``, or
+            holds no run (or, with ``finished``, no finished trial); the URL's store holds
+            no such run, or several and the URL names none.
         StoreError: the database is damaged, empty, not a harness store, or from another
-            harness version (nothing is written).
+            harness version, or does not open (nothing is written).
     """
-    folder = Path(path)
-    if folder.suffix == ".db" and folder.is_file():
-        folder = folder.parent
-    if not folder.exists():
-        raise _not_found(
-            folder, f"no run folder {folder}: give the folder `harness run` printed (logs/<run>)"
-        )
-    if not folder.is_dir():
-        raise _not_found(folder, f"{folder} is a file, not a run folder: give logs/<run>")
-    db = folder / DB_FILE
-    if not db.is_file():
-        raise RunNotFound(
-            folder,
-            f"{folder} has no {DB_FILE}, so it is not a run folder: give the folder "
-            f"`harness run` printed (logs/<run>){_runs_hint(folder / 'x')}",
-        )
-    check_database(db)
-    store = Store(db, readonly=not writable)
-    try:
-        runs = {r.id: r for r in store.runs()}
-        if not runs:
-            raise RunNotFound(folder, f"{db} holds no run record: was it written by `harness run`?")
-        if folder.name in runs:
-            run = runs[folder.name]
-        elif len(runs) == 1:
-            (run,) = runs.values()
-        else:
-            raise RunNotFound(
+    text = str(path)
+    folder: Path | None = None
+    db: Path | None = None
+    if "://" in text:
+        url, run_id = split_target(text)
+        store = _open_url(url, readonly=not writable)
+        where = text
+    else:
+        folder = Path(text)
+        if folder.suffix == ".db" and folder.is_file():
+            folder = folder.parent
+        if not folder.exists():
+            raise _not_found(
                 folder,
-                f"{db} holds {len(runs)} runs ({', '.join(sorted(runs))}) and none is named after "
-                f"the folder {folder.name!r}: give each run its own folder",
+                f"no run folder {folder}: give the folder `harness run` printed (logs/<run>)",
             )
+        if not folder.is_dir():
+            raise _not_found(folder, f"{folder} is a file, not a run folder: give logs/<run>")
+        recorded = None if (folder / DB_FILE).is_file() else recorded_store(folder)
+        where = str(folder)
+        if recorded is not None:
+            url = recorded
+            store = _open_url(url, readonly=not writable, recorded_in=folder)
+            run_id = folder.name
+        else:
+            db = folder / DB_FILE
+            if not db.is_file():
+                raise RunNotFound(
+                    folder,
+                    f"{folder} has no {DB_FILE} or {STORE_FILE}, so it is not a run folder: give "
+                    f"the folder `harness run` printed (logs/<run>){_runs_hint(folder / 'x')}",
+                )
+            check_database(db)
+            url = f"sqlite:///{db}"
+            store = Store(db, readonly=not writable)
+            run_id = None
+    try:
+        if folder is not None and db is not None:
+            runs = {r.id: r for r in store.runs()}
+            if not runs:
+                raise RunNotFound(
+                    folder, f"{db} holds no run record: was it written by `harness run`?"
+                )
+            if folder.name in runs:
+                run = runs[folder.name]
+            elif len(runs) == 1:
+                (run,) = runs.values()
+            else:
+                raise RunNotFound(
+                    folder,
+                    f"{db} holds {len(runs)} runs ({', '.join(sorted(runs))}) and none is named "
+                    f"after the folder {folder.name!r}: give each run its own folder",
+                )
+        else:
+            run = _choose_run(store, where, run_id, url)
         trials = current_trials(store.trial_rows(run.id))
+        target = str(folder) if folder is not None else run_target(url, run.id)
         if finished and not trials:
             raise RunNotFound(
-                folder,
-                f"run {run.id} in {folder} has no finished trials yet (status {run.status}): "
+                folder or where,
+                f"run {run.id} in {target} has no finished trials yet (status {run.status}): "
                 "let it finish, or `harness resume` it",
             )
         evidence = loads_or(run.evidence, {}) or {}
-        if not evidence and (folder / EVIDENCE_FILE).is_file():
+        if not evidence and folder is not None and (folder / EVIDENCE_FILE).is_file():
             evidence = loads_or((folder / EVIDENCE_FILE).read_text(encoding="utf-8"), {}) or {}
-        opened = OpenRun(folder, db, store, run, loads_or(run.config, {}) or {}, evidence, trials)
+        opened = OpenRun(
+            folder,
+            db,
+            store,
+            run,
+            loads_or(run.config, {}) or {},
+            evidence,
+            trials,
+            url=url,
+            target=target,
+        )
     except BaseException:
         store.close()
         raise
@@ -361,15 +543,17 @@ class OpenStore:
 
 @contextmanager
 def open_store(target: str | Path) -> Iterator[OpenStore]:
-    """Open, read-only, a run folder (``logs/<run>``), a store file (``logs/harness.db``, as
-    ``hx.Episode(store=...)`` writes it) or a database URL (``sqlite:///...``,
-    ``postgresql://...``). Nothing is created or written.
+    """Open, read-only, a run folder (``logs/<run>``, its store wherever ``store.json`` says),
+    a store file (``logs/harness.db``, as ``hx.Episode(store=...)`` writes it) or a database
+    URL (``sqlite:///...``, ``postgresql://...``; ``...#<run id>`` names one run of it).
+    Nothing is created or written.
 
     A store file inside a run folder, named after a run it holds, is that run; any other
     store file or URL is the whole store (every run and every episode in it).
 
     Raises:
-        RunNotFound: a path that does not exist, or a folder with no ``harness.db``.
+        RunNotFound: a path that does not exist, or a folder with no ``harness.db``; a URL
+            naming a run its store does not hold.
         StoreError: the database is damaged, empty, not a harness store, or from another
             harness version, or the URL does not open (nothing is written).
     """
@@ -378,24 +562,19 @@ def open_store(target: str | Path) -> Iterator[OpenStore]:
         path = Path(text)
         if path.is_dir() or not path.exists():
             with open_run(path) as opened:
-                yield OpenStore(text, store_url(opened.folder), opened.store, opened.run)
+                yield OpenStore(text, opened.url, opened.store, opened.run)
             return
         check_database(path)
-        url = f"sqlite:///{path}"
+        url, run_id = f"sqlite:///{path}", None
+        store = Store(url, readonly=True)
     else:
-        url = text
-        try:
-            file = sqlite_file(url)
-        except (ArgumentError, ValueError):
-            file = None  # (Store(url) says what is wrong with it)
-        if file is not None:
-            if not file.is_file():
-                raise RunNotFound(file, f"no database file {file}: check the URL's path")
-            check_database(file)
-    store = Store(url, readonly=True)
+        url, run_id = split_target(text)
+        store = _open_url(url, readonly=True)
     try:
         run = None
-        if "://" not in text:
+        if run_id is not None:
+            run = _choose_run(store, text, run_id, url)
+        elif "://" not in text:
             run = next((r for r in store.runs() if r.id == Path(text).parent.name), None)
         yield OpenStore(text, url, store, run)
     finally:

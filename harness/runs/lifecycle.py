@@ -51,10 +51,12 @@ class RunResult:
             errors): not in the statistics, counted in :meth:`usage`.
         missing: trials of the run with no result yet (``harness resume`` runs them), those
             waiting for a person included.
+        folder: the run folder (None: a run named by its store's URL, with no folder here).
+        target: how to name the run on a command line (default: its folder).
     """
 
     run_id: str
-    folder: Path
+    folder: Path | None
     suite: str
     trials_per_task: int
     results: list[TrialResult]
@@ -62,6 +64,12 @@ class RunResult:
     stopped: str | None = None
     retried: list[TrialResult] = field(default_factory=list)
     missing: int = 0
+    target: str = ""
+
+    @property
+    def where(self) -> str:
+        """The run as a command line names it: its folder, or its store's URL and id."""
+        return self.target or str(self.folder)
 
     @property
     def complete(self) -> bool:
@@ -112,7 +120,7 @@ class RunResult:
 
     def write_summary(self) -> None:
         """Write ``summary.json`` in the run folder (when trials finished)."""
-        if self.results:
+        if self.results and self.folder is not None:
             write_json(self.folder, SUMMARY_FILE, self.summary())
 
     def summary(self) -> dict[str, Any]:
@@ -120,7 +128,7 @@ class RunResult:
         n = min(self.counts()[2], default=0)
         return {
             "run_id": self.run_id,
-            "folder": str(self.folder),
+            "folder": self.where,
             "suite": self.suite,
             "tasks": len(self.counts()[0]),
             "trials": len(self.results),
@@ -216,7 +224,7 @@ def carry_out(
     jobs: Sequence[Job],
     executor: Executor,
     *,
-    folder: Path,
+    folder: Path | None,
     trials: int,
     expected: int,
     progress: Callable[[TrialResult], None] | None = None,
@@ -224,6 +232,7 @@ def carry_out(
     on_result: Callable[[Job, TrialResult | None], None] | None = None,
     signing_key: SigningKey | None = None,
     max_agent_errors: AgentErrorLimit | None = None,
+    target: str = "",
 ) -> RunResult:
     """Run ``jobs`` as one start or resume of the run ``record`` names, and end it.
 
@@ -231,7 +240,8 @@ def carry_out(
         record: the run's row.
         jobs: the trials to run now.
         executor: where they run.
-        folder: the run folder (its summary and evidence are written there).
+        folder: the run folder (its summary and evidence are written there; None: the run
+            was named by its store's URL, and only the store is written).
         trials: trials per task.
         expected: how many trials the run has in all (it is finished when each has a row).
         progress: called with each trial finished now.
@@ -240,6 +250,7 @@ def carry_out(
             needed nothing), after ``progress``.
         signing_key: signs the run's manifest at the end.
         max_agent_errors: stop the run once its agent raised past this limit.
+        target: how a command line names the run (default: its folder).
 
     Every stop is recorded: the run is ``interrupted`` and :attr:`RunResult.stopped` says why
     (Ctrl-C leaves it None); the trials in flight end first, and ``harness resume`` runs the
@@ -321,12 +332,14 @@ def carry_out(
         missing=max(expected - len(current), 0)
         + sum(r.outcome == EpisodeStatus.ESCALATED for r in current)
         + again,
+        target=target,
     )
     record.write(RunStatus.FINISHED if result.complete and not waiting else RunStatus.INTERRUPTED)
     if signing_key is not None:
         sign_run(store, record.run_id, signing_key)
     result.write_summary()
-    write_json(folder, EVIDENCE_FILE, record.evidence)
+    if folder is not None:
+        write_json(folder, EVIDENCE_FILE, record.evidence)
     if hard is not None:
         raise hard
     return result

@@ -212,8 +212,8 @@ def replay_episode(
         if episode is None or episode.run_id != run.run.id:
             known = [e.id for e in store.episodes(run.run.id)][:5]
             raise HarnessError(
-                f"no episode {episode_id!r} in run {run.run.id} ({run.folder}); "
-                f"episodes include: {', '.join(known) or 'none'} (`harness audit {run.folder}`)"
+                f"no episode {episode_id!r} in run {run.run.id} ({run.where}); "
+                f"episodes include: {', '.join(known) or 'none'} (`harness audit {run.where}`)"
             )
         loaded = run_suite(run, suite=suite, trust=trust)
         # Built before anything runs: a refused agent leaves nothing half done.

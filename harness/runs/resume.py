@@ -27,7 +27,7 @@ from ..policy import Policy, Retry
 from ..store import SigningKey, Store
 from ..suite import Suite, is_builtin_suite, load_suite
 from .executors import EXECUTORS, executor_for
-from .layout import OpenRun, episode_id, open_run, store_url
+from .layout import OpenRun, episode_id, open_run
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
 from .spec import Job, RunSpec
 from .start import REDACTED, ExecutorName, trial_seed
@@ -53,19 +53,19 @@ def run_suite(run: OpenRun, *, suite: str | Path | None = None, trust: bool = Fa
         loaded = load_suite(suite)
         if loaded.name != run.run.suite:
             raise SuiteError(
-                f"run {run.run.id} in {run.folder} was made from suite {run.run.suite!r}; "
+                f"run {run.run.id} in {run.where} was made from suite {run.run.suite!r}; "
                 f"{suite} is suite {loaded.name!r}"
             )
         return loaded
     path = run.config.get("suite_path")
     if not path:
         raise HarnessError(
-            f"run {run.run.id} in {run.folder} does not record its suite; it was not written by "
+            f"run {run.run.id} in {run.where} does not record its suite; it was not written by "
             "`harness run`"
         )
     if not trust and not is_builtin_suite(path):
         raise SuiteError(
-            f"run {run.run.id} in {run.folder} records its suite at {path}, which is not a "
+            f"run {run.run.id} in {run.where} records its suite at {path}, which is not a "
             "built-in suite; a run folder does not choose the code that runs: name the suite "
             f"yourself (`--suite {path}`, suite=... in Python), or trust the recorded path "
             "(`--trust-suite`, trust=True)"
@@ -74,7 +74,7 @@ def run_suite(run: OpenRun, *, suite: str | Path | None = None, trust: bool = Fa
         return load_suite(path)
     except SuiteError as exc:
         raise SuiteError(
-            f"run {run.run.id} in {run.folder}: its suite {path} does not load ({exc}); put the "
+            f"run {run.run.id} in {run.where}: its suite {path} does not load ({exc}); put the "
             "suite back where the run found it"
         ) from exc
 
@@ -101,7 +101,7 @@ def agent_spec(
     named = isinstance(recorded, str) and (is_agent_spec(recorded) or recorded in registry.names())
     if run.config.get("agent_object") or not named:
         raise ConfigurationError(
-            f"run {run.run.id} in {run.folder} used agent {recorded!r}, an object given in "
+            f"run {run.run.id} in {run.where} used agent {recorded!r}, an object given in "
             "Python (a run records how to build only a built-in agent or a module:Class or "
             "path/to/file.py:Class spec); name its class (`--agent module:Class`), or resume "
             "from Python with resume_run(folder, agent=...)"
@@ -109,7 +109,7 @@ def agent_spec(
     assert isinstance(recorded, str)
     if is_agent_spec(recorded) and not trust:
         raise ConfigurationError(
-            f"run {run.run.id} in {run.folder} records its agent as {recorded}, which is not a "
+            f"run {run.run.id} in {run.where} records its agent as {recorded}, which is not a "
             "built-in agent; a run folder does not choose the code that runs: name the agent "
             f"yourself (`--agent {recorded}`, agent=... in Python), or trust the recorded spec "
             "(`--trust-agent`, trust_agent=True)"
@@ -138,7 +138,7 @@ def run_agent(
     expected = run.config.get("agent_name")
     if expected and built.name != expected:
         raise ConfigurationError(
-            f"run {run.run.id} in {run.folder} was made by agent {expected!r} "
+            f"run {run.run.id} in {run.where} was made by agent {expected!r} "
             f"({run.config.get('agent')}); {chosen} builds agent {built.name!r}: name the run's "
             "agent"
         )
@@ -216,7 +216,7 @@ class ResumeResult:
         """JSON-ready."""
         return {
             "run_id": self.run.run_id,
-            "folder": str(self.run.folder),
+            "folder": self.run.where,
             "kept": self.kept,
             "resumed": self.resumed,
             "started": self.started,
@@ -377,7 +377,7 @@ def resume_run(
             suite=str(loaded.path),
             agent=spec if isinstance(spec, str) else None,
             agent_options=agent_options(run, secrets),
-            store_url=store_url(run.folder),
+            store_url=run.url,
             run_id=run_id,
             policy=policy,
             lease_seconds=lease_seconds,
@@ -406,6 +406,7 @@ def resume_run(
             jobs,
             where,
             folder=run.folder,
+            target=run.where,
             trials=trials,
             expected=trials * len(tasks),
             progress=progress,

@@ -24,14 +24,21 @@ from typing import Any, Literal
 
 from .._version import __version__
 from ..agents import Agent, recorded_spec, registry
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreError
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
 from ..store import SigningKey, Store
 from ..suite import Suite, load_suite
 from .executors import EXECUTORS, executor_for
 from .judge import plain
-from .layout import EVIDENCE_FILE, new_run_id, store_url, write_json
+from .layout import (
+    EVIDENCE_FILE,
+    new_run_id,
+    public_url,
+    store_url,
+    write_json,
+    write_store_pointer,
+)
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
 from .spec import Job, RunSpec
 from .worker import TrialResult, Worker
@@ -141,6 +148,32 @@ def evidence_record(
     }
 
 
+def _shared_store(url: str, run_id: str) -> Store:
+    """The store at ``url`` for a new run ``run_id`` (nothing is written to it yet).
+
+    Raises:
+        ConfigurationError: ``url`` is not a database URL.
+        StoreError: it does not open, or holds a run ``run_id`` already.
+    """
+    if "://" not in url:
+        raise ConfigurationError(
+            f"store {url!r}: give a database URL, postgresql://user@host/db (its password in "
+            "PGPASSWORD or ~/.pgpass) or sqlite:///path/harness.db"
+        )
+    public_url(url)  # (refuses what is not a database URL, naming it)
+    opened = Store(url, create=True)
+    try:
+        if any(r.id == run_id for r in opened.runs()):
+            raise StoreError(
+                f"the store at {public_url(url)} holds a run {run_id!r} already; nothing was "
+                "written: give the run another id, or `harness resume` that one"
+            )
+    except BaseException:
+        opened.close()
+        raise
+    return opened
+
+
 def run_trials(
     suite: Suite | str | Path,
     *,
@@ -162,6 +195,7 @@ def run_trials(
     address: str | None = None,
     on_start: Callable[[str, int], None] | None = None,
     max_agent_errors: float | None = None,
+    store: str | None = None,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -204,6 +238,12 @@ def run_trials(
             (an int), or in more than this fraction of the trials finished (a float below 1,
             judged after ten): a clearly broken agent does not burn the whole run. Default: no
             limit; each trial whose agent raises fails as an agent error and the run goes on.
+        store: the run's store, a database URL (``postgresql://user@host/db``: one store that
+            the run's workers on every machine write, and other runs share). Default: the run
+            folder's own SQLite file, ``harness.db``. The folder then records the URL without
+            its password (``store.json``), and every command given the folder follows it; the
+            password comes from the environment (``PGPASSWORD``) or a ``~/.pgpass`` or service
+            file when the folder is used later.
 
     A trial whose agent raises (any exception, ``SystemExit`` included) fails as the agent's
     error, its traceback in the trial's record. A model server that is down
@@ -251,9 +291,19 @@ def run_trials(
     run_id = run_id or new_run_id()
     folder = Path(logs) / run_id
     fresh = not folder.exists()  # (a run refused before it is recorded leaves no folder then)
-    folder.mkdir(parents=True, exist_ok=True)
-    url = store_url(folder)
-    store = Store(url, create=True)
+    if store is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        url = store_url(folder)
+        opened = Store(url, create=True)
+    else:
+        url = store
+        opened = _shared_store(url, run_id)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_store_pointer(folder, url, run_id)
+        except BaseException:
+            opened.close()
+            raise
     try:
         evidence = evidence_record(
             loaded, agent_obj.config(), policy, trials, seed, transactions=transactions
@@ -303,7 +353,7 @@ def run_trials(
             in_process=lambda: Worker(spec, suite=loaded, agent=agent_obj),
         )
         return carry_out(
-            RunRecord(store, run_id, loaded.name, config, evidence),
+            RunRecord(opened, run_id, loaded.name, config, evidence),
             jobs,
             where,
             folder=folder,
@@ -315,12 +365,12 @@ def run_trials(
             max_agent_errors=limit,
         )
     except BaseException:
-        if fresh and not _recorded(store, run_id):
-            store.close()
+        if fresh and not _recorded(opened, run_id):
+            opened.close()
             shutil.rmtree(folder, ignore_errors=True)
         raise
     finally:
-        store.close()
+        opened.close()
 
 
 def _recorded(store: Store, run_id: str) -> bool:
