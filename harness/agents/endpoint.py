@@ -23,6 +23,11 @@ shared by all the trials a process runs at once (``--concurrency``):
   :data:`PROBE_AFTER`) one request may probe the server; an answer closes the circuit, a
   failure opens it again;
 - counters (requests, answers, errors by kind, time waited), which the run's progress shows.
+
+What holds for a whole run, over its processes (limits kept in the run's store, a circuit one
+process opened refusing every process's requests), is a :class:`Gate` the run installs in
+each of its processes (:func:`install_gate`); every endpoint of the process consults it. With
+none installed, nothing is asked.
 """
 
 from __future__ import annotations
@@ -33,10 +38,21 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..errors import ConfigurationError, EndpointDown, ModelRequestError, ModelServerError
 
-__all__ = ["Endpoint", "EndpointStats", "endpoint", "endpoints", "forget_endpoints"]
+__all__ = [
+    "Endpoint",
+    "EndpointStats",
+    "Gate",
+    "endpoint",
+    "endpoints",
+    "forget_endpoints",
+    "gate",
+    "install_gate",
+    "remove_gate",
+]
 
 DOWN_AFTER = 5.0  # seconds without an answer, with down_failures failures, that open it
 DOWN_FAILURES = 10
@@ -72,6 +88,33 @@ class EndpointStats:
     def error_count(self) -> int:
         """Failed requests, all kinds."""
         return sum(self.errors.values())
+
+
+class Gate(Protocol):
+    """What a run adds to every endpoint of a process: limits and a circuit shared by all
+    the run's processes (the runs layer implements it; :func:`install_gate`)."""
+
+    def enter(self, url: str) -> object:
+        """Wait until the run lets one more request to ``url`` start; a ticket to give back
+        to :meth:`leave` when it ends.
+
+        Raises:
+            EndpointDown: a process of the run found ``url`` down (its circuit is open).
+        """
+        ...
+
+    def leave(self, url: str, ticket: object) -> None:
+        """The request :meth:`enter` let start has ended."""
+        ...
+
+    def used(self, url: str, tokens: int) -> None:
+        """A response of ``url`` used ``tokens`` tokens (its ``usage.total_tokens``)."""
+        ...
+
+    def down(self, url: str, error: EndpointDown, seconds: float) -> None:
+        """This process's circuit of ``url`` is open (``error`` is what it raises) for about
+        ``seconds`` more: the run's other processes refuse their requests too."""
+        ...
 
 
 @dataclass
@@ -143,14 +186,62 @@ class Endpoint:
                 status is 429 and its ``retry_after`` the pause left, as if the server had
                 said so again.
         """
-        probe = self._enter(retry, patience)
+        shared = _GATE
+        try:
+            probe = self._enter(retry, patience)
+        except EndpointDown:
+            if shared is not None:
+                self._tell(shared)
+            raise
+        ticket = None if shared is None else self._through(shared, probe)
         started = time.monotonic()
         try:
             yield
         except BaseException as exc:
             self._leave(started, exc, probe)
+            if shared is not None:
+                shared.leave(self.url, ticket)
+                self._tell(shared)
             raise
         self._leave(started, None, probe)
+        if shared is not None:
+            shared.leave(self.url, ticket)
+
+    def used(self, tokens: int) -> None:
+        """Count the tokens a response used (its ``usage.total_tokens``) against the run's
+        token limit, when the run keeps one."""
+        shared = _GATE
+        if shared is not None and tokens > 0:
+            shared.used(self.url, tokens)
+
+    def _through(self, shared: Gate, probe: bool) -> object:
+        """Wait for the run's gate, this request counted as waiting; on a refusal the
+        request is not sent, and gives its slot here back."""
+        with self._cond:
+            self._waiting += 1
+        try:
+            return shared.enter(self.url)
+        except BaseException:
+            with self._cond:
+                self._in_flight -= 1
+                self._requests -= 1
+                if probe:
+                    self._probing = False
+                self._cond.notify_all()
+            raise
+        finally:
+            with self._cond:
+                self._waiting -= 1
+
+    def _tell(self, shared: Gate) -> None:
+        """Tell the run's gate when this process's circuit is open."""
+        with self._cond:
+            if self._opened_at is None:
+                return
+            now = time.monotonic()
+            error = self._down_error(now)
+            left = max(self.down_after, PROBE_AFTER) - (now - self._opened_at)
+        shared.down(self.url, error, max(left, 0.0))
 
     def _enter(self, retry: bool, patience: float | None) -> bool:
         """Wait for a slot (and the pause); whether this request is the circuit's probe."""
@@ -201,8 +292,12 @@ class Endpoint:
         if not self._probing and now - self._opened_at >= wait:
             self._probing = True
             return True
+        raise self._down_error(now)
+
+    def _down_error(self, now: float) -> EndpointDown:
+        """What a request refused by the open circuit raises (under the lock)."""
         down_for = now - self._streak_since
-        raise EndpointDown(
+        return EndpointDown(
             f"model server at {self.url} is down: {self._streak} requests in a row failed, "
             f"with no answer for {down_for:.1f} s; requests to it fail at once for "
             f"{max(self.down_after, PROBE_AFTER):g} s (the circuit is open). Check the server; "
@@ -299,6 +394,37 @@ def _down_signal(error: BaseException) -> bool:
 
 _REGISTRY: dict[str, Endpoint] = {}
 _REGISTRY_LOCK = threading.Lock()
+_GATE: Gate | None = None
+
+
+def install_gate(new: Gate) -> None:
+    """Make ``new`` the gate every endpoint of this process consults, from its next request.
+
+    Raises:
+        ConfigurationError: another gate is installed (another run keeping limits is running
+            in this process).
+    """
+    global _GATE
+    with _REGISTRY_LOCK:
+        if _GATE is not None and _GATE is not new:
+            raise ConfigurationError(
+                "a run keeping run-wide limits is running in this process already: run this one "
+                "in another process, or after it"
+            )
+        _GATE = new
+
+
+def remove_gate(old: Gate) -> None:
+    """Stop consulting ``old`` (when it is the gate installed)."""
+    global _GATE
+    with _REGISTRY_LOCK:
+        if _GATE is old:
+            _GATE = None
+
+
+def gate() -> Gate | None:
+    """The gate installed in this process, if any."""
+    return _GATE
 
 
 def endpoint(url: str) -> Endpoint:

@@ -332,6 +332,18 @@ def _usage(response: Mapping[str, Any]) -> dict[str, int] | None:
     return counts or None
 
 
+def _total_tokens(response: Mapping[str, Any]) -> int:
+    """The tokens a response used (``usage.total_tokens``, else its prompt and completion
+    tokens added), 0 when the server reported none."""
+    raw = response.get("usage")
+    if not isinstance(raw, Mapping):
+        return 0
+    total = raw.get("total_tokens")
+    if isinstance(total, int) and not isinstance(total, bool):
+        return total
+    return sum((_usage(response) or {}).values())
+
+
 def _cost(response: Mapping[str, Any]) -> float | None:
     """The cost a server reported with a response (``usage.cost``, as some routers send), or
     None: the harness does not price tokens itself."""
@@ -719,6 +731,7 @@ class _ChatEndpoint:
                     sent += 1
                     response = self._post(client, body)
                     self._message(response)
+                self.endpoint.used(_total_tokens(response))
                 return response, sent
             except (EndpointDown, ModelRequestError) as exc:
                 exc.attempts = sent

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -161,7 +162,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        self.server.fake._handle(self, raw)
+        fake = self.server.fake
+        fake._arrive()
+        try:
+            fake._handle(self, raw)
+        finally:
+            fake._depart()
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
@@ -204,6 +210,11 @@ class FakeChatServer:
         responses: every completion sent, in order.
         errors: what went wrong on the server's side (a malformed request, a script that could
             not answer); a test that expects a clean conversation asserts it is empty.
+        arrived: when each of those requests arrived (``time.time()``), in order.
+        answered: when each completion was sent (``time.time()``), in the order of
+            ``responses``.
+        in_flight: requests being answered now (received, their answer not yet sent).
+        peak_in_flight: the most requests it was answering at once.
     """
 
     def __init__(
@@ -228,6 +239,10 @@ class FakeChatServer:
         self.headers: list[dict[str, str]] = []
         self.responses: list[dict[str, Any]] = []
         self.errors: list[str] = []
+        self.arrived: list[float] = []
+        self.answered: list[float] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._failures = list(failures)
         self._port = port
         self._lock = threading.Lock()
@@ -305,6 +320,16 @@ class FakeChatServer:
         return [m for m in self.requests[request].get("messages", []) if m.get("role") == "tool"]
 
     # --- serving ---
+    def _arrive(self) -> None:
+        with self._lock:
+            self.arrived.append(time.time())
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def _depart(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
     def _send(
         self,
         handler: BaseHTTPRequestHandler,
@@ -415,6 +440,7 @@ class FakeChatServer:
                 },
             }
             self.responses.append(response)
+            self.answered.append(time.time())
         return response
 
 
