@@ -33,6 +33,7 @@ from ..report.model import Report, load_report
 from ..report.terminal import render_gate, render_summary
 from ..runs import RunResult, TrialResult, replay_episode, resume_run, run_trials
 from ..runs.executors import EXECUTORS, StopOnSigint, Tally
+from ..runs.limits import Rate
 from ..suite import load_suite, resolve_suite
 from ._common import (
     console,
@@ -105,6 +106,16 @@ def _agent_error_limit(
             f"{value!r}: give a count >= 0 (5) or a fraction below 1 (0.2 or 20%)"
         )
     return int(number) if number >= 1 or (number == 0 and not text.endswith("%")) else number
+
+
+def _rate_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Rate | None:
+    """``--rate-limit`` and ``--token-limit``: ``N/s``, ``N/min`` or ``N/h``."""
+    if value is None:
+        return None
+    try:
+        return Rate.parse(value, what=f"--{(param.name or '').replace('_', '-')}")
+    except HarnessError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 MAX_AGENT_ERRORS_OPTION = click.option(
@@ -203,7 +214,27 @@ def rerun_agent_options(command: Any) -> Any:
     "--max-in-flight",
     default=None,
     type=click.IntRange(1),
-    help="openai agent: requests in flight to the server at once, per worker [default: no limit].",
+    help="Model requests in flight at once to each model server over the whole run: every "
+    "worker process and Ray actor shares the limit through the run's store, and a request "
+    "waits for a slot [default: no limit].",
+)
+@click.option(
+    "--rate-limit",
+    default=None,
+    callback=_rate_option,
+    metavar="N/s|N/min|N/h",
+    help="Model requests started per period to each model server over the whole run, in a "
+    "sliding window (600/min): a request waits until the window has room [default: no limit].",
+)
+@click.option(
+    "--token-limit",
+    default=None,
+    callback=_rate_option,
+    metavar="N/s|N/min|N/h",
+    help="Tokens the responses of each model server may use per period over the whole run "
+    "(their usage.total_tokens, in a sliding window; 100000/min): no request starts while "
+    "the window's total is at the limit, so the requests in flight may pass it by what they "
+    "use [default: no limit].",
 )
 @click.option(
     "--model-retries",
@@ -289,6 +320,8 @@ def run_command(
     base_url: str | None,
     model: str | None,
     max_in_flight: int | None,
+    rate_limit: Rate | None,
+    token_limit: Rate | None,
     model_retries: int | None,
     model_retry_for: float | None,
     infra: str,
@@ -325,14 +358,23 @@ def run_command(
         options = {"error_rate": error_rate, "self_conditioning": self_conditioning}
     elif agent == "openai":
         options = openai_settings(base_url, model)
-        if max_in_flight is not None:
-            options["max_in_flight"] = max_in_flight
         if model_retries is not None:
             options["attempts"] = model_retries + 1
         if model_retry_for is not None:
             options["retry_for"] = model_retry_for
-    model_flags = {
+    limit_flags: dict[str, object] = {
         "--max-in-flight": max_in_flight,
+        "--rate-limit": rate_limit,
+        "--token-limit": token_limit,
+    }
+    for flag, value in limit_flags.items():
+        if value is not None and agent in ("scripted", "simulated"):
+            raise click.BadParameter(
+                f"{flag} limits model requests (the openai agent's, or those of an agent of "
+                f"yours through harness.agents.endpoint); the {agent!r} agent sends none",
+                param_hint=f"'{flag}'",
+            )
+    model_flags = {
         "--model-retries": model_retries,
         "--model-retry-for": model_retry_for,
     }
@@ -418,6 +460,9 @@ def run_command(
                 address=address,
                 on_start=flight.started,
                 max_agent_errors=max_agent_errors,
+                max_in_flight=max_in_flight,
+                rate_limit=rate_limit,
+                token_limit=token_limit,
             )
     except HarnessError as exc:
         fail(exc)

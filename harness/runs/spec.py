@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from ..faults import RunFaults
 from ..policy import Policy
+from .limits import RunLimits
 
 __all__ = ["Job", "JobMode", "RunSpec"]
 
@@ -54,6 +55,8 @@ class RunSpec:
         signing_key: the run's signing key as PEM (a key object does not cross processes).
         transactions: False calls the agent's tools bare
             (:class:`~harness.runs.toolbox.BareToolbox`).
+        limits: the limits on model requests that hold for the whole run
+            (:class:`~harness.runs.limits.RunLimits`); None: none.
     """
 
     suite: str
@@ -66,6 +69,7 @@ class RunSpec:
     lease_seconds: float = 600.0
     signing_key: bytes | None = None
     transactions: bool = True
+    limits: RunLimits | None = None
 
     def with_lease(self, seconds: float) -> RunSpec:
         """This spec with episode leases of at most ``seconds``."""

@@ -40,6 +40,7 @@ from .layout import (
     write_store_pointer,
 )
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
+from .limits import Rate, RunLimits
 from .spec import Job, RunSpec
 from .worker import TrialResult, Worker
 
@@ -196,6 +197,9 @@ def run_trials(
     on_start: Callable[[str, int], None] | None = None,
     max_agent_errors: float | None = None,
     store: str | None = None,
+    max_in_flight: int | None = None,
+    rate_limit: str | Rate | None = None,
+    token_limit: str | Rate | None = None,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -244,6 +248,17 @@ def run_trials(
             its password (``store.json``), and every command given the folder follows it; the
             password comes from the environment (``PGPASSWORD``) or a ``~/.pgpass`` or service
             file when the folder is used later.
+        max_in_flight: the most model requests in flight at once to each model server, over
+            the whole run (every worker process and Ray actor). Default: no limit.
+        rate_limit: the most model requests started per period to each server, over the whole
+            run: ``N/s``, ``N/min`` or ``N/h`` (``"600/min"``) or a
+            :class:`~harness.runs.limits.Rate`. Default: no limit.
+        token_limit: the most tokens each server's responses may use per period over the
+            whole run (their ``usage.total_tokens``), in the same form: no request starts while
+            the last period's add up to it. Default: no limit.
+            The three hold through the run's store (:mod:`harness.runs.limits`), are recorded
+            in its configuration and evidence (``limits``) and kept by ``harness resume``; a
+            server one process finds down then stops every process's requests to it.
 
     A trial whose agent raises (any exception, ``SystemExit`` included) fails as the agent's
     error, its traceback in the trial's record. A model server that is down
@@ -261,6 +276,9 @@ def run_trials(
     if address is not None and executor != "ray":
         raise ConfigurationError("run_trials: address= names a Ray cluster: add executor='ray'")
     limit = AgentErrorLimit.of(max_agent_errors)
+    limits = RunLimits.of(
+        max_in_flight=max_in_flight, rate_limit=rate_limit, token_limit=token_limit
+    )
     loaded = suite if isinstance(suite, Suite) else load_suite(suite)
     agent_options = dict(agent_options or {})
     policy = policy or Policy()
@@ -312,6 +330,8 @@ def run_trials(
             evidence["faults"] = plan.describe()
         if limit is not None:
             evidence["max_agent_errors"] = limit.limit
+        if limits is not None:
+            evidence["limits"] = limits.to_config()
         write_json(folder, EVIDENCE_FILE, evidence)
         config = {
             "suite_path": str(loaded.path),
@@ -328,6 +348,8 @@ def run_trials(
             "tasks": [t.id for t in selected],
             "transactions": transactions,
         }
+        if limits is not None:
+            config["limits"] = limits.to_config()
         spec = RunSpec(
             suite=str(loaded.path),
             agent=agent if isinstance(agent, str) else None,
@@ -338,6 +360,7 @@ def run_trials(
             faults=None if plan is None else plan.for_run(run_id),
             signing_key=None if signing_key is None else signing_key.pem(),
             transactions=transactions,
+            limits=limits,
         )
         jobs = [
             Job(t.id, i, trial_seed(seed, t.id, i), "new") for i in range(trials) for t in selected

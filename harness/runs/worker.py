@@ -9,6 +9,7 @@ failed attempt stays in the record.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -30,6 +31,7 @@ from ..store.signing import sign_episode
 from ..suite import Suite, Task, load_suite
 from .judge import Reference, judge, premature_end, reference_outcome
 from .layout import attempt_id, episode_id
+from .limits import RunGate
 from .rebuild import apply_changes, recorded_changes
 from .spec import Job, RunSpec
 from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
@@ -168,7 +170,8 @@ class Worker:
 
     Args:
         spec: the run (:class:`~harness.runs.spec.RunSpec`): how to build the suite, the agent
-            and the store, the policy, the lease, the signing key.
+            and the store, the policy, the lease, the signing key, the run-wide limits on
+            model requests (held as this process's gate while its trials run).
         suite: the suite already loaded in this process (it keeps the reference outcomes it
             computed); default: loaded from ``spec.suite``.
         agent: the agent object to use (default: built from ``spec.agent`` and its options).
@@ -202,6 +205,8 @@ class Worker:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_seconds = spec.lease_seconds
         self.transactions = spec.transactions
+        # Installed in this process while its trials run (none without limits: no cost).
+        self.gate = None if spec.limits is None else RunGate(self.store, spec.run_id, spec.limits)
 
     def reference(self, task: Task) -> Reference:
         """The task's reference outcome (computed once per worker, whichever of its threads
@@ -236,7 +241,8 @@ class Worker:
                 state, eid = trial_state(self.store, trial_id)
             if state in ("done", "pending"):
                 return None
-            return self._trial(job, eid, resume=state == "resume")
+            with self.gate or contextlib.nullcontext():
+                return self._trial(job, eid, resume=state == "resume")
 
     def _trial(self, job: Job, eid: str, *, resume: bool) -> TrialResult:
         task_id, trial, seed = job.task_id, job.trial, job.seed

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.agents.endpoint import forget_endpoints
 from harness.runs.start import run_trials
+from harness.suite import Suite, load_suite
 
 from ..toy_env import write_suite
 
@@ -20,3 +23,17 @@ def good_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         suite, agent="simulated", trials=2, seed=3, logs=base / "logs", run_id="good"
     )
     return result.folder
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Suite:
+    """Six tasks of one to three writes each."""
+    return load_suite(write_suite(tmp_path_factory.mktemp("toy") / "suite", [1, 2, 3, 1, 2, 3]))
+
+
+@pytest.fixture
+def fresh_endpoints() -> Iterator[None]:
+    """No endpoint state before or after the test, as in a new process."""
+    forget_endpoints()
+    yield
+    forget_endpoints()

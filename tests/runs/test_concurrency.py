@@ -21,23 +21,10 @@ from harness.cli import main
 from harness.report.model import load_report
 from harness.runs import RunResult, resume_run
 from harness.runs.start import run_trials
-from harness.suite import Suite, load_suite
+from harness.suite import Suite
 from harness.testing.model_server import Failure, FakeChatServer, ReplayPolicy
 
-from ..toy_env import write_suite
-
-
-@pytest.fixture(autouse=True)
-def _fresh_endpoints() -> Any:
-    forget_endpoints()
-    yield
-    forget_endpoints()
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory: pytest.TempPathFactory) -> Suite:
-    """Six tasks of one to three writes each."""
-    return load_suite(write_suite(tmp_path_factory.mktemp("toy") / "suite", [1, 2, 3, 1, 2, 3]))
+pytestmark = pytest.mark.usefixtures("fresh_endpoints")
 
 
 class Overlap:

@@ -1,0 +1,273 @@
+"""Limits that hold for a whole run across its worker processes, counted at the model server:
+requests in flight, requests started per period, tokens used per period; a server one
+process finds down stops every process; the limits are recorded and kept on resume; the
+command line refuses malformed limits."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import harness as hx
+from harness.agents.endpoint import gate
+from harness.cli import main
+from harness.errors import ConfigurationError, EndpointDown
+from harness.runs import RunResult, resume_run
+from harness.runs.limits import Rate, RunGate, RunLimits
+from harness.runs.start import run_trials
+from harness.runs.worker import Worker
+from harness.store.limiter import Limiter
+from harness.suite import Suite
+from harness.testing.model_server import FakeChatServer, ReplayPolicy
+
+from .test_concurrency import openai_run
+
+pytestmark = pytest.mark.usefixtures("fresh_endpoints")
+
+
+def opts(server: FakeChatServer, **more: Any) -> dict[str, Any]:
+    return {"base_url": server.base_url, "model": "fake", **more}
+
+
+def two_processes(toy: Suite, server: FakeChatServer, logs: Path, **limits: Any) -> RunResult:
+    """Two trials of each task on two worker processes of four trials in flight each, under
+    ``limits``; every trial passes."""
+    result = run_trials(
+        toy,
+        agent="openai",
+        agent_options=opts(server),
+        trials=2,
+        workers=2,
+        concurrency=4,
+        logs=logs,
+        **limits,
+    )
+    assert result.stopped is None and all(r.passed for r in result.results)
+    assert len(result.results) == 12
+    return result
+
+
+def most_in_window(times: list[float], seconds: float) -> int:
+    """The most of ``times`` within any ``seconds`` (a window starting at one of them)."""
+    times = sorted(times)
+    return max(sum(1 for t in times[i:] if t < start + seconds) for i, start in enumerate(times))
+
+
+def test_max_in_flight_holds_over_two_worker_processes(toy: Suite, tmp_path: Path) -> None:
+    """Two processes of four trials each in flight send at most three requests at once in
+    all, and every trial passes."""
+    with FakeChatServer(ReplayPolicy(toy.tasks), latency=0.05) as server:
+        two_processes(toy, server, tmp_path, max_in_flight=3)
+    assert 2 <= server.peak_in_flight <= 3
+
+
+def test_a_rate_limit_holds_over_two_worker_processes(toy: Suite, tmp_path: Path) -> None:
+    """At 20 requests a second over two processes, no second at the server holds more than
+    20 arrivals (less a margin for the way there), and the run took as long as that needs."""
+    with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
+        two_processes(toy, server, tmp_path, rate_limit="20/s")
+    arrived = server.arrived
+    assert len(arrived) > 40
+    assert most_in_window(arrived, 0.95) <= 20
+    # (n requests at 20 a second: the last starts at least (n - 20) / 20 s after the first)
+    assert max(arrived) - min(arrived) >= (len(arrived) - 20) / 20 - 0.05
+
+
+def test_a_token_limit_holds_over_two_worker_processes(toy: Suite, tmp_path: Path) -> None:
+    """No request reaches the server while the responses it sent in the last second used the
+    limit or more (less a margin for the way back), and the limit held the run back."""
+    limit = 3000
+    with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
+        two_processes(toy, server, tmp_path, token_limit=f"{limit}/s")
+    used = [r["usage"]["total_tokens"] for r in server.responses]
+    answered = server.answered
+    assert sum(used) > 2 * limit  # (the run needed more than two windows' worth)
+    for at in server.arrived:
+        window = sum(n for n, t in zip(used, answered, strict=True) if at - 0.95 < t < at - 0.05)
+        assert window < limit
+    assert max(server.arrived) - min(server.arrived) >= 1.0
+
+
+def test_a_server_one_process_finds_down_stops_the_other_at_once(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """A server failing every request: the process whose requests fail fast opens its
+    circuit and records it, and the other process, whose requests fail slowly, stops at its
+    next request instead of spending its own five failures. The run stops saying the server
+    is down."""
+    policy = ReplayPolicy(toy.tasks)
+    slow = threading.Event()
+
+    def failing(request: dict[str, Any]) -> dict[str, Any]:
+        if policy.task_for(request).id == "t1":
+            slow.set()
+            time.sleep(0.3)
+        raise RuntimeError("the model crashed")  # (a 500 from the server)
+
+    with FakeChatServer(failing) as server:
+        result = run_trials(
+            toy,
+            agent="openai",
+            agent_options=opts(server, attempts=20, backoff=0.0, down_after=0.0, down_failures=5),
+            tasks=["t0", "t1"],
+            trials=1,
+            workers=2,
+            logs=tmp_path,
+            max_in_flight=10,
+        )
+        requests = list(server.requests)
+    assert result.stopped is not None and "is down" in result.stopped
+    slow_ones = [r for r in requests if policy.task_for(r).id == "t1"]
+    fast_ones = [r for r in requests if policy.task_for(r).id == "t0"]
+    assert len(fast_ones) == 5  # (its own circuit opened)
+    assert slow.is_set() or not slow_ones
+    assert len(slow_ones) < 5  # (alone, it would have sent five)
+    store = hx.Store(result.folder / "harness.db")
+    assert store.runs()[0].status == "interrupted" and store.verify_chain().ok
+
+
+def test_the_limits_are_recorded_and_resume_keeps_them(toy: Suite, tmp_path: Path) -> None:
+    """The run's configuration and evidence record the limits as plain JSON; the spec a resume
+    builds carries the same limits; a run without limits installs no gate."""
+    with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
+        result = run_trials(
+            toy,
+            agent="openai",
+            agent_options=opts(server),
+            tasks=["t0"],
+            logs=tmp_path,
+            max_in_flight=2,
+            rate_limit=Rate(600, 60.0),
+            token_limit="100000/min",
+        )
+        assert gate() is None  # (removed after the run)
+        recorded = {"max_in_flight": 2, "rate": "600/min", "tokens": "100000/min"}
+        config = hx.Store(result.folder / "harness.db").runs()[0].config
+        assert json.loads(config or "{}")["limits"] == recorded
+        evidence = json.loads((result.folder / "evidence.json").read_text())
+        assert evidence["limits"] == recorded
+        limits = RunLimits.from_config({"limits": recorded})
+        assert limits == RunLimits(max_in_flight=2, rate=Rate(600, 60.0), tokens=Rate(100000, 60.0))
+        resumed = resume_run(result.folder, suite=toy.path)
+    assert resumed.run.stopped is None
+    assert RunLimits.from_config({}) is None and RunLimits.of() is None
+    plain = run_trials(toy, agent="simulated", tasks=["t0"], logs=tmp_path / "plain")
+    assert "limits" not in json.loads(hx.Store(plain.folder / "harness.db").runs()[0].config)
+
+
+def test_a_worker_holds_a_gate_only_for_a_run_with_limits(toy: Suite, tmp_path: Path) -> None:
+    """A worker of a run without limits holds no gate; one with limits installs its gate
+    while a trial runs and removes it after."""
+    from harness.runs.spec import Job, RunSpec
+
+    seen: list[object] = []
+
+    class Peek:
+        name = "peek"
+
+        def config(self) -> dict[str, Any]:
+            return {}
+
+        def run(self, task: Any, toolbox: Any, *, seed: int) -> Any:
+            seen.append(gate())
+            return hx.agents.AgentOutput(message="")
+
+    store = tmp_path / "harness.db"
+    hx.Store(store, create=True).close()
+    spec = RunSpec(
+        suite=str(toy.path), agent=None, store_url=str(store), run_id="r", policy=hx.Policy()
+    )
+    assert Worker(spec, suite=toy, agent=Peek()).gate is None  # type: ignore[arg-type]
+    limited = Worker(
+        RunSpec(**{**spec.__dict__, "limits": RunLimits(max_in_flight=1)}),
+        suite=toy,
+        agent=Peek(),  # type: ignore[arg-type]
+    )
+    limited.trial(Job("t0", 0, 1))
+    assert seen == [limited.gate] and gate() is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--rate-limit", "600/fortnight"], "give N/s, N/min or N/h"),
+        (["--rate-limit", "600"], "give N/s, N/min or N/h"),
+        (["--token-limit", "0/min"], "--token-limit '0/min'"),
+        (["--max-in-flight", "0"], "--max-in-flight"),
+    ],
+)
+def test_malformed_limits_are_refused_before_anything_runs(
+    toy: Suite, tmp_path: Path, flags: list[str], words: str
+) -> None:
+    """A malformed limit exits 2 saying which forms are accepted, and makes no run folder."""
+    with FakeChatServer([]) as server:
+        code, output = openai_run(toy, server, tmp_path, *flags)
+    assert code == 2 and words in output, output
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_limits_for_an_agent_without_a_model_server_are_refused(tmp_path: Path, toy: Suite) -> None:
+    """The simulated agent sends no model request: a limit on them is refused (exit 2)."""
+    out = CliRunner().invoke(
+        main, ["run", str(toy.path), "--logs", str(tmp_path), "--rate-limit", "10/s"]
+    )
+    assert out.exit_code == 2 and "sends none" in out.output, out.output
+
+
+def test_the_command_line_runs_with_run_wide_limits(toy: Suite, tmp_path: Path) -> None:
+    """harness run with the three limits runs the trials and records the limits."""
+    limits = ["--max-in-flight", "1", "--rate-limit", "100/s", "--token-limit", "1000000/h"]
+    with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
+        code, output = openai_run(toy, server, tmp_path, "--trials", "1", "--task", "t0", *limits)
+    assert code == 0, output
+    (folder,) = tmp_path.iterdir()
+    config = json.loads(hx.Store(folder / "harness.db").runs()[0].config or "{}")
+    assert config["limits"] == {"max_in_flight": 1, "rate": "100/s", "tokens": "1000000/h"}
+
+
+def test_rates_parse_in_their_three_forms_and_refuse_others() -> None:
+    """N/s, N/min and N/h parse and print back; anything else says what is accepted."""
+    assert [Rate.parse(t) for t in ("5/s", "600/min", " 7 / H ")] == [
+        Rate(5, 1.0),
+        Rate(600, 60.0),
+        Rate(7, 3600.0),
+    ]
+    assert str(Rate(600, 60.0)) == "600/min"
+    for bad in ("600/fortnight", "1.5/s", "-1/s", "0/s", "per/min", ""):
+        with pytest.raises(ConfigurationError, match="N/s, N/min or N/h"):
+            Rate.parse(bad)
+    with pytest.raises(ConfigurationError, match="max_in_flight=0"):
+        RunLimits(max_in_flight=0)
+
+
+def test_a_gate_s_heartbeat_keeps_its_slots_and_its_circuit_refuses_other_processes(
+    tmp_path: Path,
+) -> None:
+    """A slot held past its expiry stays held while the heartbeat renews it, and is free once
+    given back; a circuit one gate records makes another gate of the run refuse requests
+    with the same message and who found it, until it closes."""
+    store = hx.Store(tmp_path / "harness.db", create=True)
+    limits = RunLimits(max_in_flight=1)
+    here = RunGate(store, "r", limits, heartbeat=0.05, expiry=0.2)
+    other = Limiter(store, "r")
+    with here:
+        ticket = here.enter("u")
+        time.sleep(0.5)
+        assert not other.take("u", max_in_flight=1).ok  # (renewed past its 0.2 s expiry)
+        here.leave("u", ticket)
+        assert other.take("u", max_in_flight=1).ok
+    there = RunGate(store, "r", limits)
+    down = EndpointDown("model server at u is down: 5 requests in a row failed", url="u")
+    here.down("u", down, 0.3)
+    with pytest.raises(EndpointDown, match="5 requests in a row failed.*found down by process"):
+        there.enter("u")
+    time.sleep(0.6)  # (the record closed, and the cached look at it lapsed)
+    other.close()
+    assert there.enter("u") is not None
+    store.close()
