@@ -220,9 +220,8 @@ class RayExecutor:
     this process is not connected to Ray yet; with an ``address`` (``ray.init(address=...)``:
     ``auto``, ``host:port`` or ``ray://host:port``) the run connects to that cluster and
     disconnects after, leaving it running. A process already connected to Ray uses that
-    connection as it is. The workers are spread over the cluster's live nodes, one node after
-    another. Each job runs in mode ``auto``, whatever mode it names (a job handed out again
-    must resume its episode, not start it anew); the episode lease is capped at
+    connection as it is. Each job runs in mode ``auto``, whatever mode it names (a job handed
+    out again must resume its episode, not start it anew); the episode lease is capped at
     :data:`RAY_LEASE_SECONDS`.
     """
 
@@ -256,6 +255,11 @@ class RayExecutor:
                 concurrency=self.concurrency,
                 address=self.address,
             )
+
+    @property
+    def hosts(self) -> list[str]:
+        """The host of each worker :meth:`prepare` started (none before, or after :meth:`close`)."""
+        return [] if self._started is None else list(self._started.hosts)
 
     def close(self) -> None:
         """Stop the workers, and the Ray connection or instance :meth:`prepare` made."""
@@ -309,6 +313,7 @@ class _Started:
     actors: list[Any]
     connected_here: bool
     sigterm: Any
+    hosts: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
         for actor in self.actors:
@@ -323,8 +328,8 @@ class _Started:
 def _start(
     ray: Any, spec: RunSpec, *, workers: int, concurrency: int, address: str | None
 ) -> _Started:
-    """Connect to Ray (unless connected), start ``workers`` actors over the live nodes and wait
-    until each has built its run worker, or refused to."""
+    """Connect to Ray (unless connected), start ``workers`` actors and wait until each has
+    built its run worker, or refused to."""
     connected_here = not ray.is_initialized()
     # ray.init sets a SIGTERM handler of its own in the main thread; put ours back after.
     main = threading.current_thread() is threading.main_thread()
@@ -348,15 +353,14 @@ def _start(
             max_concurrency=concurrency,
             max_restarts=-1,
             max_task_retries=0,  # the driver hands a lost trial out again itself
+            scheduling_strategy="SPREAD",
         )(RayWorker)
         here = socket.gethostname()
         args = (os.getcwd(), _code_paths(), spec, here)
-        started.actors = [
-            remote.options(scheduling_strategy=where).remote(*args)
-            for where in _placements(ray, workers)
-        ]
+        started.actors = [remote.remote(*args) for _ in range(workers)]
         answers = ray.get([a.ready.remote() for a in started.actors])
-        check_store_reach(spec.store_url, [host for host, _, _ in answers], here=here)
+        started.hosts = [host for host, _, _ in answers]
+        check_store_reach(spec.store_url, started.hosts, here=here)
         for _host, where, error in answers:
             if error is not None:
                 raise ConfigurationError(
@@ -367,28 +371,6 @@ def _start(
         started.stop()
         raise
     return started
-
-
-def _placements(ray: Any, workers: int) -> list[Any]:
-    """Where each of ``workers`` actors starts: the cluster's live nodes in turn (Ray's
-    ``SPREAD`` alone may put two actors needing no CPU on one node of two), each a preference
-    only, so an actor whose node died is restarted on another; the driver's own node first;
-    ``SPREAD`` when the nodes are not known."""
-    try:
-        strategies = importlib.import_module("ray.util.scheduling_strategies")
-        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
-        own = ray.get_runtime_context().get_node_id()
-    except Exception:  # (a Ray without node affinity, or no node list): Ray's own spread
-        nodes, own = [], None
-    if own in nodes:  # this machine's node first: one worker runs beside the driver
-        nodes.remove(own)
-        nodes.insert(0, own)
-    if not nodes:
-        return ["SPREAD"] * workers
-    return [
-        strategies.NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
-        for i in range(workers)
-    ]
 
 
 def _drive(
