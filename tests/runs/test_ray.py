@@ -6,13 +6,11 @@ One small Ray instance serves the module (two CPUs, no dashboard); each test mak
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +35,6 @@ from ..toy_env import write_suite  # noqa: E402
 from .ray_agents import ledger_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """A local Ray instance for the module; its address."""
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
 
 
 def jobs_of(tasks: list[str], trials: int, seed: int) -> list[Job]:

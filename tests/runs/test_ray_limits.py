@@ -3,8 +3,6 @@ most two requests at once to the model server."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,16 +14,6 @@ from harness.suite import Suite  # noqa: E402
 from harness.testing.model_server import FakeChatServer, ReplayPolicy  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("fresh_endpoints")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """A local Ray instance for the module; its address."""
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
 
 
 def test_max_in_flight_holds_across_ray_actors(cluster: str, toy: Suite, tmp_path: Path) -> None:
