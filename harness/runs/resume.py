@@ -29,6 +29,7 @@ from ..suite import Suite, is_builtin_suite, load_suite
 from .executors import EXECUTORS, executor_for
 from .layout import OpenRun, episode_id, open_run
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
+from .limits import RunLimits
 from .spec import Job, RunSpec
 from .start import REDACTED, ExecutorName, trial_seed
 from .worker import TrialResult, Worker, trial_state
@@ -383,6 +384,7 @@ def resume_run(
             lease_seconds=lease_seconds,
             signing_key=None if signing_key is None else signing_key.pem(),
             transactions=transactions,
+            limits=RunLimits.from_config(run.config),
         )
 
         def finished(job: Job, result: TrialResult | None) -> None:

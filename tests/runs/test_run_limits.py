@@ -19,6 +19,7 @@ from harness.agents.endpoint import gate
 from harness.cli import main
 from harness.errors import ConfigurationError, EndpointDown
 from harness.runs import RunResult, resume_run
+from harness.runs import resume as resume_module
 from harness.runs.limits import Rate, RunGate, RunLimits
 from harness.runs.start import run_trials
 from harness.runs.worker import Worker
@@ -132,9 +133,19 @@ def test_a_server_one_process_finds_down_stops_the_other_at_once(
     assert store.runs()[0].status == "interrupted" and store.verify_chain().ok
 
 
-def test_the_limits_are_recorded_and_resume_keeps_them(toy: Suite, tmp_path: Path) -> None:
+def test_the_limits_are_recorded_and_resume_keeps_them(
+    toy: Suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The run's configuration and evidence record the limits as plain JSON; the spec a resume
-    builds carries the same limits; a run without limits installs no gate."""
+    builds its workers from carries the same limits; a run without limits records none."""
+    specs: list[Any] = []
+    build = resume_module.executor_for
+
+    def spy(name: str, spec: Any, **kw: Any) -> Any:
+        specs.append(spec)
+        return build(name, spec, **kw)
+
+    monkeypatch.setattr(resume_module, "executor_for", spy)
     with FakeChatServer(ReplayPolicy(toy.tasks)) as server:
         result = run_trials(
             toy,
@@ -156,6 +167,7 @@ def test_the_limits_are_recorded_and_resume_keeps_them(toy: Suite, tmp_path: Pat
         assert limits == RunLimits(max_in_flight=2, rate=Rate(600, 60.0), tokens=Rate(100000, 60.0))
         resumed = resume_run(result.folder, suite=toy.path)
     assert resumed.run.stopped is None
+    assert [s.limits for s in specs] == [limits]
     assert RunLimits.from_config({}) is None and RunLimits.of() is None
     plain = run_trials(toy, agent="simulated", tasks=["t0"], logs=tmp_path / "plain")
     assert "limits" not in json.loads(hx.Store(plain.folder / "harness.db").runs()[0].config)
