@@ -5,17 +5,22 @@
   workers built from one :class:`~.spec.RunSpec` on one of the executors of
   :mod:`.executors`; :func:`replay_episode` (:mod:`.replay`) re-runs one episode's agent
   against its record.
+- :class:`RunLimits` (:mod:`.limits`): limits on model requests that hold for the whole run, in
+  every process of it (``run_trials(max_in_flight=, rate_limit=, token_limit=)``).
 """
 
 from .lifecycle import RunResult
+from .limits import Rate, RunLimits
 from .replay import ReplayReport, replay_episode
 from .resume import ResumeResult, resume_run
 from .start import run_trials
 from .worker import TrialResult
 
 __all__ = [
+    "Rate",
     "ReplayReport",
     "ResumeResult",
+    "RunLimits",
     "RunResult",
     "TrialResult",
     "replay_episode",
