@@ -151,6 +151,7 @@ class Store(_Chain, _Leases):
         self._jsonl_file: Any = None
         self._lease_lock = threading.Lock()
         self._lease_conn: Any = None
+        self._snapshot = threading.local()
 
     def _readonly_connection(self) -> sqlite3.Connection:
         """A read-only SQLite connection (``readonly=True``): it cannot write the file. With no
@@ -330,10 +331,38 @@ class Store(_Chain, _Leases):
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A SQLModel session for ad-hoc queries (a write the database refuses raises
-        :class:`~harness.errors.StoreWriteFailed`)."""
+        :class:`~harness.errors.StoreWriteFailed`); inside :meth:`snapshot`, its one session."""
+        pinned = getattr(self._snapshot, "session", None)
+        if pinned is not None:
+            yield pinned
+            return
         with _Session(self.engine) as s:
             s.database, s.readonly = self.database, self.readonly
             yield s
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read of the store from this thread inside the block sees one state of it, as
+        of the block's first read, whatever other processes commit meanwhile (a check of a
+        run that is still running reads no episode half written): one transaction, repeatable
+        read on Postgres, a read transaction on SQLite. Reads only."""
+        if getattr(self._snapshot, "session", None) is not None:
+            yield
+            return
+        with _Session(self.engine) as s:
+            s.database, s.readonly = self.database, self.readonly
+            if self.engine.dialect.name == "postgresql":
+                s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            elif self.engine.dialect.name == "sqlite":
+                # (the driver begins no transaction for a SELECT: begin one, so that every
+                # read sees the same write-ahead log snapshot)
+                s.connection().exec_driver_sql("BEGIN")
+            self._snapshot.session = s
+            try:
+                yield
+            finally:
+                self._snapshot.session = None
+                s.rollback()
 
     def runs(self) -> list[RunRow]:
         """Every run, oldest first."""

@@ -653,7 +653,15 @@ def verify_store(
     episode_id: str | None = None,
     public_key: PublicKey | None = None,
 ) -> VerifyReport:
-    """The full check of a store, of one of its runs, or of one episode (``Store.verify``)."""
+    """The full check of a store, of one of its runs, or of one episode (``Store.verify``),
+    on one snapshot of it (:meth:`Store.snapshot`)."""
+    with store.snapshot():
+        return _verify_store(store, run_id, episode_id, public_key)
+
+
+def _verify_store(
+    store: Store, run_id: str | None, episode_id: str | None, public_key: PublicKey | None
+) -> VerifyReport:
     if episode_id is not None:
         episode = store.episode(episode_id)
         if episode is None:
