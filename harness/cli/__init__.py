@@ -19,7 +19,7 @@ from .keys import keygen_command
 from .mcp import mcp_group
 from .new_suite import new_suite_command
 from .report import compare_command, export_command, report_command
-from .run import replay_command, resume_command, run_command
+from .run import replay_command, resume_command, run_command, work_command
 
 __all__ = ["main"]
 
@@ -35,6 +35,7 @@ def main() -> None:
 for _command in (
     run_command,
     resume_command,
+    work_command,
     replay_command,
     audit_command,
     escalations_command,

@@ -33,6 +33,7 @@ from ..report.model import Report, load_report
 from ..report.terminal import render_gate, render_summary
 from ..runs import RunResult, TrialResult, replay_episode, resume_run, run_trials
 from ..runs.executors import EXECUTORS, StopOnSigint, Tally
+from ..runs.join import work_run
 from ..runs.limits import Rate
 from ..suite import load_suite, resolve_suite
 from ._common import (
@@ -653,21 +654,32 @@ def replay_command(
     sys.exit(0 if report.ok else 1)
 
 
+def rerun_options(command: Any) -> Any:
+    """What resume and work share: where the trials run (workers, concurrency, executor,
+    address), which suite and agent they may build, JSON output."""
+    options: list[Callable[[Any], Any]] = [
+        click.option("--workers", default=1, show_default=True, type=click.IntRange(1)),
+        click.option(
+            "--concurrency",
+            default=1,
+            show_default=True,
+            type=click.IntRange(1),
+            help="Trials in flight at once in each worker (threads).",
+        ),
+        EXECUTOR_OPTION,
+        ADDRESS_OPTION,
+        suite_options,
+        rerun_agent_options,
+        click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command("resume")
 @click.argument("run")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
-@click.option(
-    "--concurrency",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Trials in flight at once in each worker (threads).",
-)
-@EXECUTOR_OPTION
-@ADDRESS_OPTION
-@suite_options
-@rerun_agent_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@rerun_options
 @MAX_AGENT_ERRORS_OPTION
 @signing_key_option(_SIGNED)
 @unverified_option
@@ -738,5 +750,76 @@ def resume_command(
         _summary(result.run.where, all_k=False)
     show_agent_errors(result.run)
     status = show_stop(result.run, 0)
+    if status:
+        sys.exit(status)
+
+
+@click.command("work")
+@click.argument("run")
+@rerun_options
+@signing_key_option(_SIGNED)
+@unverified_option
+@stops_on_ctrl_c
+def work_command(
+    run: str,
+    workers: int,
+    concurrency: int,
+    executor: str,
+    address: str | None,
+    suite: str | None,
+    trust_suite: bool,
+    agent: str | None,
+    trust_agent: bool,
+    as_json: bool,
+    signing_key_file: str | None,
+    allow_unverified: bool,
+) -> None:
+    """Join the running RUN from this machine and take a share of its trials.
+
+    RUN is the run's folder (its store a database this machine reaches: `harness run
+    --store postgresql://...`) or the store's URL, postgresql://host/db#<run id>. Trials are
+    shared with every other process of the run through their leases: none runs twice, a
+    trial held by a process that died is taken over once its lease lapses. Leaves when every
+    trial is done or waiting for a person, or when the run stops; the process that started
+    the run records its end and summary.
+
+    Exits 0 when the run has no trial left to run, 3 when something stopped this worker (the
+    run stopped, a server down, a store refusing a write), 130 on Ctrl-C.
+    """
+    verified(run, allow=allow_unverified)
+    try:
+        result = work_run(
+            run,
+            workers=workers,
+            concurrency=concurrency,
+            executor=executor,  # type: ignore[arg-type]
+            address=address,
+            signing_key=signing_key(signing_key_file),
+            secrets=secrets(),
+            suite=suite,
+            trust=trust_suite,
+            agent=agent,
+            trust_agent=trust_agent,
+        )
+    except HarnessError as exc:
+        fail(exc)
+    status = 130 if result.interrupted else 3 if result.stopped else 0
+    if as_json:
+        dump(result.to_dict())
+    else:
+        tally = Tally()
+        for r in result.results:
+            tally.add(r)
+        console.print(
+            f"run {result.run_id}: ran {len(result.ran)} trial(s) here ({tally}); "
+            f"{len(result.elsewhere)} finished by other processes meanwhile; "
+            f"{len(result.left)} left"
+        )
+        for note in result.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}")
+        if result.stopped:
+            console.print(f"[red]stopped[/red]: {escape(result.stopped)}")
+        elif result.interrupted:
+            console.print("[yellow]interrupted[/yellow]: the trials in flight here ended first")
     if status:
         sys.exit(status)

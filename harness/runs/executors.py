@@ -53,6 +53,7 @@ __all__ = [
     "StopFlag",
     "StopOnSigint",
     "Tally",
+    "check_placement",
     "die_with_parent",
     "portable",
     "run_in_threads",
@@ -235,6 +236,25 @@ class Prepares(Protocol):
     def close(self) -> None:
         """Release what :meth:`prepare` set up, when the run will not be run."""
         ...
+
+
+def check_placement(
+    caller: str, workers: int, concurrency: int, executor: str, address: str | None
+) -> None:
+    """Refuse where a run's trials cannot run: fewer than one worker or trial in flight, an
+    unknown executor, a Ray address without Ray.
+
+    Raises:
+        ConfigurationError: naming ``caller`` and what to give instead.
+    """
+    if workers < 1 or concurrency < 1:
+        raise ConfigurationError(f"{caller}: workers and concurrency must be >= 1")
+    if executor not in EXECUTORS:
+        raise ConfigurationError(
+            f"{caller}: executor {executor!r}: give one of {', '.join(EXECUTORS)}"
+        )
+    if address is not None and executor != "ray":
+        raise ConfigurationError(f"{caller}: address= names a Ray cluster: add executor='ray'")
 
 
 def run_in_threads(

@@ -134,8 +134,10 @@ def public_url(url: str) -> str:
             f"store URL {url!r} is not a database URL ({exc}): give postgresql://user@host/db "
             "or sqlite:///path/harness.db"
         ) from exc
-    query = {k: v for k, v in parsed.query.items() if k.lower() not in _SECRET_PARAMS}
-    return parsed.set(password=None, query=query).render_as_string(hide_password=False)
+    secret = [k for k in parsed.query if k.lower() in _SECRET_PARAMS]
+    # (URL.set takes None as "unchanged": the password is dropped by replacing the field.)
+    kept = parsed.difference_update_query(secret)._replace(password=None)
+    return kept.render_as_string(hide_password=False)
 
 
 def write_store_pointer(folder: Path, url: str, run_id: str) -> None:

@@ -11,18 +11,19 @@ with its row, every other one resumable, and ``harness verify`` passes.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .._json import dumps
 from ..errors import ConfigurationError, EndpointDown, StoreError
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
-from ..store import EpisodeStatus, RunStatus, SigningKey, Store
+from ..store import EpisodeStatus, RunStatus, SigningKey, Store, TrialRow
 from ..store.signing import sign_run
-from .executors import AnyStop, Executor, Prepares, StopFlag, StopOnSigint
+from .executors import AnyStop, Executor, Prepares, Stop, StopFlag, StopOnSigint
 from .layout import (
     EVIDENCE_FILE,
     SUMMARY_FILE,
@@ -35,7 +36,7 @@ from .layout import (
 from .spec import Job
 from .worker import TrialResult, WorkerLost, trial_state
 
-__all__ = ["AgentErrorLimit", "RunRecord", "RunResult", "carry_out"]
+__all__ = ["HELD_POLL", "AgentErrorLimit", "RunRecord", "RunResult", "carry_out", "run_jobs"]
 
 
 @dataclass
@@ -219,6 +220,74 @@ class RunRecord:
         )
 
 
+HELD_POLL = 1.0
+"""Seconds between looks at the trials another process holds (a ``harness work`` process, a
+second resume), until each is done there or free to run here."""
+
+
+def run_jobs(
+    executor: Executor,
+    jobs: Sequence[Job],
+    *,
+    store: Store,
+    run_id: str,
+    on_result: Callable[[Job, TrialResult | None], None],
+    on_start: Callable[[Job], None] | None = None,
+    stop: Stop | None = None,
+    poll: float = HELD_POLL,
+    elsewhere: Callable[[Job, TrialResult], None] | None = None,
+) -> None:
+    """Run ``jobs`` on ``executor`` until each trial is done, here or in another process.
+
+    A trial another process holds (its lease taken: a worker that joined the run, a second
+    resume) is looked at again every ``poll`` seconds: once it finished there, its recorded
+    result goes to ``elsewhere``; once its holder let it go unfinished (it died, its lease
+    lapsed), it runs here. ``on_result`` gets each job once: its result, or None when it did
+    not run here (done elsewhere, waiting for a person, or still held when the run stopped).
+
+    Raises:
+        what ``executor.run`` raises (KeyboardInterrupt on a stop).
+    """
+    held: dict[Job, None] = {}
+
+    def ended(job: Job, result: TrialResult | None) -> None:
+        if result is None:
+            held[job] = None
+        else:
+            held.pop(job, None)
+            on_result(job, result)
+
+    try:
+        executor.run(jobs, on_result=ended, on_start=on_start, stop=stop)
+        while held:
+            left = []
+            for job in list(held):
+                state, eid = trial_state(store, episode_id(run_id, job.task_id, job.trial))
+                if state == "done":
+                    with store.session() as s:
+                        row = s.get(TrialRow, eid)
+                    del held[job]
+                    if row is not None and elsewhere is not None:
+                        elsewhere(job, TrialResult.from_row(row))
+                    on_result(job, None)
+                elif state == "pending":
+                    del held[job]
+                    on_result(job, None)
+                else:
+                    left.append(replace(job, mode="auto"))
+            if not left:
+                return
+            deadline = time.monotonic() + poll
+            while time.monotonic() < deadline:
+                if stop is not None and stop.requested:
+                    raise KeyboardInterrupt
+                time.sleep(min(0.1, poll))
+            executor.run(left, on_result=ended, on_start=None, stop=stop)
+    finally:
+        for job in held:  # (still held elsewhere when the run stopped)
+            on_result(job, None)
+
+
 def carry_out(
     record: RunRecord,
     jobs: Sequence[Job],
@@ -275,28 +344,41 @@ def carry_out(
     finished = errors = 0
 
     def ended(job: Job, result: TrialResult | None) -> None:
-        nonlocal finished, errors
         if result is None:
             held.append(job)
         else:
-            finished += 1
-            errors += result.agent_error is not None
-            if progress is not None:
-                progress(result)
-            if max_agent_errors is not None and max_agent_errors.exceeded(errors, finished):
-                limit.ask(
-                    f"the agent raised in {errors} of {finished} trials, "
-                    f"{max_agent_errors.describe()} (--max-agent-errors): the agent looks broken; "
-                    "the last error: " + (result.agent_error or "")
-                )
+            count(job, result)
         if on_result is not None:
             on_result(job, result)
+
+    def count(_job: Job, result: TrialResult) -> None:
+        """A trial finished, here or in another process of the run."""
+        nonlocal finished, errors
+        finished += 1
+        errors += result.agent_error is not None
+        if progress is not None:
+            progress(result)
+        if max_agent_errors is not None and max_agent_errors.exceeded(errors, finished):
+            limit.ask(
+                f"the agent raised in {errors} of {finished} trials, "
+                f"{max_agent_errors.describe()} (--max-agent-errors): the agent looks broken; "
+                "the last error: " + (result.agent_error or "")
+            )
 
     interrupted, stopped = False, None
     hard: BaseException | None = None
     held: list[Job] = []
     try:
-        executor.run(jobs, on_result=ended, on_start=on_start, stop=AnyStop([sigint, limit]))
+        run_jobs(
+            executor,
+            jobs,
+            store=store,
+            run_id=record.run_id,
+            on_result=ended,
+            on_start=on_start,
+            stop=AnyStop([sigint, limit]),
+            elsewhere=count,
+        )
     except KeyboardInterrupt as exc:
         interrupted, stopped = True, limit.why
         if sigint.hard:

@@ -26,7 +26,7 @@ from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
 from ..store import SigningKey, Store
 from ..suite import Suite, is_builtin_suite, load_suite
-from .executors import EXECUTORS, executor_for
+from .executors import check_placement, executor_for
 from .layout import OpenRun, episode_id, open_run
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
 from .limits import RunLimits
@@ -34,7 +34,17 @@ from .spec import Job, RunSpec
 from .start import REDACTED, ExecutorName, trial_seed
 from .worker import TrialResult, Worker, trial_state
 
-__all__ = ["ResumeResult", "agent_spec", "resume_run", "run_agent", "run_policy", "run_suite"]
+__all__ = [
+    "ResumeResult",
+    "agent_spec",
+    "resume_run",
+    "run_agent",
+    "run_policy",
+    "run_suite",
+    "signing_notes",
+    "trial_plan",
+    "worker_spec",
+]
 
 
 def run_suite(run: OpenRun, *, suite: str | Path | None = None, trust: bool = False) -> Suite:
@@ -231,7 +241,7 @@ class ResumeResult:
         }
 
 
-def _signing_notes(store: Store, run_id: str, key: SigningKey | None) -> list[str]:
+def signing_notes(store: Store, run_id: str, key: SigningKey | None) -> list[str]:
     """Refuse a key other than the run's; note a signed run resumed without its key."""
     ids = {e.id for e in store.episodes(run_id)}
     signers = {
@@ -251,6 +261,51 @@ def _signing_notes(store: Store, run_id: str, key: SigningKey | None) -> list[st
             "the public key names them; resume with --signing-key to sign them"
         ]
     return []
+
+
+def trial_plan(
+    store: Store, run_id: str, tasks: list[str], trials: int, seed: int
+) -> tuple[list[Job], dict[str, tuple[str, str]]]:
+    """What each trial of the run needs now: its state and the episode of its attempt, by trial
+    id (:func:`~harness.runs.worker.trial_state`), and the jobs of those left to run (mode
+    ``auto``: decided again under each trial's lease)."""
+    jobs: list[Job] = []
+    plan: dict[str, tuple[str, str]] = {}
+    for i in range(trials):
+        for task_id in tasks:
+            eid = episode_id(run_id, task_id, i)
+            plan[eid] = trial_state(store, eid)
+            if plan[eid][0] not in ("done", "pending"):
+                jobs.append(Job(task_id, i, trial_seed(seed, task_id, i), "auto"))
+    return jobs, plan
+
+
+def worker_spec(
+    run: OpenRun,
+    suite: Suite,
+    agent: str | Agent,
+    policy: Policy,
+    *,
+    secrets: dict[str, Any] | None = None,
+    lease_seconds: float = 600.0,
+    signing_key: SigningKey | None = None,
+) -> RunSpec:
+    """How a worker of this process (or another it starts) runs trials of the opened run, as
+    the run recorded them: its store, its agent options with ``secrets`` given back, its
+    limits, bare tools when the run called them bare (runs before the option: with
+    transactions)."""
+    return RunSpec(
+        suite=str(suite.path),
+        agent=agent if isinstance(agent, str) else None,
+        agent_options=agent_options(run, secrets),
+        store_url=run.url,
+        run_id=run.run.id,
+        policy=policy,
+        lease_seconds=lease_seconds,
+        signing_key=None if signing_key is None else signing_key.pem(),
+        transactions=bool(run.config.get("transactions", True)),
+        limits=RunLimits.from_config(run.config),
+    )
 
 
 def resume_run(
@@ -316,14 +371,7 @@ def resume_run(
             ``trust_agent`` is given, or it does not build; or ``signing_key`` is not the key
             the run was signed with.
     """
-    if workers < 1 or concurrency < 1:
-        raise ConfigurationError("resume_run: workers and concurrency must be >= 1")
-    if executor not in EXECUTORS:
-        raise ConfigurationError(
-            f"resume_run: executor {executor!r}: give one of {', '.join(EXECUTORS)}"
-        )
-    if address is not None and executor != "ray":
-        raise ConfigurationError("resume_run: address= names a Ray cluster: add executor='ray'")
+    check_placement("resume_run", workers, concurrency, executor, address)
     with open_run(folder, writable=True) as run:
         store: Store = run.store
         config = run.config
@@ -331,7 +379,7 @@ def resume_run(
         notes: list[str] = []
         if policy is None:
             policy, notes = run_policy(run)
-        notes += _signing_notes(store, run.run.id, signing_key)
+        notes += signing_notes(store, run.run.id, signing_key)
         spec = agent_spec(run, agent, trust=trust_agent)
         agent_obj = run_agent(run, spec, secrets=secrets)
         if executor == "ray" and not isinstance(spec, str):
@@ -347,19 +395,13 @@ def resume_run(
             max_agent_errors = run.evidence.get("max_agent_errors")
         limit = AgentErrorLimit.of(max_agent_errors)
         out = ResumeResult(RunResult(run_id, run.folder, loaded.name, trials, []), notes=notes)
-        jobs: list[Job] = []
-        states: dict[str, str] = {}
-        for i in range(trials):
-            for task_id in tasks:
-                eid = episode_id(run_id, task_id, i)
-                state, attempt = trial_state(store, eid)
-                states[eid] = state
-                if state == "done":
-                    out.kept.append(attempt)
-                elif state == "pending":
-                    out.pending.append(attempt)
-                else:
-                    jobs.append(Job(task_id, i, trial_seed(seed, task_id, i), "auto"))
+        jobs, plan = trial_plan(store, run_id, tasks, trials, seed)
+        states = {eid: state for eid, (state, _) in plan.items()}
+        for state, attempt in plan.values():
+            if state == "done":
+                out.kept.append(attempt)
+            elif state == "pending":
+                out.pending.append(attempt)
         evidence = dict(run.evidence)
         evidence.setdefault("resumes", []).append(
             {
@@ -372,19 +414,14 @@ def resume_run(
         )
         row = run.run
         record = RunRecord(store, row.id, row.suite, config, evidence, created_at=row.created_at)
-        # A run with its tools called bare resumes bare (runs before the option: transactions).
-        transactions = bool(run.config.get("transactions", True))
-        run_spec = RunSpec(
-            suite=str(loaded.path),
-            agent=spec if isinstance(spec, str) else None,
-            agent_options=agent_options(run, secrets),
-            store_url=run.url,
-            run_id=run_id,
-            policy=policy,
+        run_spec = worker_spec(
+            run,
+            loaded,
+            spec,
+            policy,
+            secrets=secrets,
             lease_seconds=lease_seconds,
-            signing_key=None if signing_key is None else signing_key.pem(),
-            transactions=transactions,
-            limits=RunLimits.from_config(run.config),
+            signing_key=signing_key,
         )
 
         def finished(job: Job, result: TrialResult | None) -> None:

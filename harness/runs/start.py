@@ -363,7 +363,7 @@ def run_trials(
             limits=limits,
         )
         jobs = [
-            Job(t.id, i, trial_seed(seed, t.id, i), "new") for i in range(trials) for t in selected
+            Job(t.id, i, trial_seed(seed, t.id, i), "auto") for i in range(trials) for t in selected
         ]
         # One worker, or an agent object: trials run here, on the suite already loaded (its
         # reference outcomes computed once) and the agent already built.

@@ -1,0 +1,291 @@
+"""A run whose store is a database elsewhere: the folder records where, every command follows
+it, the store's URL stands for the run, and ``harness work`` joins a running run.
+
+Each test runs on a store URL of its own: a SQLite file outside the run folder always, and a
+Postgres database when ``HX_TEST_POSTGRES_URL`` names a server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import harness as hx
+from harness.cli import main
+from harness.runs.join import work_run
+from harness.runs.layout import STORE_FILE, open_run, public_url
+from harness.runs.start import run_trials
+
+from ..postgres import SERVER, fresh_database
+from ..toy_env import write_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOW = f"{Path(__file__).with_name('slow_agent.py')}:SlowAgent"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh store URL outside any run folder."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared' / 'store.db'}"
+        return
+    with fresh_database() as url:
+        yield url
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_every_command_follows_the_folder_and_the_url(store_url: str, tmp_path: Path):
+    """A run on a store elsewhere: its folder holds store.json (no harness.db), and report,
+    verify, audit, export, compare, escalations, replay, resume and work read the same run from
+    the folder and from the store's URL."""
+    suite = write_suite(tmp_path / "suite", [1, 2])
+    result = run_trials(
+        suite, agent="simulated", trials=2, seed=1, logs=tmp_path / "logs", store=store_url
+    )
+    folder = tmp_path / "logs" / result.run_id
+    assert result.complete and len(result.results) == 4
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "evidence.json",
+        STORE_FILE,
+        "summary.json",
+    ]
+    pointer = json.loads((folder / STORE_FILE).read_text())
+    assert pointer == {"format": "harness.store", "url": store_url, "run_id": result.run_id}
+    url = f"{store_url}#{result.run_id}"
+    for target in (str(folder), url):
+        code, out = invoke("report", target, "--json")
+        assert code == 0, out
+        report = json.loads(out)
+        assert (report["run"]["id"], report["trials"]) == (result.run_id, 4)
+        code, out = invoke("verify", target)
+        assert code == 0 and "verified: 4 episode(s)" in out, out
+        code, out = invoke("audit", target, "--json")
+        assert code == 0, out
+        assert len(json.loads(out)["episodes"]) == 4
+        exported = tmp_path / f"export-{len(target)}.jsonl"
+        code, out = invoke("export", target, "--format", "jsonl", "--out", str(exported))
+        assert code == 0, out
+        assert len(exported.read_text().splitlines()) == 4
+        code, out = invoke("compare", target, str(folder), "--json")
+        assert code == 0, out
+        code, out = invoke("escalations", target, "--json")
+        assert code == 0 and json.loads(out) == [], out
+        code, out = invoke(
+            "replay", target, "--episode", result.results[0].episode_id, "--trust-suite"
+        )
+        assert code == 0 and "no divergence" in out, out
+        code, out = invoke("resume", target, "--trust-suite", "--json")
+        assert code == 0, out
+        assert len(json.loads(out)["kept"]) == 4
+        code, out = invoke("work", target, "--trust-suite")
+        assert code != 0 and "is finished, not running" in out, out
+    store = hx.Store(store_url)
+    try:
+        assert len(store.trial_rows(result.run_id)) == 4  # (nothing ran again)
+    finally:
+        store.close()
+
+
+def test_the_folder_never_records_the_password(tmp_path: Path):
+    """A store URL's password (in the URL or its query) is left out of the folder and of the
+    run's record; what the folder records is what the run's commands open later."""
+    assert public_url("postgresql+psycopg://ann:s3cret@db.example:5432/runs") == (
+        "postgresql+psycopg://ann@db.example:5432/runs"
+    )
+    assert public_url("postgresql://ann@db/runs?password=s3cret&sslmode=require") == (
+        "postgresql://ann@db/runs?sslmode=require"
+    )
+    if not SERVER:
+        pytest.skip("set HX_TEST_POSTGRES_URL to run on Postgres")
+    scheme, rest = SERVER.split("://", 1)
+    user, host = rest.split("@", 1)
+    with_password = f"{scheme}://{user}:s3cret-pw@{host}"
+    suite = write_suite(tmp_path / "suite", [1])
+    result = run_trials(suite, agent="simulated", logs=tmp_path / "logs", store=with_password)
+    folder = tmp_path / "logs" / result.run_id
+    for path in folder.iterdir():
+        assert "s3cret-pw" not in path.read_text(), path
+    with open_run(folder) as run:
+        assert "s3cret-pw" not in run.run.config + run.run.evidence
+        assert run.target == str(folder)
+
+
+def test_a_url_naming_no_run_or_one_it_lacks_says_how_to_name_one(tmp_path: Path):
+    """A store holding two runs: its URL alone is refused, naming the ``#<run id>`` form and
+    the runs; a run id it does not hold is refused; the whole store still verifies."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    suite = write_suite(tmp_path / "suite", [1])
+    ids = [
+        run_trials(suite, agent="simulated", logs=tmp_path / "logs", store=url).run_id
+        for _ in range(2)
+    ]
+    code, out = invoke("report", url)
+    assert code != 0 and f"{url}#<run id>" in out and ids[1] in out, out
+    code, out = invoke("report", f"{url}#nope")
+    assert code != 0 and "holds no run 'nope'" in out, out
+    code, out = invoke("verify", url)
+    assert code == 0 and "verified: 2 episode(s)" in out, out
+    with pytest.raises(hx.StoreError, match="holds a run"):
+        run_trials(suite, agent="simulated", logs=tmp_path / "again", store=url, run_id=ids[0])
+    assert not (tmp_path / "again" / ids[0]).exists()
+
+
+def test_bad_store_values_and_pointers_are_refused_clearly(tmp_path: Path):
+    """``--store`` that is not a database URL, or one that does not open, is refused before
+    any folder is made; a damaged store.json, or one naming a store that does not open, is
+    refused naming the file and where a password comes from."""
+    suite = write_suite(tmp_path / "suite", [1])
+    logs = tmp_path / "logs"
+    code, out = invoke("run", str(suite), "--logs", str(logs), "--store", "runs.db")
+    assert code != 0 and "give a database URL" in out, out
+    code, out = invoke(
+        "run", str(suite), "--logs", str(logs), "--store", "postgresql+psycopg://u@127.0.0.1:1/x"
+    )
+    assert code != 0 and "does not open" in out, out
+    assert not logs.exists() or list(logs.iterdir()) == []
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / STORE_FILE).write_text("{not json")
+    code, out = invoke("report", str(folder))
+    assert code != 0 and "does not read as JSON" in out, out
+    (folder / STORE_FILE).write_text(json.dumps({"format": "harness.store", "url": 3}))
+    code, out = invoke("verify", str(folder))
+    assert code != 0 and "is not a store record" in out, out
+    (folder / STORE_FILE).write_text(
+        json.dumps({"format": "harness.store", "url": "postgresql+psycopg://u@127.0.0.1:1/x"})
+    )
+    code, out = invoke("report", str(folder))
+    assert code != 0 and "PGPASSWORD" in out and "~/.pgpass" in out, out
+
+
+def _harness(*args: str, ledger: Path, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "COLUMNS": "200",
+            "HX_TEST_LEDGER": str(ledger),
+            "HX_TEST_PAUSE": "0.6",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _running(url: str) -> str | None:
+    """The id of the run in the store once it is recorded running."""
+    try:
+        store = hx.Store(url)
+    except hx.HarnessError:
+        return None
+    try:
+        runs = [r for r in store.runs() if r.status == "running"]
+        return runs[0].id if runs else None
+    finally:
+        store.close()
+
+
+def test_work_joins_a_running_run_and_no_trial_runs_twice(store_url: str, tmp_path: Path):
+    """`harness run` with one worker and `harness work` started beside it on the store's URL
+    share the run's trials: each trial runs in exactly one of the two processes, the worker
+    runs some, the run ends finished with every trial once and verifies, and the driver's
+    summary counts the trials the worker ran."""
+    suite = write_suite(tmp_path / "suite", [1, 1, 1, 1])
+    ledger = tmp_path / "ledger.txt"
+    driver = _harness(
+        *("run", str(suite), "--agent", SLOW, "--trials", "3", "--logs", str(tmp_path / "logs")),
+        *("--store", store_url),
+        ledger=ledger,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        run_id = None
+        while run_id is None and time.monotonic() < deadline and driver.poll() is None:
+            run_id = _running(store_url)
+            time.sleep(0.05)
+        assert run_id is not None, driver.communicate()[0]
+        worker = _harness(
+            *("work", f"{store_url}#{run_id}", "--agent", SLOW, "--trust-suite"),
+            ledger=ledger,
+            cwd=tmp_path,
+        )
+        worked, _ = worker.communicate(timeout=120)
+        drove, _ = driver.communicate(timeout=120)
+    finally:
+        for p in (driver,):
+            if p.poll() is None:
+                p.kill()
+    assert worker.returncode == 0, worked
+    assert driver.returncode == 0, drove
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    by_episode = Counter(eid for _, eid in lines)
+    assert len(by_episode) == 12 and set(by_episode.values()) == {1}, by_episode
+    pids = Counter(pid for pid, _ in lines)
+    assert len(pids) == 2, pids  # both processes ran trials
+    joined = sum(n for pid, n in pids.items() if pid != str(driver.pid))
+    assert f"ran {joined} trial(s) here" in worked, worked
+    store = hx.Store(store_url)
+    try:
+        (run,) = [r for r in store.runs() if r.id == run_id]
+        assert run.status == "finished"
+        assert len(store.trial_rows(run_id)) == 12
+        assert store.verify(run_id).ok
+        assert store.leases() == []
+    finally:
+        store.close()
+    summary = json.loads((tmp_path / "logs" / run_id / "summary.json").read_text())
+    assert (summary["trials"], summary["missing"]) == (12, 0)
+
+
+def test_work_on_a_crashed_runs_store_finishes_its_trials(tmp_path: Path):
+    """A run whose driver died (recorded running, trials left): `work_run` on its folder runs
+    every trial left, once; the run stays running until a resume records its end."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    suite = write_suite(tmp_path / "suite", [1, 1])
+    stopped = []
+
+    def stop_after_one(_result: object) -> None:
+        if not stopped:
+            stopped.append(True)
+            raise KeyboardInterrupt
+
+    result = run_trials(
+        suite,
+        agent="simulated",
+        trials=2,
+        logs=tmp_path / "logs",
+        store=url,
+        progress=stop_after_one,
+    )
+    assert result.interrupted and len(result.results) == 1
+    store = hx.Store(url)
+    store.add(
+        hx.store.RunRow(**{**store.runs()[0].model_dump(), "status": "running"})
+    )  # (as a killed driver leaves it)
+    store.close()
+    done = work_run(tmp_path / "logs" / result.run_id, trust=True)
+    assert len(done.ran) == 3 and done.left == [] and done.stopped is None
+    again = work_run(tmp_path / "logs" / result.run_id, trust=True)
+    assert again.ran == [] and again.left == []
+    store = hx.Store(url)
+    try:
+        assert len(store.trial_rows(result.run_id)) == 4 and store.verify(result.run_id).ok
+    finally:
+        store.close()
