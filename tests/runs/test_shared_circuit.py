@@ -1,0 +1,88 @@
+"""The circuit shared by a run's processes: a server one process finds down stops the others
+at their next request, and a gate keeps its process's slots alive while it holds them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness as hx
+from harness.errors import EndpointDown
+from harness.runs.limits import RunGate, RunLimits
+from harness.runs.start import run_trials
+from harness.store.limiter import Limiter
+from harness.suite import Suite
+from harness.testing.model_server import FakeChatServer, ReplayPolicy
+
+from .test_run_limits import opts
+
+pytestmark = pytest.mark.usefixtures("fresh_endpoints")
+
+
+def test_a_server_one_process_finds_down_stops_the_other_at_once(
+    toy: Suite, tmp_path: Path
+) -> None:
+    """A server failing every request: the process whose requests fail fast opens its
+    circuit and records it, and the other process, whose requests fail slowly, stops at its
+    next request instead of spending its own five failures. The run stops saying the server
+    is down."""
+    policy = ReplayPolicy(toy.tasks)
+    slow = threading.Event()
+
+    def failing(request: dict[str, Any]) -> dict[str, Any]:
+        if policy.task_for(request).id == "t1":
+            slow.set()
+            time.sleep(0.3)
+        raise RuntimeError("the model crashed")  # (a 500 from the server)
+
+    with FakeChatServer(failing) as server:
+        result = run_trials(
+            toy,
+            agent="openai",
+            agent_options=opts(server, attempts=20, backoff=0.0, down_after=0.0, down_failures=5),
+            tasks=["t0", "t1"],
+            trials=1,
+            workers=2,
+            logs=tmp_path,
+            max_in_flight=10,
+        )
+        requests = list(server.requests)
+    assert result.stopped is not None and "is down" in result.stopped
+    slow_ones = [r for r in requests if policy.task_for(r).id == "t1"]
+    fast_ones = [r for r in requests if policy.task_for(r).id == "t0"]
+    assert len(fast_ones) == 5  # (its own circuit opened)
+    assert slow.is_set() or not slow_ones
+    assert len(slow_ones) < 5  # (alone, it would have sent five)
+    store = hx.Store(result.folder / "harness.db")
+    assert store.runs()[0].status == "interrupted" and store.verify_chain().ok
+
+
+def test_a_gate_s_heartbeat_keeps_its_slots_and_its_circuit_refuses_other_processes(
+    tmp_path: Path,
+) -> None:
+    """A slot held past its expiry stays held while the heartbeat renews it, and is free once
+    given back; a circuit one gate records makes another gate of the run refuse requests
+    with the same message and who found it, until it closes."""
+    store = hx.Store(tmp_path / "harness.db", create=True)
+    limits = RunLimits(max_in_flight=1)
+    here = RunGate(store, "r", limits, heartbeat=0.05, expiry=0.2)
+    other = Limiter(store, "r")
+    with here:
+        ticket = here.enter("u")
+        time.sleep(0.5)
+        assert not other.take("u", max_in_flight=1).ok  # (renewed past its 0.2 s expiry)
+        here.leave("u", ticket)
+        assert other.take("u", max_in_flight=1).ok
+    there = RunGate(store, "r", limits)
+    down = EndpointDown("model server at u is down: 5 requests in a row failed", url="u")
+    here.down("u", down, 0.3)
+    with pytest.raises(EndpointDown, match="5 requests in a row failed.*found down by process"):
+        there.enter("u")
+    time.sleep(0.6)  # (the record closed, and the cached look at it lapsed)
+    other.close()
+    assert there.enter("u") is not None
+    store.close()
