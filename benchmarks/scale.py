@@ -3,6 +3,7 @@
     python benchmarks/scale.py [--trials 2000] [--levels 1,8,64,256] [--latency 0.2]
                                [--caps 1=100,8=500] [--workers 2] [--worker-concurrency N]
                                [--executors processes,ray] [--suite retail]
+                               [--store postgresql+psycopg://user@host:port/db]
 
 The built-in ``openai`` agent runs the suite's tasks against the fake chat-completions server
 (:class:`~harness.testing.model_server.FakeChatServer` playing each task's reference actions,
@@ -15,7 +16,12 @@ the same number of trials each):
   default concurrency 1 runs only about 100 trials and concurrency 8 about 500 (``--caps``), as
   2,000 trials at 1 in flight take over half an hour and at 8 several minutes;
 - ``processes``, ``ray``: ``--workers`` worker processes (or Ray workers), each with
-  ``--worker-concurrency`` trials in flight (default: the highest level shared among them).
+  ``--worker-concurrency`` trials in flight (default: the highest level shared among them),
+  writing the run folder's own SQLite store;
+- ``processes+postgres``, ``ray+postgres``: the same, writing a Postgres store
+  (``run_trials(store=URL)``) in a database the benchmark creates on the server ``--store``
+  names (default: the environment variable ``HX_BENCH_POSTGRES_URL``) before the setting and
+  drops after it. Without a server these rows say why they were not run.
 
 For each it prints the trials, the seconds, trials per second, the ideal (trials in flight /
 (model calls per trial x latency), calls per trial counted by the server), the share of the
@@ -26,6 +32,12 @@ core runs at most 1 / (CPU seconds per trial) trials a second: the ceiling. Each
 judged against the target, 80% of the ideal, or of that ceiling once the cores left free are
 saturated (DESIGN.md: "256 trials in flight in one process reach at least 80% of the ideal
 throughput until a core is saturated").
+
+For each Postgres setting it then prints the ratio Postgres / SQLite of trials per second and
+of the harness's CPU per trial against the same executor on SQLite in the same run, the CPU
+Postgres's backends spent on the run's database (sampled from /proc every 0.2 s, when the
+server runs on this machine; counted neither as the harness's nor as other work) and the most
+connections to it seen at once.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import argparse
 import contextlib
 import importlib.util
 import inspect
+import itertools
 import multiprocessing
 import os
 import resource
@@ -47,11 +60,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
 from harness.runs.start import run_trials
 from harness.suite import Suite, load_suite
 from harness.testing.model_server import FakeChatServer, ReplayPolicy
 
 TARGET = 0.80  # of the ideal throughput, until the harness's cores are saturated
+POSTGRES_ENV = "HX_BENCH_POSTGRES_URL"  # the default --store
 
 
 # --- the fake model server, in a process of its own ---
@@ -241,6 +258,115 @@ class HarnessCPU:
         return own + reaped + alive - gone
 
 
+# --- a throwaway Postgres database for the settings that write one ---
+
+_LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1", "::1"}
+
+
+def _libpq(url: URL) -> str:
+    """``url`` as psycopg's connection string (SQLAlchemy's driver name dropped)."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class PostgresDatabase:
+    """A fresh database on the Postgres server at ``server`` (a SQLAlchemy URL; the database
+    it names is the one connected to for creating and dropping), for one setting.
+
+    While watched (:meth:`watch`, :meth:`stop_watching`) it samples, every 0.2 s, the
+    server's connections to the database and, when the server runs on this machine, its
+    backends' CPU seconds from /proc.
+    """
+
+    def __init__(self, server: URL, name: str) -> None:
+        self.server = server
+        self.name = name
+        self.url = server.set(database=name).render_as_string(hide_password=False)
+        self.local = server.host in _LOCAL_HOSTS
+        self.connections = 0  # the most seen at once
+        self._cpu: dict[tuple[int, str], tuple[float, float]] = {}  # first and last reading
+        self._done = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _admin(self) -> Any:
+        import psycopg  # (only the Postgres settings need it)
+
+        return psycopg.connect(_libpq(self.server), autocommit=True, connect_timeout=10)
+
+    def create(self) -> None:
+        """Create the database (empty)."""
+        with self._admin() as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+
+    def drop(self) -> None:
+        """Drop the database, closing any connection still open to it."""
+        self.stop_watching()
+        with self._admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    def watch(self) -> None:
+        """Start sampling the database's connections and backends (back once the first
+        sample is taken)."""
+        self._done.clear()
+        self._ready.clear()
+        self._thread = threading.Thread(target=self._sampler, daemon=True)
+        self._thread.start()
+        self._ready.wait(15)
+
+    def stop_watching(self) -> None:
+        """Stop sampling, after one last sample."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    @property
+    def cpu(self) -> float | None:
+        """CPU seconds the database's backends spent while watched (None: the server is not
+        on this machine, or /proc showed none). The last 0.2 s of a backend that ended between
+        two samples is missed."""
+        if not self.local or not self._cpu:
+            return None
+        return sum(last - first for first, last in self._cpu.values())
+
+    def _sampler(self) -> None:
+        try:
+            conn = self._admin()
+        except Exception:  # (the run itself reports a server it cannot reach)
+            self._ready.set()
+            return
+        with conn:
+            self._sample(conn, first=True)
+            self._ready.set()
+            while not self._done.wait(0.2):
+                self._sample(conn, first=False)
+            self._sample(conn, first=False)
+
+    def _sample(self, conn: Any, *, first: bool) -> None:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.name,)
+        ).fetchall()
+        self.connections = max(self.connections, len(rows))
+        if not self.local:
+            return
+        table = _proc_table()
+        for (pid,) in rows:
+            if pid in table and _is_postgres(pid):
+                _, start, cpu = table[pid]
+                # A backend first seen after the first sample started meanwhile: all its CPU.
+                since = cpu if first else 0.0
+                began, _ = self._cpu.get((pid, start), (since, cpu))
+                self._cpu[(pid, start)] = (began, cpu)
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().startswith("postgres")
+    except OSError:
+        return False
+
+
 # --- one setting ---
 
 
@@ -261,6 +387,9 @@ class Row:
     infra: int = 0
     server_errors: int = 0
     others: float | None = None  # cores busy with other work: neither harness nor server
+    store: str = "sqlite"  # the run's store: its own SQLite file, or "postgres"
+    db_connections: int = 0  # Postgres: the most connections to the run's database at once
+    db_cpu: float | None = None  # Postgres: CPU seconds of its backends (a server here)
     note: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -288,7 +417,7 @@ def load() -> str:
 
 def supported() -> set[str]:
     """Which of run_trials's options for trials in flight this harness has."""
-    return set(inspect.signature(run_trials).parameters) & {"concurrency", "executor"}
+    return set(inspect.signature(run_trials).parameters) & {"concurrency", "executor", "store"}
 
 
 def measure(
@@ -301,15 +430,20 @@ def measure(
     workers: int = 1,
     concurrency: int = 1,
     executor: str | None = None,
+    database: PostgresDatabase | None = None,
     attempts: int = 4,
 ) -> Row:
-    """Run one setting and fill ``row`` with what it measured."""
+    """Run one setting and fill ``row`` with what it measured; its store in ``database``
+    (created already) when given."""
     # Passed only when set, so concurrency 1 runs on a harness without these options too.
     extra: dict[str, Any] = {}
     if concurrency != 1:
         extra["concurrency"] = concurrency
     if executor is not None:
         extra["executor"] = executor
+    if database is not None:
+        extra["store"] = database.url
+        database.watch()
     requests0, errors0, server_cpu0 = server.stats()
     cpu = HarnessCPU({server.process.pid or -1}, sample=executor == "ray")
     busy0 = machine_busy()
@@ -328,6 +462,9 @@ def measure(
     finally:
         row.seconds = time.perf_counter() - started
         row.cpu = cpu.stop()
+        if database is not None:
+            database.stop_watching()
+            row.db_connections, row.db_cpu = database.connections, database.cpu
     busy1 = machine_busy()
     requests1, errors1, server_cpu1 = server.stats()
     row.trials = len(result.results)
@@ -338,7 +475,8 @@ def measure(
     row.infra = sum(r.infra_error for r in result.results)
     row.trial_seconds = statistics.fmean(r.duration for r in result.results)
     if busy0 is not None and busy1 is not None:
-        row.others = max(0.0, busy1 - busy0 - row.cpu - row.server_cpu) / row.seconds
+        spent = row.cpu + row.server_cpu + (row.db_cpu or 0.0)
+        row.others = max(0.0, busy1 - busy0 - spent) / row.seconds
     if result.interrupted:
         row.notes.append("the run was interrupted")
     return row
@@ -370,8 +508,8 @@ def verdict(rows: list[Row], latency: float) -> list[str]:
     """What the measurements say against the target: at least 80% of the ideal until the
     harness's cores are saturated; past that, the ceiling they set (cores / CPU s per trial).
 
-    A process uses at most one core; on a shared machine, at most the cores the server and
-    other work left free during the setting."""
+    A process uses at most one core; on a shared machine, at most the cores the server,
+    Postgres (on this machine) and other work left free during the setting."""
     out: list[str] = []
     measured = [r for r in rows if not r.note]
     if not measured:
@@ -386,11 +524,12 @@ def verdict(rows: list[Row], latency: float) -> list[str]:
     )
     cpus = os.cpu_count() or 1
     for r in measured:
-        # The harness's processes can use one core each, of the cores neither the server nor
-        # other work on the machine kept busy meanwhile.
+        # The harness's processes can use one core each, of the cores neither the server, nor
+        # Postgres's backends (on this machine), nor other work on the machine kept busy.
         cores = float(r.workers)
         if r.others is not None:
-            cores = min(cores, max(0.1, cpus - r.others - r.server_cpu / r.seconds))
+            taken = r.others + (r.server_cpu + (r.db_cpu or 0.0)) / r.seconds
+            cores = min(cores, max(0.1, cpus - taken))
         ceiling = cores / r.cpu_per_trial
         bound, what = (
             (r.ideal(latency), "ideal")
@@ -405,6 +544,40 @@ def verdict(rows: list[Row], latency: float) -> list[str]:
             f"{r.cpu / r.seconds:.2f} cores busy"
         )
     return out
+
+
+def postgres_against_sqlite(rows: list[Row]) -> list[str]:
+    """Each executor on a Postgres store against the same on SQLite, in this run: the ratio
+    Postgres / SQLite of trials per second and of the harness's CPU per trial, Postgres's own
+    CPU per trial (its backends, when the server runs on this machine) and its connections."""
+    out: list[str] = []
+    by_setting = {r.setting: r for r in rows if not r.note}
+    for pg in rows:
+        if pg.note or pg.store != "postgres":
+            continue
+        sqlite = by_setting.get(pg.setting.replace("+postgres", "", 1))
+        if sqlite is None:
+            continue
+        if not out:
+            out.append("Postgres / SQLite store, the same settings in this run:")
+        backends = (
+            "its backends' CPU unknown (not on this machine)"
+            if pg.db_cpu is None
+            else f"its backends {pg.db_cpu / pg.trials:.4f} CPU s a trial more "
+            f"({pg.db_cpu / pg.seconds:.2f} cores)"
+        )
+        out.append(
+            f"  {pg.setting}: {pg.rate:.2f} / {sqlite.rate:.2f} trials/s = "
+            f"{pg.rate / sqlite.rate:.2f}x; the harness's CPU s a trial {pg.cpu_per_trial:.4f} / "
+            f"{sqlite.cpu_per_trial:.4f} = {pg.cpu_per_trial / sqlite.cpu_per_trial:.2f}x, "
+            f"{backends}; at most {pg.db_connections} connections to its database"
+        )
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -428,6 +601,13 @@ def main(argv: list[str] | None = None) -> None:
         "--executors", default="processes,ray", help="multi-process settings ('' for none)"
     )
     parser.add_argument("--suite", default="retail", help="a suite folder or built-in name")
+    parser.add_argument(
+        "--store",
+        default=os.environ.get(POSTGRES_ENV, ""),
+        help="a Postgres server URL, postgresql+psycopg://user@host:port/db: each executor also "
+        "runs on a Postgres store, in a database created on it and dropped after (default: "
+        f"${POSTGRES_ENV}; '' skips those settings)",
+    )
     args = parser.parse_args(argv)
     try:
         levels = [int(x) for x in args.levels.split(",") if x.strip()]
@@ -445,6 +625,14 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError:
         parser.error(f"--caps {args.caps!r}: give LEVEL=TRIALS pairs, e.g. 1=100,8=500")
     executors = [x.strip() for x in args.executors.split(",") if x.strip()]
+    postgres: URL | None = None
+    if args.store:
+        try:
+            postgres = make_url(args.store)
+        except (ArgumentError, ValueError) as exc:
+            parser.error(f"--store {args.store!r}: not a database URL ({exc})")
+        if postgres.get_backend_name() != "postgresql":
+            parser.error(f"--store {args.store!r}: give a Postgres server URL, postgresql://...")
     per_worker = args.worker_concurrency or max(1, max(levels, default=2) // args.workers)
 
     suite = load_suite(args.suite)
@@ -498,32 +686,60 @@ def main(argv: list[str] | None = None) -> None:
                 plan.append(
                     (row, None if row.note else {"trials_per_task": trials, "concurrency": n})
                 )
-            for executor in executors:
+            for executor, store in itertools.product(executors, ("sqlite", "postgres")):
+                name = executor if store == "sqlite" else f"{executor}+postgres"
                 row = Row(
-                    f"{executor} {args.workers}x{per_worker}",
+                    f"{name} {args.workers}x{per_worker}",
                     args.workers * per_worker,
                     workers=args.workers,
+                    store=store,
                 )
                 if "executor" not in have:
                     row.note = "not run: run_trials has no executor= in this harness"
                 elif executor == "ray" and importlib.util.find_spec("ray") is None:
                     row.note = "ray: not installed (pip install -e '.[ray]')"
+                elif store == "postgres" and "store" not in have:
+                    row.note = "not run: run_trials has no store= in this harness"
+                elif store == "postgres" and postgres is None:
+                    row.note = f"not run: no Postgres server (--store URL or ${POSTGRES_ENV})"
+                elif store == "postgres" and importlib.util.find_spec("psycopg") is None:
+                    row.note = "not run: psycopg is not installed (pip install psycopg)"
                 spread: dict[str, Any] = {
                     "trials_per_task": per_task(args.trials),
                     "workers": args.workers,
                     "concurrency": per_worker,
                     "executor": executor,
                 }
+                if store == "postgres" and postgres is not None:
+                    db = f"harness_scale_{os.getpid()}_{len(plan)}"
+                    spread["database"] = PostgresDatabase(postgres, db)
                 plan.append((row, None if row.note else spread))
+            if postgres is not None and any(r.store == "postgres" for r, _ in plan):
+                print(
+                    f"Postgres store: a fresh database on "
+                    f"{postgres.render_as_string(hide_password=True)} for each setting, dropped "
+                    "after it"
+                )
             print(HEADER)
             for row, options in plan:
                 if options is not None:
                     folder = logs / row.setting.replace(" ", "-")
+                    database: PostgresDatabase | None = options.get("database")
                     try:
+                        if database is not None:
+                            database.create()
                         measure(row, suite, server, logs=folder, **options)
                     except Exception as exc:  # (an executor that cannot run here: go on)
-                        first = str(exc).splitlines()[0] if str(exc) else ""
-                        row.note = f"failed: {type(exc).__name__}: {first}"
+                        row.note = f"failed: {_first_line(exc)}"
+                    finally:
+                        if database is not None:
+                            try:
+                                database.drop()
+                            except Exception as exc:
+                                row.notes.append(
+                                    f"its database {database.name} was not dropped: "
+                                    f"{_first_line(exc)}"
+                                )
                 rows.append(row)
                 print(line(row, args.latency), flush=True)
     finally:
@@ -552,10 +768,13 @@ def main(argv: list[str] | None = None) -> None:
         "ideal = in flight / (calls per trial x latency); CPU = the harness's processes "
         "(this one and its workers; not the server): seconds per trial, their share of a "
         "trial's mean wall time, and cores busy (CPU seconds / wall seconds); others = cores "
-        "busy with neither the harness nor the server (other work on the machine)"
+        "busy with neither the harness, the server nor Postgres's backends for the run (other "
+        "work on the machine)"
     )
     print(f"at the end: {load()} (other work on the machine lowers every figure)")
     for text in verdict(rows, args.latency):
+        print(text)
+    for text in postgres_against_sqlite(rows):
         print(text)
 
 
