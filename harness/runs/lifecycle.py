@@ -277,12 +277,16 @@ def run_jobs(
                     left.append(replace(job, mode="auto"))
             if not left:
                 return
+            # Only what its holder let go is handed out again (no worker is started for a
+            # trial that is still held).
+            left = [j for j in left if not store.lease_held(episode_id(run_id, j.task_id, j.trial))]
             deadline = time.monotonic() + poll
             while time.monotonic() < deadline:
                 if stop is not None and stop.requested:
                     raise KeyboardInterrupt
                 time.sleep(min(0.1, poll))
-            executor.run(left, on_result=ended, on_start=None, stop=stop)
+            if left:
+                executor.run(left, on_result=ended, on_start=None, stop=stop)
     finally:
         for job in held:  # (still held elsewhere when the run stopped)
             on_result(job, None)

@@ -52,6 +52,12 @@ def committed(conn: Any) -> Iterator[Any]:
         cur.close()
 
 
+def _live(held: Any, now: float, host: str) -> bool:
+    """Whether a lease row ``(owner, pid, host, expires_at)`` is held by a live holder: not
+    expired, and on another host or by a process of this one that still runs."""
+    return bool(held[3] > now and (held[2] != host or _pid_alive(int(held[1]))))
+
+
 CLAIM_SECONDS = 60.0
 """How long an open episode's claim lasts without renewal (renewed every third of it)."""
 
@@ -126,12 +132,7 @@ class _Leases:
                     (episode_id,),
                 )
                 held = cur.fetchone()
-                if (
-                    held is not None
-                    and held[0] != owner
-                    and held[3] > now
-                    and (held[2] != host or _pid_alive(int(held[1])))
-                ):
+                if held is not None and held[0] != owner and _live(held, now, host):
                     conn.rollback()
                     if this_process and held[2] == host and int(held[1]) == pid:
                         return "ours", None
@@ -196,6 +197,18 @@ class _Leases:
         """The leases held now (expired ones included)."""
         with self.session() as s:
             return list(s.exec(select(LeaseRow)))
+
+    def lease_held(self, episode_id: str) -> bool:
+        """Whether a live holder has the lease on ``episode_id`` now (a read: taking it may
+        still find it held; an expired lease, or one of a process of this host that is gone,
+        is free)."""
+        with self.session() as s:
+            row = s.get(LeaseRow, episode_id)
+        if row is None:
+            return False
+        return _live(
+            (row.owner, row.pid, row.host, row.expires_at), time.time(), socket.gethostname()
+        )
 
     def _lease_connection(self) -> Any:
         if self._lease_conn is None:

@@ -289,3 +289,71 @@ def test_work_on_a_crashed_runs_store_finishes_its_trials(tmp_path: Path):
         assert len(store.trial_rows(result.run_id)) == 4 and store.verify(result.run_id).ok
     finally:
         store.close()
+
+
+def test_a_joined_worker_killed_mid_trial_loses_nothing_and_repeats_nothing(tmp_path: Path):
+    """`harness work` killed (SIGKILL) while it holds a trial: the run's driver, waiting for
+    the trials the worker held, takes that one over once its holder is gone (at once on this
+    host), resumes its episode from the records, and the run ends finished with every trial
+    once, each write committed once, and a store that verifies."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    suite = write_suite(tmp_path / "suite", [1, 1, 1, 1])
+    ledger = tmp_path / "ledger.txt"
+    driver = _harness(
+        *("run", str(suite), "--agent", SLOW, "--trials", "3", "--logs", str(tmp_path / "logs")),
+        *("--store", url),
+        ledger=ledger,
+        cwd=tmp_path,
+    )
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        run_id = None
+        while run_id is None and time.monotonic() < deadline and driver.poll() is None:
+            run_id = _running(url)
+            time.sleep(0.05)
+        assert run_id is not None, driver.communicate()[0]
+        worker = _harness(
+            *("work", url, "--agent", SLOW, "--trust-suite"), ledger=ledger, cwd=tmp_path
+        )
+        held = None
+        while held is None and time.monotonic() < deadline and worker.poll() is None:
+            store = hx.Store(url)
+            try:
+                held = next(
+                    (
+                        x
+                        for x in store.leases()
+                        if x.pid == worker.pid and store.episode(x.episode_id) is not None
+                    ),
+                    None,
+                )  # (a trial it holds whose episode began)
+            finally:
+                store.close()
+            time.sleep(0.02)
+        assert held is not None, "the worker took no trial"
+        worker.kill()
+        worker.wait(10)
+        drove, _ = driver.communicate(timeout=120)
+    finally:
+        for p in (driver, worker):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert driver.returncode == 0, drove
+    store = hx.Store(url)
+    try:
+        (run,) = store.runs()
+        assert run.status == "finished"
+        rows = store.trial_rows(run_id)
+        assert len(rows) == 12 and len({r.episode_id for r in rows}) == 12
+        for row in rows:
+            bumps = [
+                t
+                for t in store.transaction_rows(row.episode_id)
+                if t.action == "bump" and t.status == "committed"
+            ]
+            assert len(bumps) == 1, (row.episode_id, bumps)
+        assert "resume" in [r.kind for r in store.log(held.episode_id)]
+        assert store.verify(run_id).ok and store.leases() == []
+    finally:
+        store.close()
