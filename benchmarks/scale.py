@@ -49,6 +49,7 @@ import inspect
 import itertools
 import multiprocessing
 import os
+import re
 import resource
 import statistics
 import sys
@@ -69,6 +70,7 @@ from harness.testing.model_server import FakeChatServer, ReplayPolicy
 
 TARGET = 0.80  # of the ideal throughput, until the harness's cores are saturated
 POSTGRES_ENV = "HX_BENCH_POSTGRES_URL"  # the default --store
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # (Ray colours its errors' text)
 
 
 # --- the fake model server, in a process of its own ---
@@ -282,6 +284,7 @@ class PostgresDatabase:
         self.name = name
         self.url = server.set(database=name).render_as_string(hide_password=False)
         self.local = server.host in _LOCAL_HOSTS
+        self.created = False
         self.connections = 0  # the most seen at once
         self._cpu: dict[tuple[int, str], tuple[float, float]] = {}  # first and last reading
         self._done = threading.Event()
@@ -297,12 +300,17 @@ class PostgresDatabase:
         """Create the database (empty)."""
         with self._admin() as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
+        self.created = True
 
     def drop(self) -> None:
-        """Drop the database, closing any connection still open to it."""
+        """Drop the database if :meth:`create` made it, closing any connection still open to
+        it."""
         self.stop_watching()
+        if not self.created:
+            return
         with self._admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        self.created = False
 
     def watch(self) -> None:
         """Start sampling the database's connections and backends (back once the first
@@ -576,8 +584,14 @@ def postgres_against_sqlite(rows: list[Row]) -> list[str]:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"
+    """``exc``'s type and the first line of its message; a Ray task's error by its cause (its
+    own first line names only the actor)."""
+    name = type(exc).__name__
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and cause is not exc:
+        name, exc = f"{name}({type(cause).__name__})", cause
+    text = _ANSI.sub("", str(exc)).strip()
+    return f"{name}: {text.splitlines()[0] if text else ''}"
 
 
 def main(argv: list[str] | None = None) -> None:
