@@ -1,7 +1,8 @@
 """Running a run's jobs on a Ray cluster (``harness run --executor ray``).
 
 Each Ray worker is an actor that builds one :class:`~.worker.Worker` when it starts and keeps
-it, running up to ``concurrency`` trials at once in its threads. Every trial runs in mode
+it, running up to ``concurrency`` trials at once in its threads; the workers are placed on the
+cluster's live nodes in turn. Every trial runs in mode
 ``auto``, under its episode's lease: a trial handed out again, after the process running it
 was killed, resumes its episode from the records (in-doubt calls probed, nothing committed runs
 a second time); one whose episode finished meanwhile is not run again.
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOST_WORKER_LIMIT",
     "RAY_LEASE_SECONDS",
+    "RESTART_SECONDS",
     "RayExecutor",
     "RayWorker",
     "check_store_reach",
@@ -65,6 +67,10 @@ RAY_LEASE_SECONDS = 60.0
 
 LOST_WORKER_LIMIT = 3
 """How many times a trial is handed out again after the worker running it died."""
+
+RESTART_SECONDS = 120.0
+"""How long a Ray worker that died may take to answer again (Ray restarting it, on its node or
+another) before the run gives up on it and goes on with the others."""
 
 # What a worker says of a job it did not run: another process holds the episode's lease (the
 # driver hands the job out again later), or there is nothing to do.
@@ -300,6 +306,7 @@ class RayExecutor:
                 on_start=on_start,
                 stop=stop,
                 poll=min(5.0, spec.lease_seconds / 3),
+                restart_for=RESTART_SECONDS,
             )
         finally:
             self.close()
@@ -338,14 +345,7 @@ def _start(
         if address is None:
             ray.init(include_dashboard=False, logging_level=logging.WARNING)
         else:
-            ray.init(
-                address=address,
-                logging_level=logging.WARNING,
-                runtime_env={
-                    "py_modules": _shipped_packages(),
-                    "excludes": ["__pycache__", "*.pyc"],
-                },
-            )
+            _connect(ray, address)
     started = _Started(ray, [], connected_here, sigterm)
     try:
         remote = ray.remote(
@@ -353,11 +353,13 @@ def _start(
             max_concurrency=concurrency,
             max_restarts=-1,
             max_task_retries=0,  # the driver hands a lost trial out again itself
-            scheduling_strategy="SPREAD",
         )(RayWorker)
         here = socket.gethostname()
         args = (os.getcwd(), _code_paths(), spec, here)
-        started.actors = [remote.remote(*args) for _ in range(workers)]
+        started.actors = [
+            remote.options(scheduling_strategy=where).remote(*args)
+            for where in _placements(ray, workers)
+        ]
         answers = ray.get([a.ready.remote() for a in started.actors])
         started.hosts = [host for host, _, _ in answers]
         check_store_reach(spec.store_url, started.hosts, here=here)
@@ -373,6 +375,73 @@ def _start(
     return started
 
 
+def _first_line(exc: BaseException) -> str:
+    """An error's first line (its type when it says nothing)."""
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else repr(exc)
+
+
+def _placements(ray: Any, workers: int) -> list[Any]:
+    """Where each of ``workers`` actors goes: the cluster's live nodes in turn (soft: a node
+    that cannot take one, or is gone when Ray restarts it, leaves it to Ray); ``SPREAD`` on a
+    cluster of one node. Ray's ``SPREAD`` alone places actors that need no CPU at will, often
+    several nodes' share on one node."""
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    if len(nodes) < 2:
+        return ["SPREAD"] * workers
+    strategies = importlib.import_module("ray.util.scheduling_strategies")
+    return [
+        strategies.NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=True)
+        for i in range(workers)
+    ]
+
+
+def _connect(ray: Any, address: str) -> None:
+    """Connect to the Ray cluster at ``address``, this harness's packages shipped to its
+    workers.
+
+    Raises:
+        ConfigurationError: the cluster asks for an authentication token this process did
+            not send (what to set, on which side), or no cluster answers there.
+    """
+    try:
+        ray.init(
+            address=address,
+            logging_level=logging.WARNING,
+            runtime_env={"py_modules": _shipped_packages(), "excludes": ["__pycache__", "*.pyc"]},
+        )
+    except (ConnectionError, RuntimeError) as exc:
+        if _auth_refused(exc):
+            raise ConfigurationError(
+                f"the Ray cluster at {address} refused this process: it asks for an "
+                "authentication token (token auth is on: `ray start` turns it on where "
+                "~/.ray/auth_token exists, or with RAY_AUTH_MODE=token) and this process sent "
+                "none, or another one; a driver given an address does not turn it on by "
+                "itself. Run the harness with RAY_AUTH_MODE=token and the cluster's token in "
+                "~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN, or start the "
+                "cluster's nodes with RAY_AUTH_MODE=disabled"
+            ) from exc
+        hint = (
+            "; is a cluster running there (`ray status --address ...`), and does this machine "
+            "reach it?"
+            if isinstance(exc, ConnectionError)
+            else ""
+        )
+        raise ConfigurationError(
+            f"could not join the Ray cluster at {address}: {_first_line(exc)}{hint}"
+        ) from exc
+
+
+def _auth_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` or one of its causes is Ray's refusal of a missing or wrong token."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _drive(
     ray: Any,
     actors: list[Any],
@@ -384,6 +453,7 @@ def _drive(
     on_start: OnStart | None,
     stop: Stop | None,
     poll: float,
+    restart_for: float = RESTART_SECONDS,
 ) -> None:
     """Hand jobs to the least busy live worker, at most ``concurrency`` at once on each; report
     results as they come; hand a job out again when its worker died or another process held
@@ -391,6 +461,12 @@ def _drive(
 
     A worker whose call failed is not handed anything until it answers again (Ray restarts it):
     a call sent while it restarts would fail at once, and count as a lost attempt it never made.
+    One that has not answered ``restart_for`` seconds after it died (its actor dead for good,
+    or no node to restart it on) is given up on; the others go on.
+
+    Raises:
+        WorkerLost: every worker was given up on with jobs left, or a job's worker died under
+            it more than :data:`LOST_WORKER_LIMIT` times (after the other jobs finished).
     """
     errors = ray.exceptions
     queue: collections.deque[tuple[Job, int]] = collections.deque((j, 0) for j in jobs)
@@ -398,6 +474,8 @@ def _drive(
     running: dict[Any, tuple[Job, int, int]] = {}  # ref -> (job, worker index, workers lost)
     pings: dict[Any, int] = {}  # ref of a restarted worker's ready() -> its index
     repings: list[tuple[float, int]] = []  # (when to ask again, worker index)
+    died: dict[int, tuple[float, str]] = {}  # worker index -> (when it died, why), until back
+    gone: dict[int, str] = {}  # workers given up on -> why they died
     load = [0] * len(actors)
     live = [True] * len(actors)
     handed: set[Job] = set()
@@ -408,12 +486,28 @@ def _drive(
         live[i] = False
         pings[actors[i].ready.remote()] = i
 
+    def died_now(i: int, exc: BaseException) -> None:
+        died.setdefault(i, (time.monotonic(), _first_line(exc)))
+
     while queue or waiting or running:
         stopping = stopping or (stop is not None and stop.requested)
         now = time.monotonic()
+        for i, (since, _why) in list(died.items()):
+            if now - since >= restart_for and all(r[1] != i for r in running.values()):
+                gone[i] = died.pop(i)[1]
+                pings = {ref: k for ref, k in pings.items() if k != i}
+                repings = [r for r in repings if r[1] != i]
         if stopping:
             queue.clear()
             waiting.clear()
+        if len(gone) == len(actors) and (queue or waiting):
+            why = "; ".join(sorted(set(gone.values())))
+            raise WorkerLost(
+                f"every Ray worker of the run is gone, with {len(queue) + len(waiting)} "
+                f"trial(s) left to run: none answered within {restart_for:g} s of dying "
+                f"({why}); the run's records keep what they did: once the cluster has room "
+                "for its workers again, `harness resume` on the run's folder finishes them"
+            )
         queue.extend((job, losses) for when, job, losses in waiting if when <= now)
         waiting = [w for w in waiting if w[0] > now]
         for i in [i for when, i in repings if when <= now]:
@@ -441,7 +535,8 @@ def _drive(
                 i = pings.pop(ref)
                 try:
                     host, where, error = ray.get(ref)
-                except errors.RayError:  # still restarting
+                except errors.RayError as exc:  # still restarting, or dead for good
+                    died_now(i, exc)
                     repings.append((time.monotonic() + 0.2, i))
                     continue
                 check_store_reach(store_url, [host])  # (it refused to build its worker)
@@ -452,6 +547,7 @@ def _drive(
                         "at the same paths as here"
                     )
                 live[i] = True
+                died.pop(i, None)
                 continue
             job, i, losses = running.pop(ref)
             load[i] -= 1
@@ -460,10 +556,11 @@ def _drive(
             except errors.RayTaskError:
                 raise  # the trial's own error (a RayTaskError is also one of its cause's type)
             except errors.RayError as exc:  # the worker died, or its answer was lost
+                died_now(i, exc)
                 if live[i]:
                     ping(i)
                 if losses >= LOST_WORKER_LIMIT:
-                    lost.append((job, str(exc).splitlines()[0] if str(exc) else repr(exc)))
+                    lost.append((job, _first_line(exc)))
                 else:
                     queue.appendleft((job, losses + 1))
                 continue

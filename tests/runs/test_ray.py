@@ -360,3 +360,124 @@ def test_a_run_whose_ray_workers_cannot_reach_its_sqlite_store_leaves_no_folder(
         run_trials(suite, executor="ray", workers=2, logs=tmp_path / "logs", run_id="r")
     assert list((tmp_path / "logs").iterdir()) == []
     assert ray.is_initialized()  # (the caller's connection stays)
+
+
+class _Ref:
+    """A fake Ray object ref: its value, or the error getting it raises."""
+
+    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+
+class _Method:
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def remote(self, *args: Any) -> _Ref:
+        try:
+            return _Ref(self.fn(*args))
+        except ray.exceptions.RayError as exc:
+            return _Ref(error=exc)
+
+
+class _Actor:
+    """A fake Ray worker: one that runs every trial at once, or one dead for good (every call
+    fails as a dead actor's does)."""
+
+    def __init__(self, dead: bool = False) -> None:
+        def gone(*_args: Any) -> Any:
+            raise ray.exceptions.RayError("the actor died and will not be restarted")
+
+        self.ready = _Method(gone if dead else lambda: ("h", "h:1", None))
+        self.trial = _Method(gone if dead else lambda job, _again: ("done", job.task_id))
+
+
+class _FakeRay:
+    """The parts of Ray the driver loop uses, every ref ready at once."""
+
+    exceptions = ray.exceptions
+
+    @staticmethod
+    def wait(refs: list[_Ref], num_returns: int, timeout: float) -> tuple[list[_Ref], list[_Ref]]:
+        return refs[:num_returns], refs[num_returns:]
+
+    @staticmethod
+    def get(ref: _Ref) -> Any:
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+
+def _drive(actors: list[_Actor], jobs: list[Job], got: list[str], restart_for: float) -> None:
+    ray_pool._drive(
+        _FakeRay(),
+        actors,
+        jobs,
+        store_url="postgresql://h/db",
+        concurrency=1,
+        on_result=lambda _job, r: got.append(r),
+        on_start=None,
+        stop=None,
+        poll=0.1,
+        restart_for=restart_for,
+    )
+
+
+def test_a_worker_dead_for_good_is_given_up_on_and_the_others_run_every_trial():
+    """Of two workers, one dead for good (its calls and its restart pings all fail): its trial
+    is handed to the other, which runs every trial, and the run ends."""
+    got: list[str] = []
+    _drive([_Actor(dead=True), _Actor()], jobs_of(["t0", "t1", "t2"], 1, 0), got, 0.2)
+    assert sorted(got) == ["t0", "t1", "t2"]
+
+
+def test_a_run_whose_every_worker_is_dead_for_good_stops_with_worker_lost():
+    """A run whose only worker died and never answers again stops with WorkerLost once it has
+    waited restart_for seconds, naming how many trials are left and the fix, not retrying
+    its restart forever."""
+    got: list[str] = []
+    with pytest.raises(
+        WorkerLost, match=r"every Ray worker .* gone, with 2 trial\(s\) left .*harness resume"
+    ):
+        _drive([_Actor(dead=True)], jobs_of(["t0", "t1"], 1, 0), got, 0.3)
+    assert got == []
+
+
+def test_placements_take_the_live_nodes_in_turn():
+    """Workers go to the cluster's live nodes in turn, softly (Ray may place one elsewhere);
+    on a cluster of one node they are left to Ray's SPREAD."""
+
+    class Nodes:
+        def __init__(self, *alive: bool) -> None:
+            self.alive = alive
+
+        def nodes(self) -> list[dict[str, Any]]:
+            return [{"NodeID": f"{i:056x}", "Alive": a} for i, a in enumerate(self.alive)]
+
+    placed = ray_pool._placements(Nodes(True, False, True), 3)
+    n0, n2 = f"{0:056x}", f"{2:056x}"
+    assert [(p.node_id, p.soft) for p in placed] == [(n0, True), (n2, True), (n0, True)]
+    assert ray_pool._placements(Nodes(True, False), 2) == ["SPREAD", "SPREAD"]
+
+
+def test_a_cluster_asking_for_a_token_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch):
+    """A cluster that refuses the driver for want of an authentication token (Ray's
+    ConnectionError caused by InvalidAuthToken) is a configuration error naming the cause and
+    both fixes; a cluster that does not answer is one naming the address."""
+
+    class Refusing:
+        def __init__(self, error: BaseException) -> None:
+            self.error = error
+
+        def init(self, **_options: Any) -> None:
+            raise self.error
+
+    token = RuntimeError("Failed to connect to GCS: RPC error: InvalidAuthToken: missing")
+    refused = ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
+    refused.__cause__ = token
+    with pytest.raises(hx.ConfigurationError, match="authentication token") as caught:
+        ray_pool._connect(Refusing(refused), "10.0.0.1:6379")
+    said = str(caught.value)
+    assert "RAY_AUTH_MODE=token" in said and "RAY_AUTH_MODE=disabled" in said
+    with pytest.raises(hx.ConfigurationError, match=r"could not join .* at h:1: Failed .*running"):
+        ray_pool._connect(Refusing(ConnectionError("Failed to connect")), "h:1")
