@@ -70,6 +70,7 @@ from harness.testing.model_server import FakeChatServer, ReplayPolicy
 
 TARGET = 0.80  # of the ideal throughput, until the harness's cores are saturated
 POSTGRES_ENV = "HX_BENCH_POSTGRES_URL"  # the default --store
+NOISY_OTHERS = 0.25  # cores of other work apart, past which a Postgres / SQLite pair is flagged
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # (Ray colours its errors' text)
 
 
@@ -580,6 +581,13 @@ def postgres_against_sqlite(rows: list[Row]) -> list[str]:
             f"{sqlite.cpu_per_trial:.4f} = {pg.cpu_per_trial / sqlite.cpu_per_trial:.2f}x, "
             f"{backends}; at most {pg.db_connections} connections to its database"
         )
+        apart = None if pg.others is None or sqlite.others is None else pg.others - sqlite.others
+        if apart is not None and abs(apart) > NOISY_OTHERS:
+            out.append(
+                f"    (other work kept {sqlite.others:.2f} cores busy during {sqlite.setting} "
+                f"and {pg.others:.2f} during {pg.setting}: the ratio reflects that too; run it "
+                "again)"
+            )
     return out
 
 
