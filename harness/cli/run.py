@@ -35,6 +35,7 @@ from ..runs import RunResult, TrialResult, replay_episode, resume_run, run_trial
 from ..runs.executors import EXECUTORS, StopOnSigint, Tally
 from ..runs.join import work_run
 from ..runs.limits import Rate
+from ..runs.ray_pool import RAY_LEASE_SECONDS
 from ..suite import load_suite, resolve_suite
 from ._common import (
     console,
@@ -757,6 +758,16 @@ def resume_command(
 @click.command("work")
 @click.argument("run")
 @rerun_options
+@click.option(
+    "--lease-seconds",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="How long this worker's hold on a trial lasts unrenewed (it renews it every third of "
+    "that): should this machine die or lose the network, the run's other processes take its "
+    f"trials over that long after. Shorten it for a machine that may vanish; on Ray, at most "
+    f"{RAY_LEASE_SECONDS:g}.",
+)
 @signing_key_option(_SIGNED)
 @unverified_option
 @stops_on_ctrl_c
@@ -771,6 +782,7 @@ def work_command(
     agent: str | None,
     trust_agent: bool,
     as_json: bool,
+    lease_seconds: float,
     signing_key_file: str | None,
     allow_unverified: bool,
 ) -> None:
@@ -800,6 +812,7 @@ def work_command(
             trust=trust_suite,
             agent=agent,
             trust_agent=trust_agent,
+            lease_seconds=lease_seconds,
         )
     except HarnessError as exc:
         fail(exc)

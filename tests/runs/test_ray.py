@@ -444,8 +444,8 @@ def test_a_run_whose_every_worker_is_dead_for_good_stops_with_worker_lost():
 
 
 def test_placements_take_the_live_nodes_in_turn():
-    """Workers go to the cluster's live nodes in turn, softly (Ray may place one elsewhere);
-    on a cluster of one node they are left to Ray's SPREAD."""
+    """Workers go to the cluster's live nodes in turn, each held to its node; on a cluster of
+    one node they are left to Ray's SPREAD."""
 
     class Nodes:
         def __init__(self, *alive: bool) -> None:
@@ -456,7 +456,7 @@ def test_placements_take_the_live_nodes_in_turn():
 
     placed = ray_pool._placements(Nodes(True, False, True), 3)
     n0, n2 = f"{0:056x}", f"{2:056x}"
-    assert [(p.node_id, p.soft) for p in placed] == [(n0, True), (n2, True), (n0, True)]
+    assert [(p.node_id, p.soft) for p in placed] == [(n0, False), (n2, False), (n0, False)]
     assert ray_pool._placements(Nodes(True, False), 2) == ["SPREAD", "SPREAD"]
 
 

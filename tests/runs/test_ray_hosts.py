@@ -1,11 +1,14 @@
-"""Runs on a Ray cluster of two hosts: a head node, and a second node whose processes see
-another host name (``hx-second``, its own UTS namespace), as a second machine sharing this
-one's file system would look to the harness.
+"""Runs on two hosts: a head, and a second host whose processes see another host name
+(``hx-second``, its own UTS namespace), as a second machine sharing this one's file system
+would look to the harness.
 
-With a Postgres store the run's trials run on both hosts; the second host killed mid-run (its
-raylet and workers, SIGKILL), the trials it held are handed out again, resumed on the head
-once their leases expire, and each finishes once, its effects committed once. A SQLite store
-is refused, leaving no run behind.
+On a Ray cluster of the two (``run_trials(executor="ray", address=..., store=<Postgres>)``)
+the run's trials run on both hosts; the second host killed mid-run (its raylet and workers,
+SIGKILL), the trials it held are handed out again, resumed on the head once their leases
+expire, and each finishes once, its effects committed once. A SQLite store is refused, leaving
+no run behind. Without Ray, ``harness work`` on the second host joins a run started on the
+head and takes a share of its trials; killed while it holds one, the head's driver takes that
+one over once its lease lapses.
 
 Needs ``unshare --uts`` (root, or user namespaces) and ``HX_TEST_POSTGRES_URL``.
 """
@@ -27,30 +30,35 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from ..postgres import fresh_database
 from ..store.test_postgres_many_writers import SERVER, _libpq, databases, psycopg
 from ..store.test_postgres_ray import TASKS, OrdersInASchema
 from ..store.test_postgres_ray import write_suite as orders_suite
+from ..toy_env import write_suite as toy_suite
+from .test_store_elsewhere import _running
 
 ray = pytest.importorskip("ray")
 
 import harness as hx  # noqa: E402
-from harness.runs.layout import run_row  # noqa: E402
-from harness.runs.ray_pool import RayExecutor  # noqa: E402
-from harness.runs.spec import Job, RunSpec  # noqa: E402
-from harness.runs.start import run_trials, trial_seed  # noqa: E402
+from harness.cli import main  # noqa: E402
+from harness.runs import RunResult, ray_pool  # noqa: E402
+from harness.runs.start import run_trials  # noqa: E402
 from harness.runs.worker import TrialResult  # noqa: E402
 
 __all__ = ["HostedOrders", "databases"]
 
 SECOND = "hx-second"
 TRIALS = 2
-# Ray's SPREAD puts each of two actors needing no CPU on either node at will; of four, some
-# land on each node nearly always.
-WORKERS = 4
+WORKERS = 2  # (placed on the nodes in turn: one on each)
 RAY = str(Path(sys.executable).with_name("ray"))
+ROOT = Path(__file__).resolve().parents[2]
+SLOW = f"{Path(__file__).with_name('slow_agent.py')}:SlowAgent"
+PAUSE = 0.8  # seconds the slow agent takes per trial: the driver is still running when work joins
 # The head finds a node dead within about a second, not the default half minute.
 FAST_HEALTH = {
     "RAY_health_check_initial_delay_ms": "0",
@@ -222,32 +230,41 @@ def lease_hosts(store_url: str) -> set[str]:
             return set()
 
 
-def spec_for(suite: Path, store_url: str, run_id: str) -> RunSpec:
-    """The run's spec, its row written in the store (as run_trials does), leases of 3 s: a
-    trial the dead host held runs again 3 s after its last renewal, not RAY_LEASE_SECONDS."""
-    store = hx.Store(store_url, create=True)
-    store.add(run_row(run_id, suite="orders", status="running", config="{}", evidence="{}"))
-    store.close()
-    return RunSpec(str(suite), "scripted", store_url, run_id, hx.Policy(), lease_seconds=3.0)
+def expected_of(run_id: str, tasks: int = TASKS, trials: int = TRIALS) -> list[str]:
+    """The episode ids of a run's trials."""
+    return sorted(f"{run_id}-t{t}-{i}" for i in range(trials) for t in range(tasks))
 
 
-def jobs_of(run_id: str) -> tuple[list[Job], list[str]]:
-    """The run's jobs, and their episode ids."""
-    jobs = [Job(f"t{t}", i, trial_seed(0, f"t{t}", i)) for i in range(TRIALS) for t in range(TASKS)]
-    return jobs, sorted(f"{run_id}-{j.task_id}-{j.trial}" for j in jobs)
+def on_the_cluster(
+    cluster: Cluster, suite: Path, store_url: str, logs: Path, **options: Any
+) -> RunResult:
+    """``run_trials`` of the orders suite on the cluster, WORKERS Ray workers of one trial at a
+    time, on the Postgres store at ``store_url``: run ``r``."""
+    return run_trials(
+        suite,
+        agent="scripted",
+        trials=TRIALS,
+        executor="ray",
+        address=cluster.address,
+        workers=WORKERS,
+        concurrency=1,
+        store=store_url,
+        logs=logs,
+        run_id="r",
+        **options,
+    )
 
 
-def on_both_hosts(spec: RunSpec, jobs: list[Job], cluster: Cluster) -> RayExecutor:
-    """An executor whose workers run on both hosts, prepared: Ray's SPREAD places actors that
-    need no CPU at will (often all on one node of two), so the workers are started again until
-    some run on each."""
-    for _ in range(8):
-        executor = RayExecutor(spec, workers=WORKERS, concurrency=1, address=cluster.address)
-        executor.prepare(jobs)
-        if set(executor.hosts) == {socket.gethostname(), SECOND}:
-            return executor
-        executor.close()
-    raise AssertionError("Ray placed every worker on one host, eight times")
+def check_cli(folder: Path, expected: list[str]) -> None:
+    """``harness verify`` on the run folder passes, and ``harness report --json`` counts each
+    of the run's trials once."""
+    verified = CliRunner().invoke(main, ["verify", str(folder)])
+    assert verified.exit_code == 0, verified.output
+    assert f"verified: {len(expected)} episode(s)" in verified.output, verified.output
+    reported = CliRunner().invoke(main, ["report", str(folder), "--json"])
+    assert reported.exit_code == 0, reported.output
+    report = json.loads(reported.output)
+    assert (report["run"]["id"], report["trials"]) == (folder.name, len(expected))
 
 
 def check_run(store_url: str, state_url: str, run_id: str, expected: list[str]) -> set[str]:
@@ -294,30 +311,32 @@ def test_a_sqlite_store_is_refused_for_workers_on_the_second_host(
 def test_a_run_on_two_hosts_writes_one_postgres_store(
     cluster: Cluster, databases: tuple[str, str], tmp_path: Path
 ):
-    """Ray workers on both hosts run every trial of one run on one Postgres store:
-    cancels ran on both hosts, each committed once, and every chain verifies."""
+    """run_trials on the two-host cluster with a Postgres store runs every trial once on Ray
+    workers of both hosts: cancels ran on both, each committed once; every chain verifies,
+    and the CLI's verify and report on the run folder agree."""
     state_url, store_url = databases
     suite = write_suite(tmp_path / "suite", state_url, 0.0)
-    jobs, expected = jobs_of("r")
-    on_both_hosts(spec_for(suite, store_url, "r"), jobs, cluster).run(
-        jobs, on_result=lambda _job, _r: None
-    )
+    result = on_the_cluster(cluster, suite, store_url, tmp_path / "logs")
+    expected = expected_of("r")
+    assert result.complete and result.stopped is None
+    assert sorted(r.episode_id for r in result.results) == expected
     assert check_run(store_url, state_url, "r", expected) == {socket.gethostname(), SECOND}
+    check_cli(tmp_path / "logs" / "r", expected)
 
 
 def test_the_second_host_killed_mid_run_leaves_every_trial_done_once(
-    cluster: Cluster, databases: tuple[str, str], tmp_path: Path
+    cluster: Cluster, databases: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """The second host killed (SIGKILL to its raylet and workers) while it holds trials: the
     run finishes on the head, the lost trials handed out again and resumed once their leases
-    expire; every trial has one row, each cancel was committed once, every chain verifies."""
+    expire (3 s here, not RAY_LEASE_SECONDS); every trial has one row, each cancel was
+    committed once, every chain verifies, and verify and report on the folder agree."""
+    monkeypatch.setattr(ray_pool, "RAY_LEASE_SECONDS", 3.0)
     state_url, store_url = databases
     suite = write_suite(tmp_path / "suite", state_url, 0.3)
-    jobs, expected = jobs_of("r")
     killed: list[float] = []
-    ended: list[str] = []
 
-    def kill_when_held_there(_job: Job) -> None:
+    def kill_when_held_there(_task: str, _trial: int) -> None:
         if not killed:
             killed.append(0.0)
             watcher.start()
@@ -331,12 +350,186 @@ def test_the_second_host_killed_mid_run_leaves_every_trial_done_once(
 
     watcher = threading.Thread(target=watch, daemon=True)
     started = time.monotonic()
-    on_both_hosts(spec_for(suite, store_url, "r"), jobs, cluster).run(
-        jobs,
-        on_start=kill_when_held_there,
-        on_result=lambda job, r: ended.append(f"{job.task_id}-{job.trial}"),
+    result = on_the_cluster(
+        cluster, suite, store_url, tmp_path / "logs", on_start=kill_when_held_there
     )
     watcher.join()
     assert killed[0] > started
+    expected = expected_of("r")
+    assert result.complete and result.stopped is None
+    assert sorted(r.episode_id for r in result.results) == expected
     hosts = check_run(store_url, state_url, "r", expected)
     assert socket.gethostname() in hosts
+    check_cli(tmp_path / "logs" / "r", expected)
+
+
+def harness(*args: str, ledger: Path, pause: float, second: bool = False) -> subprocess.Popen[str]:
+    """``python -m harness ARGS`` in a session of its own, the slow agent pausing ``pause``
+    seconds per trial and noting each in ``ledger``; with ``second``, on the second host (a
+    UTS namespace named hx-second: its leases name that host)."""
+    command = [sys.executable, "-m", "harness", *args]
+    if second:
+        command = [
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            f'hostname {SECOND} && exec "$@"',
+            "sh",
+            *command,
+        ]
+    return subprocess.Popen(
+        command,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "COLUMNS": "200",
+            "HX_TEST_LEDGER": str(ledger),
+            "HX_TEST_PAUSE": str(pause),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def joined(store_url: str, run_id: str, ledger: Path, *options: str) -> subprocess.Popen[str]:
+    """``harness work`` of the run on the second host, the slow agent noting its trials in
+    ``ledger``."""
+    return harness(
+        *("work", f"{store_url}#{run_id}", "--agent", SLOW, "--trust-suite", *options),
+        ledger=ledger,
+        pause=PAUSE,
+        second=True,
+    )
+
+
+def held_on_second(store_url: str) -> str | None:
+    """An episode the second host holds the lease of and has begun, if any."""
+    store = hx.Store(store_url)
+    try:
+        return next(
+            (
+                x.episode_id
+                for x in store.leases()
+                if x.host == SECOND and store.episode(x.episode_id) is not None
+            ),
+            None,
+        )
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def driver_on_the_head(
+    suite: Path, store_url: str, logs: Path, ledger: Path
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``harness run`` of ``suite`` (one worker, the slow agent) on the head, on the store at
+    ``store_url``: the process and its run's id once the run is recorded running; the
+    process group killed after, if it still runs."""
+    driver = harness(
+        *("run", str(suite), "--agent", SLOW, "--trials", str(TRIALS), "--logs", str(logs)),
+        *("--store", store_url),
+        ledger=ledger,
+        pause=PAUSE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        run_id = None
+        while run_id is None and time.monotonic() < deadline and driver.poll() is None:
+            run_id = _running(store_url)
+            time.sleep(0.05)
+        assert run_id is not None, driver.communicate()[0]
+        yield driver, run_id
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+
+
+def check_finished(store_url: str, run_id: str, expected: list[str]) -> None:
+    """The run is finished, with one passed trial row per trial, no lease left, and it
+    verifies."""
+    store = hx.Store(store_url)
+    try:
+        (run,) = [r for r in store.runs() if r.id == run_id]
+        assert run.status == "finished"
+        rows = store.trial_rows(run_id)
+        assert sorted(r.episode_id for r in rows) == expected
+        assert all(TrialResult.from_row(r).passed for r in rows)
+        assert store.leases() == []
+        report = store.verify(run_id)
+        assert report.ok and not report.findings, report.findings
+    finally:
+        store.close()
+
+
+def test_a_worker_on_the_second_host_joins_a_run_started_on_the_head(tmp_path: Path):
+    """`harness run` on the head (one worker) and `harness work` on the second host, on the
+    run's store URL: both hosts hold trials' leases and both processes run trials, each trial
+    runs in exactly one of them, and the run ends finished and verifies."""
+    with fresh_database() as store_url:
+        suite = toy_suite(tmp_path / "suite", [1, 1, 1, 1])
+        ledger = tmp_path / "ledger.txt"
+        hosts: set[str] = set()
+        with driver_on_the_head(suite, store_url, tmp_path / "logs", ledger) as (
+            driver,
+            run_id,
+        ):
+            worker = joined(store_url, run_id, ledger)
+            deadline = time.monotonic() + 90
+            while worker.poll() is None and time.monotonic() < deadline:
+                hosts |= lease_hosts(store_url)
+                time.sleep(0.05)
+            worked, _ = worker.communicate(timeout=30)
+            drove, _ = driver.communicate(timeout=60)
+        assert worker.returncode == 0, worked
+        assert driver.returncode == 0, drove
+        expected = expected_of(run_id, tasks=4)
+        assert hosts == {socket.gethostname(), SECOND}
+        lines = [line.split() for line in ledger.read_text().splitlines()]
+        assert sorted(eid for _, eid in lines) == expected  # (each trial ran once)
+        pids = Counter(pid for pid, _ in lines)
+        assert set(pids) == {str(driver.pid), str(worker.pid)}, pids
+        assert f"ran {pids[str(worker.pid)]} trial(s) here" in worked, worked
+        check_finished(store_url, run_id, expected)
+        check_cli(tmp_path / "logs" / run_id, expected)
+
+
+def test_a_joined_worker_killed_on_the_second_host_loses_nothing(tmp_path: Path):
+    """`harness work --lease-seconds 3` on the second host killed (SIGKILL to its process
+    group) while it holds a trial: the head's driver, waiting for the trials the worker held,
+    takes that one over once its lease lapses (a holder on another host is not known dead
+    before), resumes its episode, and the run ends finished, every trial once, and verifies."""
+    with fresh_database() as store_url:
+        suite = toy_suite(tmp_path / "suite", [1, 1, 1, 1])
+        ledger = tmp_path / "ledger.txt"
+        with driver_on_the_head(suite, store_url, tmp_path / "logs", ledger) as (
+            driver,
+            run_id,
+        ):
+            worker = joined(store_url, run_id, ledger, "--lease-seconds", "3")
+            try:
+                deadline = time.monotonic() + 60
+                held = None
+                while held is None and worker.poll() is None and time.monotonic() < deadline:
+                    held = held_on_second(store_url)
+                    time.sleep(0.02)
+                assert held is not None, "the worker took no trial"
+            finally:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+            drove, _ = driver.communicate(timeout=60)
+        assert driver.returncode == 0, drove
+        expected = expected_of(run_id, tasks=4)
+        check_finished(store_url, run_id, expected)
+        lines = [line.split() for line in ledger.read_text().splitlines()]
+        assert sorted(set(eid for _, eid in lines)) == expected
+        assert [pid for pid, eid in lines if eid == held][-1] == str(driver.pid)
+        store = hx.Store(store_url)
+        try:
+            assert "resume" in [r.kind for r in store.log(held)]
+        finally:
+            store.close()
+        check_cli(tmp_path / "logs" / run_id, expected)
