@@ -14,10 +14,11 @@ configuration (:meth:`RunLimits.to_config`, :meth:`RunLimits.from_config`: a res
 them). Each worker holds a :class:`RunGate` for them while it runs trials: it is the
 process's :class:`~harness.agents.endpoint.Gate`, keeping its state in the run's store
 (:class:`~harness.store.limiter.Limiter`), so processes on one machine share them through a
-SQLite store and machines through a Postgres one. With a gate installed the circuit is shared
-too: a process that finds a server down records it, and every process of the run refuses its
-requests to that server while the record holds (the run stops on the first). A run with no
-limit installs no gate: nothing changes.
+SQLite store and machines through a Postgres one. The circuit is shared too, limits or none:
+a process that finds a server down records it, and every process of the run refuses its
+requests to that server while the record holds (the run stops on the first). Without limits a
+request costs the gate no store access but a read of the shared circuit at most every
+:data:`CIRCUIT_CACHE` seconds.
 """
 
 from __future__ import annotations
@@ -117,6 +118,11 @@ class RunLimits:
         if max_in_flight is None and rate is None and tokens is None:
             return None
         return cls(max_in_flight=max_in_flight, rate=rate, tokens=tokens)
+
+    @property
+    def none(self) -> bool:
+        """Whether no limit is kept (the gate then shares only the servers' circuits)."""
+        return self.max_in_flight is None and self.rate is None and self.tokens is None
 
     def to_config(self) -> dict[str, Any]:
         """The limits as a run's configuration records them (plain JSON)."""
@@ -233,6 +239,9 @@ class RunGate:
             EndpointDown: a process of the run found ``url`` down.
         """
         limits = self.limits
+        if limits.none:  # (nothing to count: only the shared circuit, read at most every
+            self._refuse_if_down(url)  # CIRCUIT_CACHE seconds)
+            return None
         with self._turn:
             while True:
                 self._refuse_if_down(url)

@@ -9,7 +9,6 @@ failed attempt stays in the record.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import threading
@@ -31,7 +30,7 @@ from ..store.signing import sign_episode
 from ..suite import Suite, Task, load_suite
 from .judge import Reference, judge, premature_end, reference_outcome
 from .layout import attempt_id, episode_id
-from .limits import RunGate
+from .limits import RunGate, RunLimits
 from .rebuild import apply_changes, recorded_changes
 from .spec import Job, RunSpec
 from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
@@ -205,8 +204,10 @@ class Worker:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_seconds = spec.lease_seconds
         self.transactions = spec.transactions
-        # Installed in this process while its trials run (none without limits: no cost).
-        self.gate = None if spec.limits is None else RunGate(self.store, spec.run_id, spec.limits)
+        # Installed in this process while its trials run: the run's limits, and its servers'
+        # circuits shared with every other process of the run (one worker finding a server
+        # down stops them all), limits or none.
+        self.gate = RunGate(self.store, spec.run_id, spec.limits or RunLimits())
 
     def reference(self, task: Task) -> Reference:
         """The task's reference outcome (computed once per worker, whichever of its threads
@@ -241,7 +242,7 @@ class Worker:
                 state, eid = trial_state(self.store, trial_id)
             if state in ("done", "pending"):
                 return None
-            with self.gate or contextlib.nullcontext():
+            with self.gate:
                 return self._trial(job, eid, resume=state == "resume")
 
     def _trial(self, job: Job, eid: str, *, resume: bool) -> TrialResult:

@@ -131,9 +131,10 @@ def test_the_limits_are_recorded_and_resume_keeps_them(
     assert "limits" not in json.loads(hx.Store(plain.folder / "harness.db").runs()[0].config)
 
 
-def test_a_worker_holds_a_gate_only_for_a_run_with_limits(toy: Suite, tmp_path: Path) -> None:
-    """A worker of a run without limits holds no gate; one with limits installs its gate
-    while a trial runs and removes it after."""
+def test_a_worker_installs_its_gate_while_a_trial_runs(toy: Suite, tmp_path: Path) -> None:
+    """A worker installs its run's gate while a trial runs and removes it after; without
+    limits the gate counts nothing in the store (a request takes no slot) and shares only
+    the circuit."""
     from harness.runs.spec import Job, RunSpec
 
     seen: list[object] = []
@@ -153,13 +154,18 @@ def test_a_worker_holds_a_gate_only_for_a_run_with_limits(toy: Suite, tmp_path: 
     spec = RunSpec(
         suite=str(toy.path), agent=None, store_url=str(store), run_id="r", policy=hx.Policy()
     )
-    assert Worker(spec, suite=toy, agent=Peek()).gate is None  # type: ignore[arg-type]
+    bare = Worker(spec, suite=toy, agent=Peek())  # type: ignore[arg-type]
+    with bare.gate:
+        assert bare.gate.enter("http://model") is None  # (no slot: nothing counted)
+    bare.trial(Job("t0", 0, 1))
+    assert seen == [bare.gate] and gate() is None
+    seen.clear()
     limited = Worker(
         RunSpec(**{**spec.__dict__, "limits": RunLimits(max_in_flight=1)}),
         suite=toy,
         agent=Peek(),  # type: ignore[arg-type]
     )
-    limited.trial(Job("t0", 0, 1))
+    limited.trial(Job("t0", 1, 1))
     assert seen == [limited.gate] and gate() is None
 
 

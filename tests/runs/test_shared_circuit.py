@@ -23,13 +23,14 @@ from .test_run_limits import opts
 pytestmark = pytest.mark.usefixtures("fresh_endpoints")
 
 
+@pytest.mark.parametrize("max_in_flight", [10, None])
 def test_a_server_one_process_finds_down_stops_the_other_at_once(
-    toy: Suite, tmp_path: Path
+    toy: Suite, tmp_path: Path, max_in_flight: int | None
 ) -> None:
     """A server failing every request: the process whose requests fail fast opens its
     circuit and records it, and the other process, whose requests fail slowly, stops at its
     next request instead of spending its own five failures. The run stops saying the server
-    is down."""
+    is down. The circuit is shared whether the run keeps limits or none."""
     policy = ReplayPolicy(toy.tasks)
     slow = threading.Event()
 
@@ -48,7 +49,7 @@ def test_a_server_one_process_finds_down_stops_the_other_at_once(
             trials=1,
             workers=2,
             logs=tmp_path,
-            max_in_flight=10,
+            max_in_flight=max_in_flight,
         )
         requests = list(server.requests)
     assert result.stopped is not None and "is down" in result.stopped
