@@ -24,13 +24,15 @@ FULL = "the disk is full"
 READ_ONLY = "the database file (or its folder) is read-only"
 IO_ERROR = "the disk reported an I/O error"
 LOCKED = "another process held the store's write lock past the busy timeout"
+CONNECTIONS = "the database server has no connection left for this process (max_connections)"
 
 # SQLite's primary result codes (the low byte of an extended code).
 _SQLITE_CODES = {13: FULL, 8: READ_ONLY, 10: IO_ERROR, 5: LOCKED, 6: LOCKED}
 
 # Postgres SQLSTATEs: disk_full, read_only_sql_transaction, io_error, lock_not_available,
-# query_canceled (a lock_timeout or statement_timeout ran out).
+# query_canceled (a lock_timeout or statement_timeout ran out), too_many_connections.
 _SQLSTATES = {
+    "53300": CONNECTIONS,
     "53100": FULL,
     "25006": READ_ONLY,
     "58030": IO_ERROR,
@@ -49,6 +51,8 @@ _WORDS = (
     ("disk i/o error", IO_ERROR),
     ("database is locked", LOCKED),
     ("database table is locked", LOCKED),
+    ("too many clients", CONNECTIONS),
+    ("remaining connection slots are reserved", CONNECTIONS),
 )
 
 _WHAT_TO_DO = {
@@ -56,6 +60,11 @@ _WHAT_TO_DO = {
     READ_ONLY: "Make the database file and its folder writable by this user",
     IO_ERROR: "Check the disk (the system log says what failed)",
     LOCKED: "Let the other process finish, or stop it",
+    CONNECTIONS: (
+        "Each trial in flight holds one connection to the store: lower --concurrency or "
+        "--workers, or raise the server's max_connections (or put a pooler such as PgBouncer "
+        "in front of it)"
+    ),
 }
 
 

@@ -137,6 +137,11 @@ class Store(_Chain, _Leases):
         try:
             if readonly and self.path is not None:
                 self.engine: Engine = create_engine(self.url, creator=self._readonly_connection)
+            elif self.path is None and not self.url.startswith("sqlite"):
+                # An episode in flight holds a connection while it runs: a worker with N
+                # trials in flight needs N, so the pool keeps five and opens the rest as asked
+                # (the server's max_connections is the bound, refused in words).
+                self.engine = create_engine(self.url, pool_size=5, max_overflow=-1)
             else:
                 self.engine = create_engine(self.url)
         except Exception as exc:  # a missing driver or a malformed URL, whatever SQLAlchemy says

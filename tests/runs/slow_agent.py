@@ -12,9 +12,10 @@ from harness.agents.simulated import SimulatedAgent
 
 
 class SlowAgent(SimulatedAgent):
-    """The simulated agent with no errors, sleeping ``pause`` seconds per trial (default: the
-    ``HX_TEST_PAUSE`` variable, else 0.25); with a ``ledger`` (default: the ``HX_TEST_LEDGER``
-    file) it appends ``<pid> <episode id>`` for each trial it runs."""
+    """The simulated agent with no errors, sleeping ``pause`` seconds per trial, half before
+    its writes and half after (default: the ``HX_TEST_PAUSE`` variable, else 0.25); with a
+    ``ledger`` (default: the ``HX_TEST_LEDGER`` file) it appends ``<pid> <episode id>`` for
+    each trial it runs."""
 
     name = "slow"
 
@@ -29,8 +30,10 @@ class SlowAgent(SimulatedAgent):
         return {**super().config(), "agent": self.name, "pause": self.pause}
 
     def run(self, task: Any, toolbox: Any, *, seed: int) -> Any:
-        time.sleep(self.pause)
+        time.sleep(self.pause / 2)
         if self.ledger:
             with Path(self.ledger).open("a", encoding="utf-8") as f:
                 f.write(f"{os.getpid()} {toolbox.episode.id}\n")
-        return super().run(task, toolbox, seed=seed)
+        out = super().run(task, toolbox, seed=seed)
+        time.sleep(self.pause / 2)  # (its episode holds its store connection meanwhile)
+        return out

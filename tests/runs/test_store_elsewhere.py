@@ -357,3 +357,26 @@ def test_a_joined_worker_killed_mid_trial_loses_nothing_and_repeats_nothing(tmp_
         assert store.verify(run_id).ok and store.leases() == []
     finally:
         store.close()
+
+
+def test_many_trials_in_flight_on_a_postgres_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Each episode in flight holds a connection to the store while it runs: 40 at once in one
+    process (SQLAlchemy's default pool would make the 16th wait 30 s, then fail), then a run
+    with 24 trials in flight in one worker."""
+    monkeypatch.setenv("HX_TEST_PAUSE", "0.5")
+    suite = write_suite(tmp_path / "suite", [1, 1, 1, 1])
+    with fresh_database() as url:
+        store = hx.Store(url)
+        try:
+            started = time.monotonic()
+            writers = [store.writer(f"e{i}") for i in range(40)]
+            assert time.monotonic() - started < 10
+            for w in writers:
+                w.close()
+        finally:
+            store.close()
+        result = run_trials(
+            suite, agent=SLOW, trials=6, concurrency=24, logs=tmp_path / "logs", store=url
+        )
+        assert result.complete and len(result.results) == 24
+        assert all(r.passed for r in result.results)
