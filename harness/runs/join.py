@@ -226,7 +226,7 @@ def work_run(
                 raise
             if sigint.requested:
                 out.interrupted = True
-            else:
+            elif watch.status != RunStatus.FINISHED:  # (finished: every trial has its result)
                 out.stopped = f"the run is {watch.status}: its driver stopped it"
         except (EndpointDown, WorkerLost) as exc:
             out.stopped = str(exc)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -380,3 +381,48 @@ def test_many_trials_in_flight_on_a_postgres_store(tmp_path: Path, monkeypatch: 
         )
         assert result.complete and len(result.results) == 24
         assert all(r.passed for r in result.results)
+
+
+def _set_status(url: str, status: str) -> None:
+    store = hx.Store(url)
+    try:
+        store.add(hx.store.RunRow(**{**store.runs()[0].model_dump(), "status": status}))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("status", ["interrupted", "finished"])
+def test_work_leaves_when_the_run_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str
+):
+    """A joined worker stops taking trials once the run is recorded as no longer running: an
+    interrupted run is a stop it reports (`harness resume` finishes it), with the trials left
+    named; a finished one is not."""
+    monkeypatch.setenv("HX_TEST_PAUSE", "0.3")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    suite = write_suite(tmp_path / "suite", [1, 1])
+
+    def stop_at_once(_result: object) -> None:
+        raise KeyboardInterrupt
+
+    first = run_trials(
+        suite, agent=SLOW, trials=8, logs=tmp_path / "logs", store=url, progress=stop_at_once
+    )
+    _set_status(url, "running")  # (as a killed driver leaves it)
+    flip = threading.Timer(0.5, _set_status, (url, status))
+    flip.start()
+    try:
+        done = work_run(tmp_path / "logs" / first.run_id, agent=SLOW, trust=True)
+    finally:
+        flip.cancel()
+    assert done.ran and done.left  # (it stopped before the end)
+    if status == "interrupted":
+        assert done.stopped == "the run is interrupted: its driver stopped it"
+    else:
+        assert done.stopped is None
+    store = hx.Store(url)
+    try:
+        assert len(store.trial_rows(first.run_id)) == 1 + len(done.ran)
+        assert store.verify(first.run_id).ok and store.leases() == []
+    finally:
+        store.close()
