@@ -100,3 +100,24 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         asyncio.run(pyfuncitem.obj(**{n: pyfuncitem.funcargs[n] for n in names}))
         return True
     return None
+
+
+# Modules whose tests join a Ray cluster by its address. A process that was connected to one
+# Ray cluster cannot join another (Ray keeps the first cluster's id, and the second refuses
+# its requests: "Wrong cluster ID token"), so they run first, before any test starts a local
+# Ray in this process.
+_RAY_CLUSTERS_FIRST = ("tests/runs/test_ray_hosts.py",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests of :data:`_RAY_CLUSTERS_FIRST` before every other test."""
+    root = Path(str(config.rootpath))
+
+    def first(item: pytest.Item) -> bool:
+        try:
+            where = Path(str(item.path)).relative_to(root).as_posix()
+        except ValueError:
+            return False
+        return where in _RAY_CLUSTERS_FIRST
+
+    items[:] = [i for i in items if first(i)] + [i for i in items if not first(i)]

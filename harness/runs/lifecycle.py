@@ -22,6 +22,7 @@ from .._json import dumps
 from ..errors import ConfigurationError, EndpointDown, StoreError
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
 from ..store import EpisodeStatus, RunStatus, SigningKey, Store, TrialRow
+from ..store.limiter import Limiter
 from ..store.signing import sign_run
 from .executors import AnyStop, Executor, Prepares, Stop, StopFlag, StopOnSigint
 from .layout import (
@@ -338,6 +339,13 @@ def carry_out(
     if isinstance(executor, Prepares):
         executor.prepare(jobs)
     try:
+        # A start or resume tries the servers again: the circuits the run's processes found
+        # open before are forgotten (a worker that joins later keeps to the record).
+        forget = Limiter(store, record.run_id)
+        try:
+            forget.forget_circuits()
+        finally:
+            forget.close()
         record.write(RunStatus.RUNNING)
     except BaseException:
         if isinstance(executor, Prepares):

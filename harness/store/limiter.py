@@ -253,6 +253,12 @@ class Limiter:
             return None
         return Circuit(url, float(row[0]), row[1], int(row[2]), float(row[3]), int(row[4]), row[5])
 
+    def forget_circuits(self) -> None:
+        """Close every circuit a process of the run recorded open (a run started or resumed
+        anew tries its servers again at once, as a new process's own circuit would)."""
+        with self._transaction("") as (cur, m, _now):
+            cur.execute(f"DELETE FROM hx_circuit WHERE run_id = {m}", (self.run_id,))
+
     def close(self) -> None:
         """Give back every slot this process holds and close the connection."""
         # (A slot left behind lapses at its expiry.)
