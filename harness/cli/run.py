@@ -151,7 +151,9 @@ def rerun_agent_options(command: Any) -> Any:
         "--trust-agent",
         is_flag=True,
         help="Build the agent from the module:Class or file.py:Class the run folder records "
-        "(it imports the code it names).",
+        "(it imports the code it names), and give your API key back to the server it records "
+        "(without it, only to the agent's default server or one you name with "
+        "HARNESS_OPENAI_BASE_URL).",
     )(command)
     return click.option(
         "--agent",

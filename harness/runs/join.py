@@ -29,6 +29,7 @@ from .layout import episode_id, open_run
 from .lifecycle import HELD_POLL, run_jobs
 from .resume import (
     agent_spec,
+    check_secret_servers,
     run_agent,
     run_policy,
     run_suite,
@@ -166,6 +167,7 @@ def work_run(
         policy, notes = run_policy(run)
         notes += signing_notes(store, row.id, signing_key)
         spec = agent_spec(run, agent, trust=trust_agent)
+        check_secret_servers(run, secrets, trust=trust_agent)
         agent_obj = run_agent(run, spec, secrets=secrets)
         if executor == "ray" and not isinstance(spec, str):
             raise ConfigurationError(

@@ -37,6 +37,7 @@ from .worker import TrialResult, Worker, trial_state
 __all__ = [
     "ResumeResult",
     "agent_spec",
+    "check_secret_servers",
     "resume_run",
     "run_agent",
     "run_policy",
@@ -154,6 +155,54 @@ def run_agent(
             "agent"
         )
     return built
+
+
+# Where each secret a run does not record is sent: the recorded options naming its server (the
+# first one given), and the variables with which a user names a server of their own.
+_SECRET_SERVERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "api_key": (("base_url",), ("HARNESS_OPENAI_BASE_URL",)),
+    "user_api_key": (
+        ("user_base_url", "base_url"),
+        ("HARNESS_USER_BASE_URL", "HARNESS_OPENAI_BASE_URL"),
+    ),
+}
+
+
+def check_secret_servers(
+    run: OpenRun, secrets: dict[str, Any] | None, *, trust: bool = False
+) -> None:
+    """Refuse to give a secret (an API key) back to an agent whose recorded options would send
+    it to a server the caller did not name.
+
+    A run folder is data: whoever can write it can record any ``base_url``. A key from the
+    caller's environment is given back only when the server it goes to is the agent's
+    default, or one the caller names (``HARNESS_OPENAI_BASE_URL``; for the user simulator's
+    key ``HARNESS_USER_BASE_URL`` too), or when the caller trusts the folder (``trust``:
+    ``--trust-agent``).
+
+    Raises:
+        ConfigurationError: naming the server, the key and both ways to go on.
+    """
+    if trust or not secrets:
+        return
+    stored = dict(run.config.get("agent_options") or {})
+    for key in secrets:
+        if key not in stored or key not in _SECRET_SERVERS:
+            continue
+        options, variables = _SECRET_SERVERS[key]
+        server = next((str(stored[o]) for o in options if stored.get(o)), None)
+        if server is None:
+            continue  # (the agent's default server)
+        named = {str(os.environ.get(v, "")).rstrip("/") for v in variables} - {""}
+        if server.rstrip("/") in named:
+            continue
+        raise ConfigurationError(
+            f"run {run.run.id} in {run.where} records its agent's server for {key} as "
+            f"{server}; a run folder does not choose where your key goes, so it was not "
+            f"given back and nothing was sent: name that server yourself ({variables[0]}="
+            f"{server}), or trust the folder's agent configuration (`--trust-agent`, "
+            "trust_agent=True)"
+        )
 
 
 def agent_options(run: OpenRun, secrets: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -381,6 +430,7 @@ def resume_run(
             policy, notes = run_policy(run)
         notes += signing_notes(store, run.run.id, signing_key)
         spec = agent_spec(run, agent, trust=trust_agent)
+        check_secret_servers(run, secrets, trust=trust_agent)
         agent_obj = run_agent(run, spec, secrets=secrets)
         if executor == "ray" and not isinstance(spec, str):
             raise ConfigurationError(
