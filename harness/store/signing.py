@@ -19,6 +19,7 @@ import base64
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -131,9 +132,21 @@ class SigningKey:
         """Read a PEM private key (``harness keygen`` writes it).
 
         Raises:
-            ConfigurationError: the file is missing or is not an Ed25519 private key.
+            ConfigurationError: the file is missing, is not an Ed25519 private key, or others
+                than its owner may read or write it (as ssh refuses such a key: whoever read
+                it could sign a run as you).
         """
-        return cls.from_pem(_read(path, "signing key"), str(path))
+        key = cls.from_pem(_read(path, "signing key"), str(path))
+        if os.name == "posix":
+            mode = stat.S_IMODE(Path(path).stat().st_mode)
+            if mode & 0o077:
+                raise ConfigurationError(
+                    f"signing key {path} is open to others than its owner (mode {mode:04o}): "
+                    "whoever read it could sign a run as you, so it was not used. Make it "
+                    f"yours alone (`chmod 600 {path}`), or make a new one (`harness keygen`) "
+                    "if others may have read it"
+                )
+        return key
 
     def pem(self) -> bytes:
         """The key as unencrypted PKCS #8 PEM (what :meth:`save` writes)."""

@@ -251,3 +251,36 @@ def test_what_reports_read_is_under_the_chain_without_a_key(run: Path, edit: str
     where_found, what = found.format(e=episode).split(": ", 1)
     findings = audit(run, key=None)
     assert any(where_found in f and what in f for f in findings), findings
+
+
+def test_a_private_key_others_may_read_is_refused_and_nothing_runs(tmp_path: Path):
+    """A signing key readable or writable by others than its owner (0644, 0640, 0660) is
+    refused, naming its mode and `chmod 600`, as ssh refuses one; `harness run --signing-key`
+    with it starts no run. Made the owner's alone, it is used."""
+    path = tmp_path / "harness.key"
+    key = hx.SigningKey.generate()
+    key.save(path)
+    for mode in (0o644, 0o640, 0o660, 0o604):
+        path.chmod(mode)
+        with pytest.raises(hx.ConfigurationError, match=f"mode {mode:04o}.*chmod 600"):
+            hx.SigningKey.load(path)
+    suite = write_suite(tmp_path / "suite", [1])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(suite),
+            "--agent",
+            "scripted",
+            "--trials",
+            "1",
+            "--logs",
+            str(tmp_path / "logs"),
+            "--signing-key",
+            str(path),
+        ],
+    )
+    assert result.exit_code == 2 and "chmod 600" in result.output, result.output
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())
+    path.chmod(0o600)
+    assert hx.SigningKey.load(path).key_id == key.key_id
