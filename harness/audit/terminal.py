@@ -162,7 +162,14 @@ def render_verify(report: VerifyReport) -> str:
         checked += f"; signatures of key {report.signed_by}"
     if report.ok:
         signed = "" if report.signed_by is None else ", signatures hold"
-        return f"[green]verified[/]: {checked}; hash chains, digests and rows agree{signed}"
+        said = f"[green]verified[/]: {checked}; hash chains, digests and rows agree{signed}"
+        if report.unchecked_signatures:
+            said += (
+                f"\n[yellow]signatures not checked[/]: signed with key "
+                f"{', '.join(report.signers)}; give its public key (--public-key) to check them "
+                "(without it, a rewrite with recomputed hashes is not found)"
+            )
+        return said
     lines = [f"[red]NOT VERIFIED[/]: checked {checked}"]
     lines.extend(f"  {escape(str(f))}" for f in report.findings)
     return "\n".join(lines)

@@ -167,6 +167,12 @@ def report_command(
         console = Console()
         render(report, console, per_task=per_task, all_k=all_k)
         render_gate(judgements, fail_under_on, console)
+        if check.unchecked_signatures:
+            console.print(
+                f"[yellow]signatures not checked[/]: the run is signed (key "
+                f"{', '.join(check.signers)}); `harness report {run} --public-key K.pub` checks "
+                "them"
+            )
     if html_file is not None:
         from ..audit.html import render_report
 

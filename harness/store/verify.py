@@ -90,6 +90,14 @@ class VerifyReport:
     escalations: int = 0
     findings: list[Finding] = field(default_factory=list)
     signed_by: str | None = None  # the id of the public key the signatures were checked with
+    # The ids of the keys that signed what was checked (its episodes, its run), checked or not.
+    signers: list[str] = field(default_factory=list)
+
+    @property
+    def unchecked_signatures(self) -> bool:
+        """Whether what was checked is signed and no public key checked the signatures (its
+        hash chains prove no edit a rewrite with recomputed hashes could not hide)."""
+        return bool(self.signers) and self.signed_by is None
 
     @property
     def ok(self) -> bool:
@@ -101,6 +109,14 @@ class VerifyReport:
         return {
             "ok": self.ok,
             "signed_by": self.signed_by,
+            "signers": self.signers,
+            "signatures": (
+                "checked"
+                if self.signed_by is not None
+                else "not checked: give the public key (--public-key)"
+                if self.signers
+                else "none"
+            ),
             "episodes": self.episodes,
             "records": self.records,
             "transactions": self.transactions,
@@ -587,6 +603,10 @@ def verify_run(
             report.findings.append(finding)
     if whole_store:
         report.findings.extend(_orphans(store, episodes))
+    subjects = {e.id for e in episodes} | ({run_id} if run_id is not None else set())
+    report.signers = sorted(
+        {s.key_id for s in store.signatures() if whole_store or s.subject in subjects}
+    )
     if public_key is not None:
         report.signed_by = public_key.key_id
         runs = [

@@ -7,6 +7,7 @@ the public key names the episode or run whose signed fact no longer holds.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import stat
@@ -284,3 +285,35 @@ def test_a_private_key_others_may_read_is_refused_and_nothing_runs(tmp_path: Pat
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())
     path.chmod(0o600)
     assert hx.SigningKey.load(path).key_id == key.key_id
+
+
+def test_a_signed_run_verified_without_its_public_key_says_its_signatures_were_not_checked(
+    tmp_path: Path,
+):
+    """`harness verify` and `harness report` of a signed run without --public-key pass, and
+    say the signatures were not checked, naming the key (--json: `signatures` and `signers`);
+    with the public key they say the signatures hold; an unsigned run says neither."""
+    path = tmp_path / "harness.key"
+    key = hx.SigningKey.generate()
+    key.save(path)
+    suite = write_suite(tmp_path / "suite", [1])
+    signed = hx.run_trials(suite, agent="scripted", logs=tmp_path / "logs", signing_key=key)
+    plain = hx.run_trials(suite, agent="scripted", logs=tmp_path / "plain")
+    runner = CliRunner()
+    said = runner.invoke(main, ["verify", str(signed.folder)])
+    assert said.exit_code == 0 and "signatures not checked" in said.output, said.output
+    assert key.key_id in said.output
+    said = runner.invoke(main, ["report", str(signed.folder)])
+    assert said.exit_code == 0 and "signatures not checked" in said.output, said.output
+    data = json.loads(runner.invoke(main, ["report", str(signed.folder), "--json"]).output)
+    assert data["verification"]["signers"] == [key.key_id]
+    assert data["verification"]["signatures"].startswith("not checked")
+    checked = runner.invoke(
+        main, ["verify", str(signed.folder), "--public-key", f"{path}.pub"]
+    ).output
+    assert "signatures hold" in checked and "not checked" not in checked
+    for command in (["verify", str(plain.folder)], ["report", str(plain.folder)]):
+        out = runner.invoke(main, command).output
+        assert "signatures" not in out.lower() or "not checked" not in out, out
+    data = json.loads(runner.invoke(main, ["report", str(plain.folder), "--json"]).output)
+    assert data["verification"]["signatures"] == "none" and data["verification"]["signers"] == []
