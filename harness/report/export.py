@@ -45,6 +45,7 @@ from ..runs.resume import run_suite
 from ..runs.toolbox import BARE
 from ..stats import InfraPolicy
 from ..store import Store, TransactionRow, TrialRow
+from ..store.records import trial_failures, trial_steps
 from ..store.statuses import APPLIED
 from ..suite import TAU2_BASIS_TAG, TAU2_INDEX_TAG, Suite, Task, is_builtin_suite
 
@@ -341,8 +342,8 @@ def _harness_info(row: TrialRow) -> dict[str, Any]:
         "partial": row.partial,
         "outcome": row.outcome,
         "infra_error": row.infra_error,
-        "failures": loads_or(row.failures, {}),
-        "steps": loads_or(row.steps, []),
+        "failures": trial_failures(row),
+        "steps": trial_steps(row),
         "verdict": loads_or(row.verdict, {}),
         "agent_meta": loads_or(row.agent_meta, {}),
     }

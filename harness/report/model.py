@@ -33,6 +33,7 @@ from ..stats import (
     suite_pass_hat_k,
 )
 from ..store import TrialRow
+from ..store.records import trial_failures, trial_steps
 
 __all__ = [
     "COMPARISON_FORMAT",
@@ -361,7 +362,7 @@ def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: floa
     step_lists: list[list[bool]] = []
     partials: list[float] = []
     for i in keep:
-        steps_here = [[bool(b) for b in loads_or(x.steps, [])] for x in counted[i]]
+        steps_here = [trial_steps(x) for x in counted[i]]
         step_lists.extend(steps_here)
         part = [x.partial for x in counted[i] if x.partial is not None]
         partials.extend(part)
@@ -398,7 +399,7 @@ def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: floa
     sc = self_conditioning(histories, confidence) if histories else None
     failures: Counter[str] = Counter()
     for row in data.trials:
-        failures.update({str(k): int(v) for k, v in loads_or(row.failures, {}).items()})
+        failures.update(trial_failures(row))
     return Report(
         run_id=data.run.id,
         suite=data.run.suite,

@@ -163,6 +163,8 @@ def work_run(
                 f"to join: {then}"
             )
         store = run.store
+        for trial in store.trial_rows(row.id):  # (a row it cannot read: refused first)
+            TrialResult.from_row(trial)
         loaded = run_suite(run, suite=suite, trust=trust)
         policy, notes = run_policy(run)
         notes += signing_notes(store, row.id, signing_key)

@@ -424,6 +424,8 @@ def resume_run(
     with open_run(folder, writable=True) as run:
         store: Store = run.store
         config = run.config
+        for written in store.trial_rows(run.run.id):  # (a row it cannot read: refused first)
+            TrialResult.from_row(written)
         loaded = run_suite(run, suite=suite, trust=trust)
         notes: list[str] = []
         if policy is None:

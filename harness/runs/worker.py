@@ -26,6 +26,7 @@ from ..episode import Episode
 from ..errors import EndpointDown, Escalated, HarnessError, ModelServerError
 from ..faults import WorkerCrash
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
+from ..store.records import trial_failures, trial_steps
 from ..store.signing import sign_episode
 from ..suite import Suite, Task, load_suite
 from .judge import Reference, judge, premature_end, reference_outcome
@@ -90,8 +91,8 @@ class TrialResult:
             partial=row.partial,
             outcome=row.outcome,
             infra_error=row.infra_error,
-            failures=loads(row.failures or "{}"),
-            steps=loads(row.steps or "[]"),
+            failures=trial_failures(row),
+            steps=trial_steps(row),
             duration=row.duration,
             usage=trial_usage(meta if isinstance(meta, dict) else {}),
             agent_error=error if isinstance(error, str) else None,

@@ -14,8 +14,9 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict
 
 from .._json import loads_or
+from ..errors import StoreError
 
-__all__ = ["Escalation", "Transaction", "Trial"]
+__all__ = ["Escalation", "Transaction", "Trial", "trial_failures", "trial_steps"]
 
 
 class _Record(BaseModel):
@@ -128,3 +129,39 @@ class Trial(_Record):
     agent_meta: Any = None
     duration: float = 0.0
     created_at: float
+
+
+def _edited(row: Any, what: str, shape: str, got: Any) -> StoreError:
+    shown = repr(got)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return StoreError(
+        f"trial {row.id}: its {what} are not what the harness writes ({shape}; the row holds "
+        f"{shown}): the row was edited, or written by something else; nothing was read from "
+        "it. `harness verify` names what else was changed"
+    )
+
+
+def trial_failures(row: Any) -> dict[str, int]:
+    """A trial row's failed calls by failure class, as the harness writes them.
+
+    Raises:
+        StoreError: they are not an object of counts (the row was edited).
+    """
+    value = loads_or(row.failures or "{}", None)
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()
+    ):
+        raise _edited(row, "failures", "an object of counts by failure class", value)
+    return {str(k): v for k, v in value.items()}
+
+
+def trial_steps(row: Any) -> list[bool]:
+    """A trial row's steps (each step passed or not), as the harness writes them.
+
+    Raises:
+        StoreError: they are not a list of true/false (the row was edited).
+    """
+    value = loads_or(row.steps or "[]", None)
+    if not isinstance(value, list) or not all(isinstance(v, bool) for v in value):
+        raise _edited(row, "steps", "a list of true or false", value)
+    return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -424,5 +425,42 @@ def test_work_leaves_when_the_run_stops(
     try:
         assert len(store.trial_rows(first.run_id)) == 1 + len(done.ran)
         assert store.verify(first.run_id).ok and store.leases() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "words"),
+    [
+        ("failures", '"boom"', "its failures are not what the harness writes"),
+        ("failures", '{"x": -1}', "its failures are not what the harness writes"),
+        ("steps", '{"a": 1}', "its steps are not what the harness writes"),
+        ("steps", "[1, 2]", "its steps are not what the harness writes"),
+    ],
+)
+def test_a_trial_row_of_the_wrong_shape_is_refused_in_words(
+    tmp_path: Path, column: str, value: str, words: str
+):
+    """A trial row whose failures or steps are not what the harness writes: report, export and
+    resume refuse it naming the trial (exit 2, no traceback), resume writing nothing (the run
+    stays finished)."""
+    suite = write_suite(tmp_path / "suite", [1, 1])
+    result = run_trials(suite, agent="simulated", trials=1, logs=tmp_path / "logs")
+    assert result.folder is not None
+    folder = result.folder
+    first = result.results[0].episode_id
+    with sqlite3.connect(folder / "harness.db") as db:
+        db.execute(f"UPDATE hx_trial SET {column} = ? WHERE id = ?", (value, first))
+    for command in (
+        ["report", str(folder)],
+        ["export", str(folder), "--format", "jsonl"],
+        ["resume", str(folder), "--trust-suite"],
+    ):
+        code, out = invoke(*command)
+        assert code == 2 and words in out and first in out, (command, out)
+        assert "Traceback" not in out
+    store = hx.Store(folder / "harness.db")
+    try:
+        assert store.runs()[0].status == "finished"
     finally:
         store.close()
