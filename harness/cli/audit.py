@@ -19,7 +19,6 @@ from ..policy import FailureClass
 from ..runs.layout import OpenStore, open_store
 from ..runs.output import write_output
 from ..store import EpisodeRow, PublicKey, Store
-from ..store.signing import sign_episode
 from ..store.verify import verify_run
 from ._common import console, dump, fail, signing_key, signing_key_option
 
@@ -211,9 +210,9 @@ def escalations_command(
         key = signing_key(signing_key_file)
         store = Store(url)
         try:
-            row = store.resolve(escalation_id, decision, by=by, reason=reason, edit=edit)
-            if key is not None:
-                sign_episode(store, row.episode_id, key)
+            row = store.resolve(
+                escalation_id, decision, by=by, reason=reason, edit=edit, signing_key=key
+            )
         finally:
             store.close()
     except HarnessError as exc:

@@ -25,7 +25,7 @@ from .jsonlines import EpisodeLog, JsonLines, _stamp
 from .leases import _Leases
 from .projection import derive
 from .records import Escalation, Transaction, Trial
-from .signing import PublicKey
+from .signing import PublicKey, SigningKey, sign_episode
 from .statuses import RESOLVED_AS, EscalationStatus
 from .tables import (
     DEFAULT_URL,
@@ -527,6 +527,7 @@ class Store(_Chain, _Leases):
         by: str,
         reason: str = "",
         edit: Mapping[str, Any] | None = None,
+        signing_key: SigningKey | None = None,
     ) -> Escalation:
         """Record a person's decision on a pending escalation; returns the escalation as it is
         now.
@@ -538,6 +539,9 @@ class Store(_Chain, _Leases):
             by: who decided.
             reason: why.
             edit: the replacement arguments, required with ``edit``.
+            signing_key: the key the episode is signed with: its head, moved by the decision's
+                record, is signed again (without it, an audit with the public key names the
+                episode until a resume with the key signs it).
         """
         if decision not in {"approve", "reject", "edit"}:
             raise StoreError(
@@ -587,6 +591,8 @@ class Store(_Chain, _Leases):
                 writer.update_head()
         finally:
             writer.close()
+        if signing_key is not None:
+            sign_episode(self, row.episode_id, signing_key)
         return Escalation.of(self._escalation(escalation_id))
 
     def _escalation(self, escalation_id: str, writer: EpisodeWriter | None = None) -> EscalationRow:

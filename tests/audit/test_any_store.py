@@ -212,3 +212,22 @@ def test_a_decision_moves_the_signed_head_and_resolve_signs_it_again(
         assert code == 1
         (finding,) = json.loads(out)["findings"]
         assert finding["episode_id"] == "mine-2" and "differs" in finding["reason"]
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_a_decision_made_from_python_with_the_key_keeps_the_episode_verifiable(
+    tmp_path: Path, signed: bool
+) -> None:
+    """`Store.resolve(..., signing_key=KEY)` signs the head the decision moved, so the audit
+    with the public key still holds; without the key it names the episode."""
+    db = _own_code_store(tmp_path, signed=True)
+    pub = tmp_path / "signing.pub"
+    pub.write_bytes(KEY.public.pem())
+    store = hx.Store(db)
+    try:
+        (pending,) = store.escalations(status="pending")
+        store.resolve(pending.id, "reject", by="ana", signing_key=KEY if signed else None)
+        report = store.verify(public_key=pub)
+    finally:
+        store.close()
+    assert report.ok is signed, report.findings
