@@ -40,7 +40,7 @@ from ..store.test_postgres_many_writers import SERVER, _libpq, databases, psycop
 from ..store.test_postgres_ray import TASKS, OrdersInASchema
 from ..store.test_postgres_ray import write_suite as orders_suite
 from ..toy_env import write_suite as toy_suite
-from .test_store_elsewhere import _running
+from .test_store_elsewhere import running_run
 
 ray = pytest.importorskip("ray")
 
@@ -435,13 +435,7 @@ def driver_on_the_head(
         pause=PAUSE,
     )
     try:
-        deadline = time.monotonic() + 60
-        run_id = None
-        while run_id is None and time.monotonic() < deadline and driver.poll() is None:
-            run_id = _running(store_url)
-            time.sleep(0.05)
-        assert run_id is not None, driver.communicate()[0]
-        yield driver, run_id
+        yield driver, running_run(store_url, driver)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)

@@ -203,6 +203,18 @@ def _running(url: str) -> str | None:
         store.close()
 
 
+def running_run(url: str, driver: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    """The id of the run ``driver`` started on the store at ``url``, once it is recorded
+    running (the test fails, with the driver's output, if it is not within ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    run_id = None
+    while run_id is None and time.monotonic() < deadline and driver.poll() is None:
+        run_id = _running(url)
+        time.sleep(0.05)
+    assert run_id is not None, driver.communicate()[0]
+    return run_id
+
+
 def test_work_joins_a_running_run_and_no_trial_runs_twice(store_url: str, tmp_path: Path):
     """`harness run` with one worker and `harness work` started beside it on the store's URL
     share the run's trials: each trial runs in exactly one of the two processes, the worker
@@ -217,12 +229,7 @@ def test_work_joins_a_running_run_and_no_trial_runs_twice(store_url: str, tmp_pa
         cwd=tmp_path,
     )
     try:
-        deadline = time.monotonic() + 60
-        run_id = None
-        while run_id is None and time.monotonic() < deadline and driver.poll() is None:
-            run_id = _running(store_url)
-            time.sleep(0.05)
-        assert run_id is not None, driver.communicate()[0]
+        run_id = running_run(store_url, driver)
         worker = _harness(
             *("work", f"{store_url}#{run_id}", "--agent", SLOW, "--trust-suite"),
             ledger=ledger,
@@ -309,16 +316,12 @@ def test_a_joined_worker_killed_mid_trial_loses_nothing_and_repeats_nothing(tmp_
     )
     worker = None
     try:
-        deadline = time.monotonic() + 60
-        run_id = None
-        while run_id is None and time.monotonic() < deadline and driver.poll() is None:
-            run_id = _running(url)
-            time.sleep(0.05)
-        assert run_id is not None, driver.communicate()[0]
+        run_id = running_run(url, driver)
         worker = _harness(
             *("work", url, "--agent", SLOW, "--trust-suite"), ledger=ledger, cwd=tmp_path
         )
         held = None
+        deadline = time.monotonic() + 60
         while held is None and time.monotonic() < deadline and worker.poll() is None:
             store = hx.Store(url)
             try:
