@@ -1,21 +1,25 @@
 """A transactional proxy in front of an MCP server (``harness mcp proxy config.toml``).
 
 The proxy connects to an upstream MCP server as a client (a command it spawns over stdio, or
-a Streamable HTTP URL), lists its tools and serves each one as an action, through
-:func:`harness.integrations.mcp.build_server` (one episode per session). A small TOML file
-says, per tool, what the harness cannot learn from the upstream server::
+a Streamable HTTP URL), lists its tools and serves the ones its config describes as actions,
+through the server :func:`harness.integrations.mcp.build_server` makes (one episode per
+session). A small TOML file says, per tool, what the harness cannot learn from the upstream
+server::
 
     [upstream]
     command = ["python", "bank_server.py", "bank.json"]   # or: url = "http://host:port/mcp"
 
     [proxy]
     store = "sqlite:///logs/harness.db"
-    unlisted = "read-only"        # tools the config does not name: "read-only" or "refuse"
+    unlisted = "refuse"           # tools the config does not name: "refuse" or "escalate"
     decisions = { silent = "rollback" }                  # the episodes' policy
 
     [[state]]                     # how ctx.state.get(key) reads the upstream state
     pattern = "accounts/{account}"
     tool = "get_account"          # called with {"account": ...}; its result is the value
+
+    [tools.get_account]           # no writes: a read, watched through [[state]]
+    writes = []
 
     [tools.withdraw]
     writes = ["accounts/{account}"]
@@ -24,14 +28,33 @@ says, per tool, what the harness cannot learn from the upstream server::
     compensation = "hooks:refund"
     idempotency_key = "hooks:withdraw_key"               # optional
     approval = false
+    # observes = ["accounts/{account}"]  # more keys to read before and after (see below)
 
 Hooks are ``module:function`` (the config's folder first on ``sys.path``) and receive the
 harness ``ctx``. ``ctx.state`` is an :class:`UpstreamState`: ``ctx.state.get(key)`` reads a
 resource through the configured read tool, and ``ctx.state.call(tool, arguments)`` calls any
-upstream tool (a compensation calls the tool that undoes the effect). The scope of a tool
-should name concrete keys (``accounts/{account}``): they are read before and after each call,
-which is how the harness sees the change, checks the postconditions and verifies an undo.
-Changes outside those keys are invisible to the proxy.
+upstream tool (a compensation calls the tool that undoes the effect, served or not).
+
+What the proxy sees of a call is what it reads before and after it:
+
+- a write tool (``writes``): its scope's keys, plus its ``observes``; a change to an observed
+  key outside ``writes`` is a ``scope`` failure. Give concrete patterns
+  (``accounts/{account}``): a glob cannot be read through a tool.
+- a read-only tool (no ``writes``): its ``observes``, by default every ``[[state]]`` pattern
+  whose fields its arguments fill (``get_account(account=...)`` reads
+  ``accounts/{account}``). Any change found is a ``scope`` failure: it was declared a read,
+  so the change has no undo, and the call escalates with the change as evidence. A read-only
+  tool none of whose keys can be filled is taken at its word.
+
+Changes to keys the proxy does not read are invisible to it.
+
+A tool the config does not name is *unlisted*: the harness knows neither what it changes nor
+how to undo it. ``unlisted = "refuse"`` (the default) does not serve it: it is not in
+``tools/list`` and a call is refused naming the tool and how to allow it. ``unlisted =
+"escalate"`` serves it as a write with no undo: it is listed with ``readOnlyHint`` false, every
+call is held for a person's approval before it reaches upstream, its ``[[state]]`` keys (as
+for a read) are recorded as its diff, and once one has run the episode cannot roll back past
+it (a pivot: a later failure escalates instead).
 """
 
 from __future__ import annotations
@@ -52,7 +75,9 @@ from typing import Any, Literal
 
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.server.mcpserver import Context as MCPContext
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from mcp_types import Tool as MCPTool
 
@@ -60,12 +85,15 @@ from .._json import loads
 from ..action import Action, action
 from ..errors import ConfigurationError, HarnessError
 from ..policy import Policy
-from .mcp import Transport, build_server, run
+from ..state.base import escape_glob
+from ..store import Store
+from .mcp import Transport, _ActionServer, run
 
 __all__ = [
     "ProxyConfig",
     "ReadRule",
     "ToolRule",
+    "Unlisted",
     "Upstream",
     "UpstreamError",
     "UpstreamState",
@@ -75,6 +103,11 @@ __all__ = [
 ]
 
 _FIELD = re.compile(r"\{(\w+)\}")
+
+Unlisted = Literal["refuse", "escalate"]
+"""What becomes of an upstream tool the config does not name (see the module)."""
+
+_UNLISTED: tuple[str, ...] = ("refuse", "escalate")
 
 
 class UpstreamError(HarnessError):
@@ -105,7 +138,19 @@ class ReadRule:
 
 @dataclass(frozen=True)
 class ToolRule:
-    """What the config says about one upstream tool."""
+    """What the config says about one upstream tool.
+
+    Attributes:
+        writes: the keys it may change (``accounts/{account}``); none: it is a read.
+        preconditions: ``module:function`` checks run before the call.
+        postconditions: ``module:function`` checks run after it, on the state read upstream.
+        compensation: the ``module:function`` that undoes it.
+        idempotency_key: the ``module:function`` of the arguments naming its effect.
+        approval: a person approves every call before it runs.
+        observes: keys read before and after each call besides ``writes`` (a change to one is
+            a ``scope`` failure). None: for a read, every ``[[state]]`` pattern its arguments
+            fill; for a write, none.
+    """
 
     writes: tuple[str, ...] = ()
     preconditions: tuple[str, ...] = ()
@@ -113,6 +158,7 @@ class ToolRule:
     compensation: str | None = None
     idempotency_key: str | None = None
     approval: bool = False
+    observes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,8 +170,9 @@ class ProxyConfig:
         url: the upstream server's Streamable HTTP URL, or None.
         cwd: the folder the command runs in.
         store: where the episodes are recorded.
-        unlisted: what becomes of tools the config does not name: ``read-only`` actions, or
-            ``refuse`` (not served).
+        unlisted: what becomes of tools the config does not name: ``refuse`` (the default:
+            not served, a call is refused) or ``escalate`` (served as writes with no undo, each
+            call held for a person's approval).
         reads: how state keys are read upstream.
         tools: tool name -> its rule.
         decisions: the policy's failure class -> decision overrides.
@@ -137,16 +184,32 @@ class ProxyConfig:
     url: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
     store: str = "sqlite:///logs/harness.db"
-    unlisted: Literal["read-only", "refuse"] = "read-only"
+    unlisted: Unlisted = "refuse"
     reads: tuple[ReadRule, ...] = ()
     tools: Mapping[str, ToolRule] = field(default_factory=dict)
     decisions: Mapping[Any, Any] = field(default_factory=dict)
     env: Mapping[str, str] | None = None
     hooks: Path = field(default_factory=Path.cwd)
 
+    def __post_init__(self) -> None:
+        if self.unlisted not in _UNLISTED:
+            raise ConfigurationError(_unlisted_error(self.unlisted, "ProxyConfig(unlisted=...)"))
+
     def with_store(self, store: str) -> ProxyConfig:
         """This configuration, recording to ``store``."""
         return replace(self, store=store)
+
+
+def _unlisted_error(value: Any, where: str) -> str:
+    if value == "read-only":
+        return (
+            f'{where} = "read-only" is no longer accepted: it served every tool the config '
+            "does not name as a read, so a tool that writes reached upstream unseen, was "
+            "recorded as a read and could not be undone. Name the tools you need under "
+            '[tools.NAME] (no writes for a read, watched through [[state]]) and use "refuse" '
+            '(the default), or "escalate" to have a person approve each call of the others'
+        )
+    return f'{where} = {value!r}; use "refuse" (the default) or "escalate"'
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -179,10 +242,10 @@ def load_config(path: str | Path) -> ProxyConfig:
         )
     base = path.resolve().parent
     proxy = raw.get("proxy") or {}
-    unlisted = proxy.get("unlisted", "read-only")
-    if unlisted not in ("read-only", "refuse"):
+    unlisted = proxy.get("unlisted", "refuse")
+    if unlisted not in _UNLISTED:
         raise ConfigurationError(
-            f'proxy config {path}: [proxy] unlisted = {unlisted!r}; use "read-only" or "refuse"'
+            _unlisted_error(unlisted, f"proxy config {path}: [proxy] unlisted")
         )
     reads = []
     for i, rule in enumerate(raw.get("state") or []):
@@ -197,7 +260,7 @@ def load_config(path: str | Path) -> ProxyConfig:
         where = f"proxy config {path}: [tools.{name}]"
         unknown = set(rule) - {
             "writes", "preconditions", "postconditions", "compensation", "idempotency_key",
-            "approval",
+            "approval", "observes",
         }  # fmt: skip
         if unknown:
             raise ConfigurationError(f"{where} has unknown keys {', '.join(sorted(unknown))}")
@@ -214,6 +277,9 @@ def load_config(path: str | Path) -> ProxyConfig:
             compensation=rule.get("compensation"),
             idempotency_key=rule.get("idempotency_key"),
             approval=approval,
+            observes=None
+            if "observes" not in rule
+            else _strings(rule["observes"], f"{where} observes"),
         )
     cwd = base / upstream.get("cwd", ".")
     return ProxyConfig(
@@ -439,15 +505,108 @@ def _signature(schema: Mapping[str, Any]) -> inspect.Signature:
     return inspect.Signature(params)
 
 
+def _fields(pattern: str) -> list[str]:
+    return _FIELD.findall(pattern)
+
+
+def _observed(
+    name: str, rule: ToolRule | None, arguments: set[str], reads: tuple[ReadRule, ...]
+) -> list[str]:
+    """The key patterns read before and after each call of ``name`` besides its ``writes``.
+
+    Raises:
+        ConfigurationError: an ``observes`` pattern names a field that is not an argument, or
+            no ``[[state]]`` rule reads it.
+    """
+    where = f"[tools.{name}] observes"
+    if rule is not None and rule.observes is not None:
+        for pattern in rule.observes:
+            unknown = sorted(set(_fields(pattern)) - arguments)
+            if unknown:
+                raise ConfigurationError(
+                    f"{where} {pattern!r} names {', '.join(unknown)}, which is not an argument "
+                    f"of {name} (it has {', '.join(sorted(arguments)) or 'none'})"
+                )
+            sample = _FIELD.sub("x", pattern)
+            if not any(read.match(sample) is not None for read in reads):
+                raise ConfigurationError(
+                    f"{where} {pattern!r}, which no [[state]] rule reads; add a [[state]] rule "
+                    "whose pattern matches it and the upstream tool that reads it"
+                )
+        return list(rule.observes)
+    if rule is not None and rule.writes:
+        return []
+    # A read, or a tool the config does not name: every key its arguments can name.
+    found: list[str] = []
+    for read in reads:
+        if set(_fields(read.pattern)) <= arguments and read.pattern not in found:
+            found.append(read.pattern)
+    return found
+
+
+def _fill(pattern: str, values: Mapping[str, str]) -> str:
+    """``pattern`` with each ``{field}`` replaced by its value."""
+    return _FIELD.sub(lambda m: values[m.group(1)], pattern)
+
+
+def _keys(name: str, patterns: list[str], arguments: Mapping[str, Any]) -> list[str]:
+    """``patterns`` filled with the call's ``arguments`` (one whose argument is not given is
+    left out: the call does not name that key).
+
+    Raises:
+        ConfigurationError: an argument's value cannot be one segment of a key.
+    """
+    keys = []
+    for pattern in patterns:
+        values = {f: arguments.get(f) for f in _fields(pattern)}
+        if any(v is None for v in values.values()):
+            continue
+        for f, v in values.items():
+            if not str(v) or "/" in str(v):
+                raise ConfigurationError(
+                    f"tool {name!r}: argument {f} = {v!r} cannot name the key {pattern!r} (a "
+                    "field is one path segment), so the proxy cannot watch what the call "
+                    "changes; nothing was sent upstream"
+                )
+        keys.append(_fill(pattern, {f: str(v) for f, v in values.items()}))
+    return keys
+
+
 def _proxied(
-    tool: MCPTool, rule: ToolRule | None, state: UpstreamState, folder: Path
+    tool: MCPTool,
+    rule: ToolRule | None,
+    state: UpstreamState,
+    folder: Path,
+    *,
+    reads: tuple[ReadRule, ...] = (),
 ) -> Action[..., Any]:
+    """``tool`` as an action: as its ``rule`` says, or (``rule`` None: unlisted) as a write
+    with no undo, held for a person before every call."""
     name = tool.name
+    sig = _signature(tool.input_schema)
+    observed = _observed(name, rule, set(sig.parameters), reads)
+    writes: Any = list(rule.writes) if rule is not None and rule.writes else None
+    # Keys the scope does not read already: read here, inside the call's change window, so a
+    # change to one is seen (outside the scope: a ``scope`` failure).
+    watch = [p for p in observed if writes is None or p not in writes]
+    if rule is None:
+        # An unknown write: what it changes among the keys it names is its recorded diff.
+        watch = []
+
+        def unknown_writes(model: Any) -> list[str]:
+            values = {p: getattr(model, p, None) for p in sig.parameters}
+            return [escape_glob(k) for k in _keys(name, observed, values)]
+
+        writes = unknown_writes
 
     def forward(**arguments: Any) -> Any:
-        return state.call(name, {k: v for k, v in arguments.items() if v is not None})
+        given = {k: v for k, v in arguments.items() if v is not None}
+        if watch:
+            keys = _keys(name, watch, given)
+            if keys:
+                state.snapshot(keys)
+        return state.call(name, given)
 
-    sig = _signature(tool.input_schema)
     forward.__signature__ = sig  # type: ignore[attr-defined]
     forward.__annotations__ = {p.name: p.annotation for p in sig.parameters.values()}
     forward.__name__ = forward.__qualname__ = name
@@ -460,9 +619,12 @@ def _proxied(
         key = _hook(rule.idempotency_key, folder, f"{where} idempotency_key")
     act = action(
         forward,
-        writes=list(rule.writes) if rule is not None and rule.writes else None,
+        writes=writes,
         idempotency_key=key,
-        approval=rule.approval if rule is not None else False,
+        # Unlisted: the harness can neither see nor undo what it does, so a person decides
+        # each call, and the episode does not claim to roll back past one that ran.
+        approval=rule.approval if rule is not None else True,
+        pivot=rule is None,
         name=name,
         description=tool.description or name,
     )
@@ -476,13 +638,50 @@ def _proxied(
     return act
 
 
+def _refusal(name: str) -> str:
+    """What a client is told when it calls an unlisted tool the proxy refuses."""
+    return (
+        f"tool {name!r} is refused by the harness proxy: its config does not describe it "
+        f"(no [tools.{name}]), so the harness could neither see what it changes nor undo it. "
+        f"Nothing was sent upstream. To allow it, declare it in the proxy config: "
+        f'[tools.{name}] with writes = ["..."] and a compensation if it changes state, or '
+        "with no writes if it only reads (its [[state]] keys are then checked before and "
+        'after each call); or set [proxy] unlisted = "escalate" to have a person approve '
+        "each call of a tool the config does not describe"
+    )
+
+
+class _ProxyServer(_ActionServer):
+    """The proxy's MCP server: its actions, and the unlisted tools it refuses by name."""
+
+    def __init__(self, *args: Any, refused: Mapping[str, str], **kwargs: Any) -> None:
+        self.refused = dict(refused)
+        super().__init__(*args, **kwargs)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: MCPContext[Any, Any] | None = None
+    ) -> CallToolResult:
+        """Refuse a call of an unlisted tool (naming how to allow it), else run it."""
+        if name in self.refused:
+            raise ToolError(self.refused[name])
+        return await super().call_tool(name, arguments, context)
+
+
 @dataclass
 class Proxy:
-    """A running proxy's parts: the MCP server to serve, and the upstream session it uses."""
+    """A running proxy's parts: the MCP server to serve, and the upstream session it uses.
+
+    Attributes:
+        server: the MCP server that fronts the upstream one.
+        upstream: the client session with the upstream server.
+        actions: the served tools, by name.
+        refused: the upstream tools it does not serve (unlisted, refused), sorted.
+    """
 
     server: MCPServer[Any]
     upstream: Upstream
     actions: dict[str, Action[..., Any]]
+    refused: tuple[str, ...] = ()
 
     def close(self) -> None:
         """End the upstream session."""
@@ -508,20 +707,29 @@ def build_proxy(config: ProxyConfig, *, episode_id: str | None = None) -> Proxy:
                 f"{', '.join(missing)} (it has {', '.join(sorted(by_name))})"
             )
         actions = {
-            name: _proxied(tool, config.tools.get(name), state, config.hooks)
+            name: _proxied(tool, config.tools.get(name), state, config.hooks, reads=config.reads)
             for name, tool in by_name.items()
-            if name in config.tools or config.unlisted == "read-only"
+            if name in config.tools or config.unlisted == "escalate"
         }
+        refused = sorted(set(by_name) - set(actions))
+        if not actions:
+            raise ConfigurationError(
+                "the proxy config describes none of the upstream server's tools "
+                f"({', '.join(sorted(by_name)) or 'it has none'}) and refuses the tools it "
+                "does not describe, so there is nothing to serve; declare the tools to serve "
+                'under [tools.NAME], or set [proxy] unlisted = "escalate"'
+            )
         policy = Policy(decisions=dict(config.decisions)) if config.decisions else None
-        server = build_server(
-            actions, state=state, store=config.store, policy=policy, name="harness-proxy",
-            episode_id=episode_id,
+        server = _ProxyServer(
+            actions, state=state, store=Store(config.store, create=True), policy=policy,
+            name="harness-proxy", episode_id=episode_id, instructions=None,
             schemas={name: by_name[name].input_schema for name in actions},
+            refused={name: _refusal(name) for name in refused},
         )  # fmt: skip
     except BaseException:
         upstream.close()
         raise
-    return Proxy(server, upstream, actions)
+    return Proxy(server, upstream, actions, tuple(refused))
 
 
 def serve_proxy(
