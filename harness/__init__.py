@@ -49,6 +49,7 @@ from .store import (
     SigningKey,
     Store,
     TxnStatus,
+    Witness,
 )
 from .suite import FieldCheck, Suite, Task, Verification, Verifier, load_suite
 
@@ -104,6 +105,7 @@ __all__ = [
     "TxnStatus",
     "Verification",
     "Verifier",
+    "Witness",
     "WriteConflict",
     "__version__",
     "action",

@@ -34,6 +34,7 @@ from .tables import (
 )
 from .tables import MetaRow as MetaRow
 from .verify import Finding, VerifyReport
+from .witness import Witness, WitnessReport, check_witness
 from .writer import EpisodeWriter
 
 __all__ = [
@@ -62,5 +63,8 @@ __all__ = [
     "TrialRow",
     "TxnStatus",
     "VerifyReport",
+    "Witness",
+    "WitnessReport",
+    "check_witness",
     "record_hash",
 ]

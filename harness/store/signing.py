@@ -11,6 +11,11 @@ episode end, never per record, so the hot path pays nothing.
 An auditor holding the :class:`PublicKey` checks them with :func:`verify_signatures`: a rewrite
 with recomputed hashes, a deleted or added episode, an edited outcome and a flipped verdict each
 break a signed fact. Keys are Ed25519 (``cryptography``); ``harness keygen`` makes a pair.
+
+All of that evidence lives in the database, so a signed run deleted together with its signature
+rows leaves no trace there. A key given a :class:`SignatureWitness` (``harness.store.witness``:
+an append-only file kept elsewhere) also mirrors each signature it makes into it, and
+``harness verify --witness`` names a witnessed run or episode the store lost or rewrote.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PublicKey",
     "SignatureProblem",
+    "SignatureWitness",
     "SigningKey",
     "episode_message",
     "run_message",
@@ -93,25 +99,63 @@ class PublicKey:
         return True
 
 
+class SignatureWitness(Protocol):
+    """Where a :class:`SigningKey` mirrors each signature it makes, outside the database
+    (:class:`harness.store.witness.Witness` appends them to a file)."""
+
+    def record(
+        self,
+        key: SigningKey,
+        row: SignatureRow,
+        *,
+        store: str,
+        run_id: str | None,
+        heads: Mapping[str, tuple[int, str]],
+    ) -> None:
+        """Mirror the signature ``row`` just written to ``store``.
+
+        Args:
+            key: the key that signed ``row`` (it signs the mirrored line too).
+            row: the signature record, as stored.
+            store: the URL of the store that holds it.
+            run_id: the run the signed episode or run belongs to.
+            heads: each episode it covers, as ``{episode_id: (record count, head hash)}``.
+
+        Raises:
+            StoreError: the signature could not be mirrored.
+        """
+
+
 class SigningKey:
     """An Ed25519 private key: signs episode heads and run manifests.
 
     Keep it outside the database it signs (a file readable by the writer only, or the
     ``HARNESS_SIGNING_KEY`` environment variable naming that file, read by the CLI).
+
+    Args:
+        key: the private key.
+        witness: where each signature this key makes is mirrored too (None: nowhere).
     """
 
-    def __init__(self, key: Ed25519PrivateKey) -> None:
+    def __init__(self, key: Ed25519PrivateKey, *, witness: SignatureWitness | None = None) -> None:
         self._key = key
         self.public = PublicKey(key.public_key())
         self.key_id = self.public.key_id
+        self.witness = witness
 
     @classmethod
-    def generate(cls) -> SigningKey:
+    def generate(cls, *, witness: SignatureWitness | None = None) -> SigningKey:
         """A new random key."""
-        return cls(Ed25519PrivateKey.generate())
+        return cls(Ed25519PrivateKey.generate(), witness=witness)
+
+    def with_witness(self, witness: SignatureWitness | None) -> SigningKey:
+        """This key, mirroring its signatures into ``witness`` (None: nowhere)."""
+        return SigningKey(self._key, witness=witness)
 
     @classmethod
-    def from_pem(cls, data: bytes, where: str = "the key") -> SigningKey:
+    def from_pem(
+        cls, data: bytes, where: str = "the key", *, witness: SignatureWitness | None = None
+    ) -> SigningKey:
         """A key from PEM (unencrypted PKCS #8).
 
         Raises:
@@ -125,18 +169,23 @@ class SigningKey:
             ) from None
         if not isinstance(key, Ed25519PrivateKey):
             raise ConfigurationError(f"{where} is not an Ed25519 private key")
-        return cls(key)
+        return cls(key, witness=witness)
 
     @classmethod
-    def load(cls, path: str | Path) -> SigningKey:
+    def load(cls, path: str | Path, *, witness: SignatureWitness | None = None) -> SigningKey:
         """Read a PEM private key (``harness keygen`` writes it).
+
+        Args:
+            path: the key file.
+            witness: where each signature the key makes is mirrored too
+                (:class:`harness.store.witness.Witness`).
 
         Raises:
             ConfigurationError: the file is missing, is not an Ed25519 private key, or others
                 than its owner may read or write it (as ssh refuses such a key: whoever read
                 it could sign a run as you).
         """
-        key = cls.from_pem(_read(path, "signing key"), str(path))
+        key = cls.from_pem(_read(path, "signing key"), str(path), witness=witness)
         if os.name == "posix":
             mode = stat.S_IMODE(Path(path).stat().st_mode)
             if mode & 0o077:
@@ -262,7 +311,11 @@ def sign_episode(store: Store, episode_id: str, key: SigningKey) -> None:
     row = store.episode(episode_id)
     if row is None:
         raise StoreError(f"no episode {episode_id!r} in {store.url} to sign")
-    store.add(signature_row(key, "episode", episode_id, episode_message(row)))
+    signed = signature_row(key, "episode", episode_id, episode_message(row))
+    store.add(signed)
+    if key.witness is not None:
+        heads = {row.id: (row.log_count, row.head_hash)}
+        key.witness.record(key, signed, store=store.url, run_id=row.run_id, heads=heads)
 
 
 def sign_run(store: Store, run_id: str, key: SigningKey) -> None:
@@ -274,8 +327,12 @@ def sign_run(store: Store, run_id: str, key: SigningKey) -> None:
     run = next((r for r in store.runs() if r.id == run_id), None)
     if run is None:
         raise StoreError(f"no run {run_id!r} in {store.url} to sign")
-    message = run_message(run, store.episodes(run_id), store.trial_rows(run_id))
-    store.add(signature_row(key, "run", run_id, message))
+    episodes = store.episodes(run_id)
+    signed = signature_row(key, "run", run_id, run_message(run, episodes, store.trial_rows(run_id)))
+    store.add(signed)
+    if key.witness is not None:
+        heads = {e.id: (e.log_count, e.head_hash) for e in episodes}
+        key.witness.record(key, signed, store=store.url, run_id=run_id, heads=heads)
 
 
 @dataclass(frozen=True)
