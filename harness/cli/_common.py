@@ -15,9 +15,9 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import HarnessError
+from ..errors import ConfigurationError, HarnessError
 from ..runs.layout import open_store
-from ..store import PublicKey, SigningKey, VerifyReport
+from ..store import PublicKey, SigningKey, VerifyReport, Witness
 
 __all__ = [
     "console",
@@ -66,17 +66,67 @@ def suite_options(command: Any) -> Any:
     )(command)
 
 
+# Where --signing-key and --witness leave their values in the command's context, so that
+# signing_key() finds the witness without every command taking a parameter for it.
+_KEY_GIVEN = "harness.signing_key"
+_WITNESS_GIVEN = "harness.witness"
+
+
+def _key_and_witness(ctx: click.Context) -> None:
+    """Refuse ``--witness`` without a signing key, once both options are parsed (in either
+    order)."""
+    if _KEY_GIVEN not in ctx.meta or _WITNESS_GIVEN not in ctx.meta:
+        return
+    if ctx.meta[_WITNESS_GIVEN] and not (
+        ctx.meta[_KEY_GIVEN] or os.environ.get("HARNESS_SIGNING_KEY")
+    ):
+        raise click.UsageError(
+            "--witness mirrors the signatures the signing key makes, and none is given: add "
+            "--signing-key KEY (or set HARNESS_SIGNING_KEY); nothing was done"
+        )
+
+
+def _key_given(ctx: click.Context, _: click.Parameter, value: str | None) -> str | None:
+    ctx.meta[_KEY_GIVEN] = value
+    _key_and_witness(ctx)
+    return value
+
+
+def _witness_given(ctx: click.Context, _: click.Parameter, value: str | None) -> str | None:
+    ctx.meta[_WITNESS_GIVEN] = value
+    _key_and_witness(ctx)
+    return value
+
+
 def signing_key_option(what: str) -> Callable[[Any], Any]:
-    """``--signing-key PATH``: sign ``what`` with this key (default: ``HARNESS_SIGNING_KEY``)."""
-    option: Callable[[Any], Any] = click.option(
+    """``--signing-key PATH``: sign ``what`` with this key (default: ``HARNESS_SIGNING_KEY``);
+    and ``--witness FILE``: mirror each signature into FILE too (:func:`signing_key` attaches
+    it to the key; the command takes no parameter for it)."""
+    key: Callable[[Any], Any] = click.option(
         "--signing-key",
         "signing_key_file",
         default=None,
         type=click.Path(exists=True, dir_okay=False),
+        callback=_key_given,
         help=f"Sign {what} with this key (harness keygen) "
         "[default: the file HARNESS_SIGNING_KEY names, if set].",
     )
-    return option
+    witness: Callable[[Any], Any] = click.option(
+        "--witness",
+        "witness_file",
+        default=None,
+        metavar="FILE",
+        expose_value=False,
+        callback=_witness_given,
+        help="Also append each signature to FILE (created mode 0600, only ever appended to), "
+        "kept outside the store: `harness verify TARGET --witness FILE` then finds a signed "
+        "run or episode deleted, rolled back or rewritten. Needs a signing key.",
+    )
+
+    def both(command: Any) -> Any:
+        return key(witness(command))
+
+    return both
 
 
 def unverified_option(command: Any) -> Any:
@@ -175,10 +225,26 @@ def user_settings(
     return options
 
 
-def signing_key(path: str | None) -> SigningKey | None:
-    """The signing key: ``--signing-key PATH``, else the file ``HARNESS_SIGNING_KEY`` names."""
+def signing_key(path: str | None, *, witness: str | None = None) -> SigningKey | None:
+    """The signing key: ``--signing-key PATH``, else the file ``HARNESS_SIGNING_KEY`` names;
+    mirroring its signatures into ``witness``, else into the command's ``--witness`` FILE.
+
+    Raises:
+        ConfigurationError: the key does not load; a witness is given without a key, or is
+            a directory or a file that cannot be appended to (before anything is signed).
+    """
+    if witness is None:
+        ctx = click.get_current_context(silent=True)
+        witness = None if ctx is None else ctx.meta.get(_WITNESS_GIVEN)
     chosen = path or os.environ.get("HARNESS_SIGNING_KEY")
-    return None if not chosen else SigningKey.load(chosen)
+    if not chosen:
+        if witness:
+            raise ConfigurationError(
+                f"--witness {witness} mirrors the signatures the signing key makes, and none is "
+                "given: add --signing-key KEY (or set HARNESS_SIGNING_KEY)"
+            )
+        return None
+    return SigningKey.load(chosen, witness=Witness(witness) if witness else None)
 
 
 def secrets() -> dict[str, Any] | None:

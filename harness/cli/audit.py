@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.markup import escape
@@ -14,11 +14,11 @@ from rich.table import Table
 from ..audit.html import render_html
 from ..audit.model import episode_summaries, pending_escalations, timeline
 from ..audit.terminal import render_text, render_verify
-from ..errors import HarnessError
+from ..errors import HarnessError, RunNotFound
 from ..policy import FailureClass
-from ..runs.layout import OpenStore, open_store
+from ..runs.layout import OpenStore, open_store, store_url
 from ..runs.output import write_output
-from ..store import EpisodeRow, PublicKey, Store
+from ..store import EpisodeRow, PublicKey, Store, VerifyReport, WitnessReport, check_witness
 from ..store.verify import verify_run
 from ._common import console, dump, fail, signing_key, signing_key_option
 
@@ -39,39 +39,123 @@ _public_key_option = click.option(
 
 
 def _verify(
-    opened: OpenStore, episodes: list[EpisodeRow] | None, public_key: Path | None, as_json: bool
+    opened: OpenStore,
+    episodes: list[EpisodeRow] | None,
+    public_key: Path | None,
+    as_json: bool,
+    witness: Path | None = None,
 ) -> None:
-    """Verify the whole target (``episodes`` None) or these episodes; print; exit 0 or 1."""
+    """Verify the whole target (``episodes`` None) or these episodes, and against ``witness``
+    when given; print; exit 0 or 1."""
     key = None if public_key is None else PublicKey.load(public_key)
-    if episodes is None:
-        report = opened.store.verify(opened.run_id, public_key=key)
-    else:
-        report = verify_run(opened.store, episodes, public_key=key)
+    witnessed = None
+    with opened.store.snapshot():  # (the record and the witness compared on one state of it)
+        if episodes is None:
+            report = opened.store.verify(opened.run_id, public_key=key)
+        else:
+            report = verify_run(opened.store, episodes, public_key=key)
+        if witness is not None:
+            witnessed = check_witness(opened.store, witness, public_key=key, run_id=opened.run_id)
+            report.findings.extend(witnessed.findings)
+    _print(report, witnessed, as_json, "run" if opened.run_id else "store")
+
+
+def _print(
+    report: VerifyReport, witnessed: WitnessReport | None, as_json: bool, what: str
+) -> NoReturn:
+    """Print a verification (and what the witness found); exit 0, or 1 on a finding."""
     if as_json:
-        dump(report.to_dict())
+        data = report.to_dict()
+        if witnessed is not None:
+            data["witness"] = witnessed.to_dict()
+        dump(data)
     else:
         console.print(render_verify(report))
+        if witnessed is not None:
+            console.print(_witness_text(witnessed, what))
     sys.exit(0 if report.ok else 1)
+
+
+def _witness_text(witnessed: WitnessReport, what: str) -> str:
+    said = (
+        f"witness {escape(str(witnessed.path))}: {witnessed.checked} of its {witnessed.lines} "
+        f"line(s) are about this {what}"
+    )
+    if witnessed.signed_by is not None:
+        said += f", their signatures checked with key {witnessed.signed_by}"
+    elif witnessed.lines:
+        said += (
+            "; [yellow]their signatures not checked[/]: give the public key (--public-key) to "
+            "find a line edited"
+        )
+    if not witnessed.checked and witnessed.elsewhere:
+        shown = ", ".join(escape(s) for s in witnessed.elsewhere[:3])
+        more = len(witnessed.elsewhere) - 3
+        said += (
+            f"\n[yellow]the witness saw nothing signed in this {what}[/]: its lines are about "
+            f"{shown}{f' and {more} more' if more > 0 else ''}"
+        )
+    return said
+
+
+def _verify_lost_run(
+    folder: Path, lost: RunNotFound, public_key: Path | None, witness: Path, as_json: bool
+) -> None:
+    """A run folder whose store no longer holds its run: what the witness saw of the run is
+    all there is to check (none: the run folder's error stands)."""
+    key = None if public_key is None else PublicKey.load(public_key)
+    with open_store(store_url(folder)) as opened:
+        witnessed = check_witness(opened.store, witness, public_key=key, run_id=folder.name)
+    if not witnessed.checked:
+        raise lost
+    report = VerifyReport(findings=list(witnessed.findings))
+    if not as_json:
+        console.print(f"{escape(str(lost))}; the witness saw run {escape(folder.name)} signed")
+    _print(report, witnessed, as_json, "run")
 
 
 @click.command("verify")
 @click.argument("target")
 @_public_key_option
+@click.option(
+    "--witness",
+    "witness",
+    default=None,
+    metavar="FILE",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Also check TARGET against this witness file (harness run --witness FILE): every "
+    "run and episode it saw signed there must still be there, with every head it saw.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def verify_command(target: str, public_key: Path | None, as_json: bool) -> None:
+def verify_command(
+    target: str, public_key: Path | None, witness: Path | None, as_json: bool
+) -> None:
     """Prove TARGET's record was not edited, or name the first edit (exit 1).
 
     Recomputes every hash chain and checkpoint digest, cross-checks every row against the log
     records that wrote it, and with --public-key checks every signed episode head and run
     manifest. Same as `harness audit TARGET --verify`.
 
+    With --witness FILE (the file `harness run --signing-key KEY --witness FILE` appended each
+    signature to, outside the store), also names each run or episode the witness saw signed
+    in TARGET's store that is missing from it (deleted, or the store rolled back to before
+    it), whose chain no longer holds a head the witness saw (rewritten, rolled back), or whose
+    signature is gone. With --public-key, a witness line whose signature does not hold is
+    named by its line number (the witness file was edited). The witness matches lines to
+    TARGET by its store's URL (a SQLite file by its absolute path; a run folder by its run).
+
     \b
     TARGET is a run folder (logs/<run>), a store file (logs/harness.db, as hx.Episode writes
     it) or a database URL (sqlite:///..., postgresql://...).
     """
     try:
-        with open_store(target) as opened:
-            _verify(opened, None, public_key, as_json)
+        try:
+            with open_store(target) as opened:
+                _verify(opened, None, public_key, as_json, witness)
+        except RunNotFound as lost:
+            if witness is None or not Path(target).is_dir():
+                raise
+            _verify_lost_run(Path(target), lost, public_key, witness, as_json)
     except HarnessError as exc:
         fail(exc)
 
