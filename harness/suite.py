@@ -808,11 +808,24 @@ def resolve_suite(path: str | Path) -> Path:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SuiteError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SuiteError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise SuiteError(
+            f"{path}: nests too deeply to be read (thousands of levels of lists or objects); "
+            "a task file nests a few levels"
+        ) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise SuiteError(f"{path}: not valid JSON ({exc})") from None
 
 
 def _check_schema(path: Path, data: Any, schema: dict[str, Any]) -> None:
@@ -832,7 +845,10 @@ def _check_schema(path: Path, data: Any, schema: dict[str, Any]) -> None:
         missing = [f for f in err.validator_value if f not in err.instance]
         loc = [*loc, missing[0]] if missing else loc
     field = ".".join(str(p) for p in loc) or "(top level)"
-    raise SuiteError(f"{path}: {task}field {field}: {err.message}")
+    message = err.message
+    if err.validator == "type" and len(repr(err.instance)) > 80:  # not the whole value
+        message = f"{_kind(err.instance)} is not of type {err.validator_value!r}"
+    raise SuiteError(f"{path}: {task}field {field}: {message}")
 
 
 def _validate_task_file(path: Path, data: Any) -> list[Task]:
@@ -846,10 +862,6 @@ def _validate_task_file(path: Path, data: Any) -> list[Task]:
     return tasks
 
 
-def _is_tau2(data: Any) -> bool:
-    return isinstance(data, list) and bool(data) and "evaluation_criteria" in data[0]
-
-
 TAU2_INDEX_TAG = "tau2-index:"
 """Tag prefix of a tau2 task's position in the tasks file it was loaded from (``tau2-index:5``)."""
 
@@ -860,43 +872,217 @@ TAU2_BASIS_TAG = "tau2-reward-basis:"
 TAU2_DEFAULT_BASIS = ("DB", "COMMUNICATE")
 """tau2's reward basis when a task names none (``EvaluationCriteria.reward_basis``'s default)."""
 
+TAU2_REWARD_TYPES: Final = ("DB", "ENV_ASSERTION", "NL_ASSERTION", "ACTION", "COMMUNICATE")
+"""The reward types a tau2 task's ``reward_basis`` may list (tau2's ``RewardType``)."""
 
-def _from_tau2(path: Path, data: list[dict[str, Any]]) -> list[Task]:
-    """tau2 tasks as harness tasks: tau2's id, and tags for the task's index in the file
-    (:data:`TAU2_INDEX_TAG`) and its reward basis (:data:`TAU2_BASIS_TAG`).
+# tau2's StructuredUserInstructions: its required string fields, and those that may be null.
+_TAU2_INSTRUCTIONS: Final = ("domain", "reason_for_call", "task_instructions")
+_TAU2_OPTIONAL_INSTRUCTIONS: Final = ("known_info", "unknown_info")
 
-    The communicate_info strings are required outputs only when the basis has ``COMMUNICATE``
-    (tau2 gates the reward on them only then); tau2's default basis is ``DB, COMMUNICATE``.
-    """
-    tasks = []
-    for i, raw in enumerate(data):
-        where = f"{path}: task {raw.get('id', '#' + str(i))!r}"
-        try:
-            crit = raw.get("evaluation_criteria") or {}
-            scenario = raw.get("user_scenario") or {}
-            instr = scenario.get("instructions") or {}
-            text = instr if isinstance(instr, str) else instr.get("reason_for_call", "")
-            actions = [
-                ToolCall(name=a["name"], arguments=a.get("arguments") or {})
-                for a in crit.get("actions") or []
-            ]
-            basis = crit.get("reward_basis")
-            basis = [str(b) for b in (TAU2_DEFAULT_BASIS if basis is None else basis)]
-            outputs = list(crit.get("communicate_info") or []) if "COMMUNICATE" in basis else []
-            tasks.append(
-                Task(
-                    id=str(raw["id"]),
-                    instruction=text,
-                    reference_actions=actions,
-                    required_outputs=outputs,
-                    user=instr if isinstance(instr, dict) else {},
-                    tags=[f"{TAU2_INDEX_TAG}{i}", f"{TAU2_BASIS_TAG}{','.join(basis)}"],
-                    source="tau2",
-                )
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, as an error names it (``a list``, ``a string``, ``null``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    kinds: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+    return kinds.get(type(value), f"a {type(value).__name__}")
+
+
+class _Tau2Task:
+    """One task of a tau2 ``tasks.json``, read field by field: every field a run reads has
+    tau2's type, or a :class:`SuiteError` names the file, the task and the field."""
+
+    def __init__(self, path: Path, index: int, raw: Any) -> None:
+        self.index = index
+        self.where = f"{path}: task #{index}"
+        if not isinstance(raw, dict):
+            raise SuiteError(
+                f"{self.where}: must be a JSON object (a tau2 task with id, user_scenario "
+                f"and evaluation_criteria), not {_kind(raw)}"
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SuiteError(f"{where}: not a tau2 task ({exc})") from None
-    return tasks
+        self.raw = raw
+        task_id = self.field(raw, "id", str, "a non-empty string")
+        if not task_id:
+            raise self.error("id", "must be a non-empty string")
+        self.id: str = task_id
+        self.where = f"{path}: task #{index} (id {task_id!r})"
+
+    def error(self, field: str, problem: str) -> SuiteError:
+        """The refusal of ``field`` (a dotted path in the task) for ``problem``."""
+        return SuiteError(f"{self.where}: field {field}: {problem}")
+
+    def field(
+        self,
+        obj: dict[str, Any],
+        field: str,
+        kind: type | tuple[type, ...],
+        what: str,
+        *,
+        required: bool = True,
+    ) -> Any:
+        """The value of ``field`` (a dotted path ending in a key of ``obj``) if it is a
+        ``kind``; None when it is null or absent and not ``required``."""
+        key = field.rpartition(".")[2]
+        if obj.get(key) is None:
+            if required:
+                absent = "missing" if key not in obj else "null"
+                raise self.error(field, f"{absent} (must be {what})")
+            return None
+        value = obj[key]
+        if not isinstance(value, kind):
+            raise self.error(field, f"must be {what}, not {_kind(value)}")
+        return value
+
+    def strings(self, obj: dict[str, Any], field: str, what: str) -> list[str] | None:
+        """``obj``'s list of strings at ``field`` (None when null or absent)."""
+        values: list[Any] | None = self.field(obj, field, list, what, required=False)
+        for j, value in enumerate(values or []):
+            if not isinstance(value, str):
+                raise self.error(f"{field}[{j}]", f"must be a string, not {_kind(value)}")
+        return cast("list[str] | None", values)
+
+    def instructions(self) -> dict[str, Any] | str:
+        """``user_scenario.instructions``: a plain string, or tau2's structured ones."""
+        scenario = self.field(
+            self.raw,
+            "user_scenario",
+            dict,
+            'an object such as {"persona": null, "instructions": {...}}',
+        )
+        self.field(scenario, "user_scenario.persona", str, "a string or null", required=False)
+        instr = self.field(
+            scenario,
+            "user_scenario.instructions",
+            (str, dict),
+            "a string or an object with " + ", ".join(_TAU2_INSTRUCTIONS),
+        )
+        if isinstance(instr, dict):
+            for name in _TAU2_INSTRUCTIONS:
+                self.field(instr, f"user_scenario.instructions.{name}", str, "a string")
+            for name in _TAU2_OPTIONAL_INSTRUCTIONS:
+                self.field(
+                    instr,
+                    f"user_scenario.instructions.{name}",
+                    str,
+                    "a string or null",
+                    required=False,
+                )
+        return cast("dict[str, Any] | str", instr)
+
+    def actions(self, crit: dict[str, Any]) -> list[ToolCall]:
+        """``evaluation_criteria.actions`` as tool calls (none when null)."""
+        field = "evaluation_criteria.actions"
+        listed = self.field(crit, field, list, "a list of actions", required=False) or []
+        calls = []
+        for j, action in enumerate(listed):
+            at = f"{field}[{j}]"
+            if not isinstance(action, dict):
+                raise self.error(
+                    at,
+                    f'must be an object such as {{"name": ..., "arguments": {{}}}}, '
+                    f"not {_kind(action)}",
+                )
+            name = self.field(action, f"{at}.name", str, "a string naming the tool")
+            if not name:
+                raise self.error(f"{at}.name", "must be the tool's name, not an empty string")
+            arguments = self.field(
+                action,
+                f"{at}.arguments",
+                dict,
+                "an object of argument names to values",
+                required=False,
+            )
+            calls.append(ToolCall(name=name, arguments=arguments or {}))
+        return calls
+
+    def basis(self, crit: dict[str, Any]) -> list[str]:
+        """``evaluation_criteria.reward_basis`` (tau2's default when null or absent)."""
+        field = "evaluation_criteria.reward_basis"
+        example = 'a list of reward types such as ["DB", "COMMUNICATE"]'
+        basis = self.field(crit, field, list, example, required=False)
+        if basis is None:
+            return list(TAU2_DEFAULT_BASIS)
+        for j, kind in enumerate(basis):
+            if kind not in TAU2_REWARD_TYPES:
+                shown = repr(kind) if isinstance(kind, str) else _kind(kind)
+                raise self.error(
+                    f"{field}[{j}]",
+                    f"{shown} is not a tau2 reward type ({', '.join(TAU2_REWARD_TYPES)})",
+                )
+        return list(basis)
+
+    def task(self) -> Task:
+        """The harness task: tau2's id, and tags for the task's index in the file
+        (:data:`TAU2_INDEX_TAG`) and its reward basis (:data:`TAU2_BASIS_TAG`).
+
+        The communicate_info strings are required outputs only when the basis has
+        ``COMMUNICATE`` (tau2 gates the reward on them only then).
+        """
+        instr = self.instructions()
+        crit = self.field(
+            self.raw,
+            "evaluation_criteria",
+            dict,
+            "an object with the task's actions and reward_basis, by which a trial is judged",
+        )
+        actions = self.actions(crit)
+        basis = self.basis(crit)
+        info = self.strings(crit, "evaluation_criteria.communicate_info", "a list of strings")
+        return Task(
+            id=self.id,
+            instruction=instr if isinstance(instr, str) else instr["reason_for_call"],
+            reference_actions=actions,
+            required_outputs=list(info or []) if "COMMUNICATE" in basis else [],
+            user=instr if isinstance(instr, dict) else {},
+            tags=[f"{TAU2_INDEX_TAG}{self.index}", f"{TAU2_BASIS_TAG}{','.join(basis)}"],
+            source="tau2",
+        )
+
+
+def _from_tau2(path: Path, data: list[Any]) -> tuple[str, list[Task]]:
+    """A tau2 ``tasks.json``'s domain and its tasks as harness tasks (:meth:`_Tau2Task.task`).
+
+    The domain is what the tasks' structured instructions name; every task that names one
+    names the same.
+
+    Raises:
+        SuiteError: naming the file, the task (index and id) and the field that does not have
+            tau2's shape, or a duplicated id.
+    """
+    if not data:
+        raise SuiteError(f"{path}: holds no tasks (a tau2 tasks.json is a list of tasks)")
+    tasks: list[Task] = []
+    first: dict[str, int] = {}
+    domain: tuple[str, int] | None = None
+    for i, raw in enumerate(data):
+        reader = _Tau2Task(path, i, raw)
+        if reader.id in first:
+            raise reader.error(
+                "id", f"duplicated: task #{first[reader.id]} has it too; give each task its own id"
+            )
+        first[reader.id] = i
+        task = reader.task()
+        named = task.user.get("domain")
+        if isinstance(named, str):
+            if domain is None:
+                domain = (named, i)
+            elif named != domain[0]:
+                raise reader.error(
+                    "user_scenario.instructions.domain",
+                    f"{named!r}, but task #{domain[1]} is of domain {domain[0]!r}; a tasks "
+                    "file runs on one domain's environment: split it by domain",
+                )
+        tasks.append(task)
+    if domain is None:
+        raise SuiteError(
+            f"{path}: no task names its domain (user_scenario.instructions.domain), which "
+            f"picks the environment (built in: {', '.join(BUILTIN_ENVIRONMENTS)})"
+        )
+    return domain[0], tasks
 
 
 def load_suite(path: str | Path, *, check_references: bool = True) -> Suite:
@@ -954,9 +1140,9 @@ def load_suite(path: str | Path, *, check_references: bool = True) -> Suite:
             task_files=first_file,
         )
     data = _read_json(p)
-    if _is_tau2(data):
-        domain = (data[0].get("user_scenario") or {}).get("instructions", {}).get("domain")
-        env = BUILTIN_ENVIRONMENTS.get(domain or "")
+    if isinstance(data, list):  # a harness task file is an object: a list is tau2's format
+        domain, tau2_tasks = _from_tau2(p, data)
+        env = BUILTIN_ENVIRONMENTS.get(domain)
         if env is None:
             raise SuiteError(
                 f"{p}: tau2 domain {domain!r} has no built-in environment "
@@ -966,14 +1152,21 @@ def load_suite(path: str | Path, *, check_references: bool = True) -> Suite:
             name=f"tau2-{domain}",
             version="tau2",
             path=p,
-            tasks=_from_tau2(p, data),
+            tasks=tau2_tasks,
             environment=env,
             # Upstream's evaluation skips a reference call its tools refuse, and so does the
             # judge: only the tools and arguments are checked here.
             check_references=False,
         )
+    if not isinstance(data, dict) or "format" not in data:
+        what = "an object without field format" if isinstance(data, dict) else _kind(data)
+        raise SuiteError(
+            f"{p}: holds {what}, so is no task file: a harness task file is "
+            '{"format": "harness.tasks", "environment": ..., "tasks": [...]}, a tau2 '
+            "tasks.json a list of tasks"
+        )
     tasks = _validate_task_file(p, data)
-    env = data.get("environment") if isinstance(data, dict) else None
+    env = data.get("environment")
     if not env:
         raise SuiteError(f"{p}: field environment: missing (a task file run alone names it)")
     return Suite(
