@@ -17,6 +17,11 @@ given actions; :func:`serve` runs it over stdio or Streamable HTTP (``harness mc
   ``episode_id=`` (``--episode-id``) resumes that episode instead of starting a new one.
 - After a rollback (or a failure that ends the episode) later calls are refused: the episode
   is over; the client opens a new session to start again.
+- Over stdio, a line that is no JSON-RPC message (not JSON, nested deeper than
+  :data:`READ_DEPTH_LIMIT`, not a message's shape) is answered with a JSON-RPC error saying
+  why (for the request's id when the line shows one), where the SDK would answer nothing; and
+  a call whose arguments are larger than :data:`MAX_ARGUMENT_BYTES` is refused before it runs.
+  Neither is recorded, and the session goes on.
 
 Each result's ``_meta`` carries ``harness/episode`` (the episode id). A call whose own
 ``_meta`` names ``harness/episode`` runs in that episode instead of its session's (calls naming
@@ -31,21 +36,36 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import importlib
+import json
 import os
+import re
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 from mcp.server.mcpserver import Context as MCPContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    TextContent,
+    ToolAnnotations,
+)
 from mcp_types import Tool as MCPTool
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from ..action import CURRENT_EPISODE, Action
 from ..episode import Episode
@@ -55,7 +75,9 @@ from ..store import EpisodeStatus, EscalationStatus, Store
 from ._calls import acall
 
 __all__ = [
+    "MAX_ARGUMENT_BYTES",
     "META_EPISODE",
+    "READ_DEPTH_LIMIT",
     "ServedActions",
     "build_server",
     "describe",
@@ -68,6 +90,11 @@ META_EPISODE = "harness/episode"
 """The key of a tool result's ``_meta`` that names the session's episode."""
 
 Transport = Literal["stdio", "http"]
+
+MAX_ARGUMENT_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE
+"""The most bytes a call's arguments take as JSON (4 MiB): what the SDK's HTTP transport takes
+of a whole request, so that a call over stdio, which reads lines of any length, is bounded as
+one over HTTP is. A larger call is refused before it runs, and nothing is recorded."""
 
 
 @dataclass(frozen=True)
@@ -383,6 +410,19 @@ class _ActionServer(MCPServer[Any]):
         for session in sessions:
             await session.close()
 
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin and stdout, answering every line that is no JSON-RPC message
+        with an error that says why (:class:`_AnsweredReads`), instead of the SDK's silence."""
+        # The SDK's own run_stdio_async, but for the read stream; it reaches the low-level
+        # server by the same attribute (which the SDK plans to make public).
+        lowlevel = self._lowlevel_server
+        async with stdio_server() as (read_stream, write_stream):
+            await lowlevel.run(
+                _AnsweredReads(read_stream, write_stream),
+                write_stream,
+                lowlevel.create_initialization_options(),
+            )
+
     async def list_tools(self) -> list[MCPTool]:
         """The actions as MCP tools (name, description, JSON Schema of the arguments)."""
         return [
@@ -402,6 +442,13 @@ class _ActionServer(MCPServer[Any]):
         act = self.actions.get(name)
         if act is None:
             raise ToolError(f"unknown tool {name!r}; this server has {', '.join(self.actions)}")
+        size = len(json.dumps(arguments, ensure_ascii=False, default=str).encode())
+        if size > MAX_ARGUMENT_BYTES:
+            raise ToolError(
+                f"the arguments of {name!r} are {size:,} bytes of JSON, over the "
+                f"{MAX_ARGUMENT_BYTES:,} this server takes in one call; send smaller arguments "
+                "(a large content in parts, or a reference to it)"
+            )
         session = self._session(context)
         ep = await session.episode_for_call()
         if isinstance(ep, CallToolResult):
@@ -435,6 +482,142 @@ class _ActionServer(MCPServer[Any]):
         if isinstance(answer.value, dict):
             result.structured_content = answer.value
         return result
+
+
+# A JSON string (escapes included) or a bracket: what the nesting of a JSON text is made of.
+_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+READ_DEPTH_LIMIT = 200
+"""How deep the SDK's JSON reader (pydantic-core's) follows arrays and objects nested in each
+other; a message nested deeper is answered with a parse error naming its depth."""
+
+
+def _outline(line: str) -> tuple[int, Any]:
+    """How deep ``line``'s JSON nests, and its top level with every value nested in it
+    replaced by null (None when even that is not JSON): what a line too deep to parse still
+    tells, such as the id of the request."""
+    parts: list[str] = []
+    depth = deepest = last = 0
+    for token in _NESTING.finditer(line):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth == 2:
+                parts.append(line[last : token.start()])
+        elif char in "]}":
+            if depth == 2:
+                parts.append("null")
+                last = token.end()
+            depth -= 1
+    parts.append(line[last:])
+    try:
+        return deepest, json.loads("".join(parts))
+    except ValueError:
+        return deepest, None
+
+
+def _shape(message: Any) -> str | None:
+    """Which JSON-RPC message ``message`` (a decoded JSON value) means to be, by its keys."""
+    if not isinstance(message, dict):
+        return None
+    if "method" in message:
+        return "JSONRPCRequest" if "id" in message else "JSONRPCNotification"
+    return "JSONRPCError" if "error" in message else "JSONRPCResponse"
+
+
+def _unreadable(exc: ValidationError) -> JSONRPCError:
+    """The JSON-RPC error answering a line the SDK could not read as a message (``exc``):
+    a parse error for one that is not JSON or nests too deeply, an invalid request for JSON
+    that is not a JSON-RPC message; with the request's id when the line shows it."""
+    errors: list[Any] = list(exc.errors(include_url=False))
+    first: Any = errors[0] if errors else {"type": "", "loc": (), "msg": str(exc), "input": None}
+    top: Any = None
+    if first["type"] == "json_invalid" and isinstance(first["input"], str):
+        depth, top = _outline(first["input"])
+        why = str(first.get("ctx", {}).get("error") or first["msg"])
+        if "recursion limit" in why:
+            message = (
+                f"Parse error: the message nests {depth} levels deep (arrays and objects "
+                f"inside each other); this server reads at most {READ_DEPTH_LIMIT} levels: "
+                "send the arguments less deeply nested"
+            )
+        else:
+            message = f"Parse error: the line is not JSON ({why})"
+        code = PARSE_ERROR
+    else:
+        # Valid JSON, but no JSON-RPC message: the error of a missing field (or of a value
+        # that is no object at all) holds the whole message as its input.
+        top = next(
+            (
+                e["input"]
+                for e in errors
+                if len(e["loc"]) == 1 or (e["type"] == "missing" and len(e["loc"]) == 2)
+            ),
+            None,
+        )
+        shape = _shape(top)
+        err = next((e for e in errors if e["loc"][:1] == (shape,)), first)
+        field = ".".join(str(part) for part in err["loc"][1:]) or "(top level)"
+        message = (
+            f"Invalid Request: not a JSON-RPC 2.0 message (field {field}: {err['msg']}); a "
+            'request is {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {...}}'
+        )
+        code = INVALID_REQUEST
+    # Only a request is answered by its id (a malformed response's id is one of the
+    # server's own requests); otherwise null, as JSON-RPC says when the id cannot be told.
+    request_id = top.get("id") if _shape(top) == "JSONRPCRequest" else None
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        request_id = None
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+
+
+class _AnsweredReads:
+    """The stdio transport's read stream, less the lines that are no JSON-RPC message.
+
+    The SDK hands the server such a line as the exception its parser raised, and the server
+    drops it without an answer: a client waiting for that request would wait for ever. Each
+    is answered here on the write stream (:func:`_unreadable`), and the next line is read;
+    everything else passes through as it came, with its sender's context.
+    """
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write_stream = write_stream
+
+    @property
+    def last_context(self) -> contextvars.Context | None:
+        """The context the last message was sent in (the SDK restores it for its handler)."""
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        """The next message (or an exception this stream does not answer)."""
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, ValidationError):
+                return item
+            # A client that has gone is not answered.
+            with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self._write_stream.send(SessionMessage(_unreadable(item)))
+
+    async def aclose(self) -> None:
+        """Close the underlying stream."""
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _AnsweredReads:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _AnsweredReads:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 def _requested_episode(context: MCPContext[Any, Any] | None) -> str | None:
