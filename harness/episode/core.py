@@ -333,6 +333,7 @@ class Episode:
                     "pass resume=True to continue it, or use a new episode_id"
                 )
             now = time.time()
+            meta = _jsonable(self.meta)
             with writer.batch():
                 writer.insert_episode(
                     {
@@ -344,7 +345,7 @@ class Episode:
                         "created_at": now,
                         "updated_at": now,
                         "policy": dumps(self.policy.describe()),
-                        "meta": _jsonable(self.meta),
+                        "meta": meta,
                         "steps": 0,
                         "digest": GENESIS,
                         "log_count": 0,
@@ -356,6 +357,7 @@ class Episode:
                     None,
                     {
                         "policy": self.policy.describe(),
+                        "meta": loads(meta),
                         "run_id": self.run_id,
                         "task_id": self.task_id,
                         "trial": self.trial,

@@ -375,6 +375,7 @@ class Recorder:
         """The transaction did not commit (or its undo failed): its class, the decision, why."""
         ctx = txn.ctx
         now = time.time()
+        left = dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else None
         fields = {
             "status": status,
             "failure_class": str(failure_class),
@@ -382,7 +383,7 @@ class Recorder:
             "reason": reason,
             "attempts": ctx.attempt,
             "errors": _jsonable([f"{type(e).__name__}: {e}" for e in txn.errors]),
-            "diff": dumps({k: [b, a] for k, (b, a) in diff.items()}) if diff else None,
+            "diff": left,
             "ended_at": now,
             "duration": self.clock.now() - txn.t0,
         }
@@ -404,6 +405,9 @@ class Recorder:
                     "reason": reason,
                     "attempts": ctx.attempt,
                     **({"undo": "semantic"} if txn.semantic_undo else {}),
+                    # What the failed call left changed, under the chain (a committed call's
+                    # row keeps its commit record's diff).
+                    **({} if existing else {"diff": None if left is None else loads(left)}),
                 },
             )
             self.update_episode()
@@ -443,30 +447,37 @@ class Recorder:
             # Another writer's change to what the call changed: [before theirs, now].
             evidence["others"] = txn.others
         self.m.outcome = EpisodeStatus.ESCALATED
+        evidence_json = _jsonable(evidence)
+        held = {
+            "action": act.name,
+            "idem_key": ctx.idempotency_key,
+            "failure_class": str(failure_class),
+            "reason": reason,
+            "deadline": None,
+            "fallback": "reject",
+        }
         with self.writer.batch():
             esc_id = self.writer.insert_escalation(
                 {
+                    **held,
                     "episode_id": self.m.id,
                     "txn_id": ctx.txn_id,
-                    "action": act.name,
-                    "idem_key": ctx.idempotency_key,
                     "args": args,
-                    "failure_class": str(failure_class),
-                    "reason": reason,
-                    "evidence": _jsonable(evidence),
+                    "evidence": evidence_json,
                     "status": EscalationStatus.PENDING,
                     "created_at": time.time(),
-                    "fallback": "reject",
                 }
             )
+            # Everything a person's decision reads is under the chain: the arguments to
+            # approve, the evidence (by digest), the deadline and what happens after it.
             self.writer.append(
                 "escalation",
                 ctx.txn_id,
                 {
+                    **held,
                     "escalation_id": esc_id,
-                    "action": act.name,
-                    "failure_class": str(failure_class),
-                    "reason": reason,
+                    "args": loads(args),
+                    "evidence": digest(loads(evidence_json)),
                 },
             )
             self.update_episode()

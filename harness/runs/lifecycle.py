@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .._json import dumps
+from .._json import dumps, loads
 from ..errors import ConfigurationError, EndpointDown, StoreError
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
 from ..store import EpisodeStatus, RunStatus, SigningKey, Store, TrialRow
@@ -209,7 +209,7 @@ class RunRecord:
     def write(self, status: str) -> None:
         """Record the run with ``status``."""
         extra = {} if self.created_at is None else {"created_at": self.created_at}
-        self.store.add(
+        written = self.store.record_run(
             run_row(
                 self.run_id,
                 suite=self.suite,
@@ -219,6 +219,7 @@ class RunRecord:
                 **extra,
             )
         )
+        self.evidence = loads(written.evidence)  # (with another resume's, when one ran)
 
 
 HELD_POLL = 1.0

@@ -25,6 +25,7 @@ from ..agents import Agent, is_agent_spec, recorded_spec, registry
 from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
 from ..store import SigningKey, Store
+from ..store.chain import run_binding
 from ..suite import Suite, is_builtin_suite, load_suite
 from .executors import check_placement, executor_for
 from .layout import OpenRun, episode_id, open_run
@@ -354,6 +355,7 @@ def worker_spec(
         signing_key=None if signing_key is None else signing_key.pem(),
         transactions=bool(run.config.get("transactions", True)),
         limits=RunLimits.from_config(run.config),
+        binding=run_binding(run.config, run.evidence),
     )
 
 

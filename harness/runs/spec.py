@@ -57,6 +57,8 @@ class RunSpec:
             (:class:`~harness.runs.toolbox.BareToolbox`).
         limits: the limits on model requests that hold for the whole run
             (:class:`~harness.runs.limits.RunLimits`); None: none.
+        binding: the digests of the run's configuration and evidence that every trial's
+            episode records (:func:`~harness.store.chain.run_binding`); None: none.
     """
 
     suite: str
@@ -70,6 +72,7 @@ class RunSpec:
     signing_key: bytes | None = None
     transactions: bool = True
     limits: RunLimits | None = None
+    binding: Mapping[str, str] | None = None
 
     def with_lease(self, seconds: float) -> RunSpec:
         """This spec with episode leases of at most ``seconds``."""

@@ -28,6 +28,7 @@ from ..errors import ConfigurationError, StoreError
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
 from ..store import SigningKey, Store
+from ..store.chain import run_binding
 from ..suite import Suite, load_suite
 from .executors import EXECUTORS, executor_for
 from .judge import plain
@@ -361,6 +362,7 @@ def run_trials(
             signing_key=None if signing_key is None else signing_key.pem(),
             transactions=transactions,
             limits=limits,
+            binding=run_binding(config, evidence),
         )
         jobs = [
             Job(t.id, i, trial_seed(seed, t.id, i), "auto") for i in range(trials) for t in selected

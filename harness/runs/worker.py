@@ -197,6 +197,7 @@ class Worker:
         self.signing_key = None if key is None else SigningKey.from_pem(key)
         self.store = Store(spec.store_url)
         self.run_id = spec.run_id
+        self.binding = None if spec.binding is None else dict(spec.binding)
         self.policy = spec.policy
         self.faults = spec.faults
         self.references: dict[str, Reference] = {}
@@ -277,7 +278,7 @@ class Worker:
                     run_id=self.run_id,
                     task_id=task_id,
                     trial=trial,
-                    meta={"seed": seed},
+                    meta={"seed": seed, **({} if self.binding is None else {"run": self.binding})},
                     actions=[t for t in env.tools.values() if isinstance(t, Action)],
                     signing_key=self.signing_key,
                 )

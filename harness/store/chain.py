@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+from .._json import digest, dumps, loads
 from .projection import HOT_OUTCOMES
 from .statuses import EpisodeStatus
 from .tables import GENESIS, ChainReport, EpisodeRow, LogRow, record_hash
@@ -81,3 +83,17 @@ def witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | Non
             f"({ep.status}): appended outside the harness",
         )
     return None
+
+
+RESUMES = "resumes"
+"""The key of a run's evidence that resumes append to (the rest is written once)."""
+
+
+def run_binding(config: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, str]:
+    """What every trial's start record holds of its run: the digests of the run's
+    configuration and of its evidence as the run started (the resumes appended since left
+    out), so that an edit of either, signed or not, disagrees with the chains
+    (:func:`harness.store.verify.verify_run`)."""
+    as_stored = loads(dumps({"config": dict(config), "evidence": dict(evidence)}))
+    started = {k: v for k, v in as_stored["evidence"].items() if k != RESUMES}
+    return {"config": digest(as_stored["config"]), "evidence": digest(started)}

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import Session, select
 
+from .._json import canonical, dumps, loads_or
 from ..errors import StoreError
 from .failures import writing
-from .tables import LeaseRow
+from .tables import LeaseRow, RunRow
 
 
 def _pid_alive(pid: int) -> bool:
@@ -50,6 +51,23 @@ def committed(conn: Any) -> Iterator[Any]:
         raise
     finally:
         cur.close()
+
+
+def _merged(stored: str, row: RunRow) -> str:
+    """``row``'s evidence with the resumes the stored evidence holds and it does not."""
+    mine = loads_or(row.evidence, {})
+    theirs = loads_or(stored, {})
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return row.evidence
+    ours = list(mine.get("resumes") or [])
+    seen = {canonical(r) for r in ours}
+    others = [r for r in theirs.get("resumes") or [] if canonical(r) not in seen]
+    if not others:
+        return row.evidence
+    both = others + ours
+    with contextlib.suppress(TypeError, KeyError):
+        both.sort(key=lambda r: float(r["at"]))
+    return dumps({**mine, "resumes": both})
 
 
 def _live(held: Any, now: float, host: str) -> bool:
@@ -118,32 +136,24 @@ class _Leases:
         owner in this process holds it (nothing is written then)."""
         now = time.time()
         host, pid = socket.gethostname(), os.getpid()
-        with self._lease_lock, writing(self.database, readonly=self.readonly):
-            conn = self._lease_connection()
-            sqlite = _is_sqlite(conn)
-            mark = "?" if sqlite else "%s"
-            with committed(conn) as cur:
-                if sqlite:
-                    cur.execute("BEGIN IMMEDIATE")
-                else:
-                    cur.execute("LOCK TABLE hx_lease IN SHARE ROW EXCLUSIVE MODE")
-                cur.execute(
-                    f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
-                    (episode_id,),
-                )
-                held = cur.fetchone()
-                if held is not None and held[0] != owner and _live(held, now, host):
-                    conn.rollback()
-                    if this_process and held[2] == host and int(held[1]) == pid:
-                        return "ours", None
-                    return "held", held
-                cur.execute(f"DELETE FROM hx_lease WHERE episode_id = {mark}", (episode_id,))
-                cur.execute(
-                    "INSERT INTO hx_lease (episode_id, owner, pid, host, acquired_at, expires_at) "
-                    f"VALUES ({', '.join([mark] * 6)})",
-                    (episode_id, owner, pid, host, now, now + seconds),
-                )
-                return "taken", None
+        with self._locked("hx_lease") as (cur, mark):
+            cur.execute(
+                f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
+                (episode_id,),
+            )
+            held = cur.fetchone()
+            if held is not None and held[0] != owner and _live(held, now, host):
+                cur.connection.rollback()
+                if this_process and held[2] == host and int(held[1]) == pid:
+                    return "ours", None
+                return "held", held
+            cur.execute(f"DELETE FROM hx_lease WHERE episode_id = {mark}", (episode_id,))
+            cur.execute(
+                "INSERT INTO hx_lease (episode_id, owner, pid, host, acquired_at, expires_at) "
+                f"VALUES ({', '.join([mark] * 6)})",
+                (episode_id, owner, pid, host, now, now + seconds),
+            )
+            return "taken", None
 
     def release_lease(self, episode_id: str, *, owner: str) -> None:
         """Give the lease on ``episode_id`` back (only its owner can)."""
@@ -209,6 +219,37 @@ class _Leases:
         return _live(
             (row.owner, row.pid, row.host, row.expires_at), time.time(), socket.gethostname()
         )
+
+    def record_run(self, row: RunRow) -> RunRow:
+        """Insert or replace a run's row under the write lock, keeping the resumes another
+        process recorded in its evidence since this one read it (two resumes of one run at
+        once are both in the evidence). Returns the row as written."""
+        with self._locked("hx_run") as (cur, mark):
+            cur.execute(f"SELECT evidence FROM hx_run WHERE id = {mark}", (row.id,))
+            found = cur.fetchone()
+            if found is not None:
+                row = RunRow(**{**row.model_dump(), "evidence": _merged(found[0], row)})
+                cur.execute(f"DELETE FROM hx_run WHERE id = {mark}", (row.id,))
+            cur.execute(
+                "INSERT INTO hx_run (id, created_at, suite, status, config, evidence) "
+                f"VALUES ({', '.join([mark] * 6)})",
+                (row.id, row.created_at, row.suite, str(row.status), row.config, row.evidence),
+            )
+        return row
+
+    @contextmanager
+    def _locked(self, table: str) -> Iterator[tuple[Any, str]]:
+        """A cursor in a transaction that holds the write lock of ``table`` (SQLite: the
+        database's), committed when the block ends, and the driver's parameter mark."""
+        with self._lease_lock, writing(self.database, readonly=self.readonly):
+            conn = self._lease_connection()
+            sqlite = _is_sqlite(conn)
+            with committed(conn) as cur:
+                if sqlite:
+                    cur.execute("BEGIN IMMEDIATE")
+                else:
+                    cur.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
+                yield cur, "?" if sqlite else "%s"
 
     def _lease_connection(self) -> Any:
         if self._lease_conn is None:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlmodel import col, select
 
-from .._json import canonical, loads_or
+from .._json import canonical, digest, loads_or
 from ..errors import StoreError
-from .chain import chain_problem
+from .chain import chain_problem, run_binding
 from .projection import committed_row, derive
 from .signing import PublicKey, verify_signatures
 from .statuses import RESOLVED_AS, EscalationStatus, TxnStatus
@@ -225,6 +225,7 @@ def verify_episode(
     episode: EpisodeRow,
     trials: Mapping[str, TrialRow] | None = None,
     records: _Records | None = None,
+    bindings: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[Finding | None, dict[str, int]]:
     """The first problem in one episode's record (None if it is intact), and what was checked.
 
@@ -232,6 +233,8 @@ def verify_episode(
         trials: the store's trial rows by episode id, when the caller has read them already
             (verifying a whole run reads them once, not once per episode).
         records: the episode's records, when the caller has read them already.
+        bindings: what each run's trials must record of it (:func:`run_bindings`), when the
+            caller has read the runs already.
     """
     if records is None:
         records = _read(store, episode)
@@ -247,6 +250,9 @@ def verify_episode(
         return Finding(episode.id, "hx_log", f"record {seq}", reason, seq), counts
     try:
         _cross_check(episode, records, trials, store)
+        if bindings is None:
+            bindings = run_bindings(store)
+        _check_binding(episode, records.log, bindings)
     except _Problem as problem:
         return Finding(episode.id, *problem.finding), counts
     return None, counts
@@ -346,6 +352,29 @@ def _cross_check(
                     txn,
                     f"its {name} does not match its decision record: the row was altered",
                     rec.seq,
+                )
+        if "diff" in data and canonical(loads_or(row.diff, keep_text=True)) != canonical(
+            data["diff"]
+        ):
+            raise _Problem(
+                "hx_transaction",
+                txn,
+                "what it left changed (its diff) is not what its decision record says: the row "
+                "was altered",
+                rec.seq,
+            )
+        intent = intents.get(txn)
+        if txn not in commits and intent is not None:
+            call = _payload(intent)
+            if (row.idem_key, canonical(loads_or(row.args, keep_text=True))) != (
+                call.get("key"),
+                canonical(call.get("args")),
+            ):
+                raise _Problem(
+                    "hx_transaction",
+                    txn,
+                    "its arguments or key are not what its intent record says: the row was altered",
+                    intent.seq,
                 )
         if txn not in commits and row.status not in (TxnStatus.FAILED, TxnStatus.ABANDONED):
             raise _Problem(
@@ -449,6 +478,9 @@ def _check_digests(
         )
 
 
+_ALWAYS_HELD = frozenset({"action", "failure_class", "reason"})
+
+
 def _check_escalations(
     escalations: list[EscalationRow],
     escalated: dict[str, LogRow],
@@ -465,8 +497,21 @@ def _check_escalations(
                 rec.seq,
             )
         data = _payload(rec)
-        for name in ("action", "failure_class", "reason"):
-            if getattr(row, name) != data.get(name):
+        held = {
+            "action": row.action,
+            "failure_class": row.failure_class,
+            "reason": row.reason,
+            # Recorded since 0.9: what the approver is shown and what happens unanswered.
+            "idem_key": row.idem_key,
+            "args": loads_or(row.args, keep_text=True),
+            "evidence": digest(loads_or(row.evidence, keep_text=True)),
+            "deadline": row.deadline,
+            "fallback": row.fallback,
+        }
+        for name, value in held.items():
+            if (name in data or name in _ALWAYS_HELD) and canonical(value) != canonical(
+                data.get(name)
+            ):
                 raise _Problem(
                     "hx_escalation",
                     esc_id,
@@ -519,6 +564,15 @@ def _check_episode_row(episode: EpisodeRow, log: list[LogRow]) -> None:
                     f"its {name} is not what its start record says: the row was altered",
                     start.seq,
                 )
+        for name in ("policy", "meta"):  # (records before 0.9 hold no meta)
+            said = loads_or(getattr(episode, name), keep_text=True)
+            if name in data and canonical(said) != canonical(data[name]):
+                raise _Problem(
+                    "hx_episode",
+                    episode.id,
+                    f"its {name} is not what its start record says: the row was altered",
+                    start.seq,
+                )
     last = next((r for r in reversed(log) if r.kind in ("end", "resume")), None)
     if last is None or last.kind != "end":
         return
@@ -531,6 +585,46 @@ def _check_episode_row(episode: EpisodeRow, log: list[LogRow]) -> None:
             f"it says {episode.status} after {episode.steps} step(s), its end record says "
             f"{said[0]} after {said[1]}: the row was altered",
             last.seq,
+        )
+
+
+def run_bindings(store: Store) -> dict[str, dict[str, str]]:
+    """What each run's trials record of it (:func:`~harness.store.chain.run_binding`), from
+    its row as the store holds it now (a run whose row does not read gives an empty one)."""
+    out: dict[str, dict[str, str]] = {}
+    for run in store.runs():
+        config = loads_or(run.config, {})
+        evidence = loads_or(run.evidence, {})
+        ok = isinstance(config, dict) and isinstance(evidence, dict)
+        out[run.id] = run_binding(config, evidence) if ok else {}
+    return out
+
+
+def _check_binding(
+    episode: EpisodeRow, log: list[LogRow], bindings: Mapping[str, Mapping[str, str]]
+) -> None:
+    """A trial's start record holds the digests of its run's configuration and evidence (since
+    0.9): the run's row must still give them."""
+    start = next((r for r in log if r.kind == "start"), None)
+    if start is None or episode.run_id is None or episode.run_id not in bindings:
+        return  # (a run whose row is gone: named by the orphans' check)
+    meta = _payload(start).get("meta")
+    said = meta.get("run") if isinstance(meta, dict) else None
+    if not isinstance(said, dict):
+        return
+    now = bindings[episode.run_id]
+    changed = [
+        {"config": "configuration", "evidence": "evidence"}.get(k, k)
+        for k in sorted(said)
+        if now.get(k) != said[k]
+    ]
+    if changed:
+        raise _Problem(
+            "hx_run",
+            episode.run_id,
+            f"its {' and '.join(changed)} is not what trial {episode.id}'s start record holds "
+            "of it: the run's row was altered",
+            start.seq,
         )
 
 
@@ -593,8 +687,9 @@ def verify_run(
     report = VerifyReport(episodes=len(episodes))
     trials = {t.episode_id: t for t in store.trial_rows()}
     read = _read_all(store, episodes) if len(episodes) > _ONE_BY_ONE else {}
+    bindings = run_bindings(store)
     for episode in episodes:
-        finding, counts = verify_episode(store, episode, trials, read.get(episode.id))
+        finding, counts = verify_episode(store, episode, trials, read.get(episode.id), bindings)
         report.records += counts["records"]
         report.transactions += counts["transactions"]
         report.checkpoints += counts["checkpoints"]

@@ -361,7 +361,14 @@ def test_replay_refuses_a_recorded_suite_path_it_was_not_told_to_trust(
     marker = tmp_path / "imported"
     original = recorded_run.parents[1] / "suite"
     point_suite_at(run_copy, malicious_suite(tmp_path / "evil", original, marker, "evil:Env"))
-    refused = cli("replay", str(run_copy), "--episode", T0)
+    # The edit is found first: the trials' start records bind the run's configuration.
+    unverified = cli("replay", str(run_copy), "--episode", T0)
+    assert unverified.exit_code == 2, unverified.output
+    said = " ".join(unverified.output.split())
+    assert "fails verification" in said and "hx_run r1" in said and "configuration" in said
+    assert not marker.exists()
+    # Told to go on anyway, the recorded path is still not loaded on the folder's word.
+    refused = cli("replay", str(run_copy), "--episode", T0, "--allow-unverified")
     assert refused.exit_code == 2, refused.output
     said = " ".join(refused.output.split())
     assert "not a built-in suite" in said and "--suite" in said
@@ -370,11 +377,17 @@ def test_replay_refuses_a_recorded_suite_path_it_was_not_told_to_trust(
         replay_episode(run_copy, T0)
     assert not marker.exists()
     named = cli(
-        "replay", str(run_copy), "--episode", T0, "--suite", str(recorded_run.parents[1] / "suite")
+        "replay",
+        str(run_copy),
+        "--episode",
+        T0,
+        "--allow-unverified",
+        "--suite",
+        str(recorded_run.parents[1] / "suite"),
     )
     assert named.exit_code == 0 and "no divergence" in named.output, named.output
     assert not marker.exists()
-    trusted = cli("replay", str(run_copy), "--episode", T0, "--trust-suite")
+    trusted = cli("replay", str(run_copy), "--episode", T0, "--allow-unverified", "--trust-suite")
     assert marker.exists(), trusted.output
 
 
@@ -386,7 +399,7 @@ def test_replay_refuses_os_system_even_when_trusted(
     original = recorded_run.parents[1] / "suite"
     point_suite_at(run_copy, malicious_suite(tmp_path / "evil", original, marker, "os:system"))
     for flags in ((), ("--trust-suite",)):
-        result = cli("replay", str(run_copy), "--episode", T0, *flags)
+        result = cli("replay", str(run_copy), "--episode", T0, "--allow-unverified", *flags)
         assert result.exit_code == 2, result.output
     assert "is not a class" in " ".join(result.output.split())
     assert not marker.exists()

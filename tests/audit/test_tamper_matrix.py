@@ -561,6 +561,42 @@ CASES = [
         True,
     ),
     Case(
+        "failed call's leftover diff edited",
+        sql("UPDATE hx_transaction SET diff = '{\"orders/o2\":[1,2]}' WHERE id = 'own:2'"),
+        "hx_transaction",
+        "own:2",
+        OWN,
+        True,
+    ),
+    Case(
+        "failed call's arguments edited",
+        sql(
+            'UPDATE hx_transaction SET args = \'{"order_id":"o9","reason":"asked"}\' WHERE id = \'own:2\''
+        ),
+        "hx_transaction",
+        "own:2",
+        OWN,
+        True,
+    ),
+    Case(
+        "episode policy edited",
+        sql(
+            f"UPDATE hx_episode SET policy = json_set(policy, '$.decisions.scope', 'continue') WHERE id = '{E}'"
+        ),
+        "hx_episode",
+        E,
+        E,
+        True,
+    ),
+    Case(
+        "episode meta edited",
+        sql(f"UPDATE hx_episode SET meta = json_set(meta, '$.seed', 1) WHERE id = '{E}'"),
+        "hx_episode",
+        E,
+        E,
+        True,
+    ),
+    Case(
         "verifier output edited",
         sql(f"UPDATE hx_trial SET verdict = '{{}}' WHERE episode_id = '{E}'"),
         "hx_trial",
@@ -598,14 +634,32 @@ CASES = [
     Case(
         "run configuration edited",
         sql("UPDATE hx_run SET config = json_set(config, '$.trials', 9)"),
-        SIG,
-        "run",
+        "hx_run",
         "r1",
-        False,
+        E,
+        True,
+    ),
+    Case(
+        "run's agent server edited",
+        sql(
+            "UPDATE hx_run SET config = json_set(config, '$.agent_options.base_url', 'http://evil.example')"
+        ),
+        "hx_run",
+        "r1",
+        E,
+        True,
     ),
     Case(
         "run evidence edited",
         sql("UPDATE hx_run SET evidence = json_set(evidence, '$.edited', 1)"),
+        "hx_run",
+        "r1",
+        E,
+        True,
+    ),
+    Case(
+        "run's resumes edited",
+        sql("UPDATE hx_run SET evidence = json_set(evidence, '$.resumes', json('[{\"at\": 1}]'))"),
         SIG,
         "run",
         "r1",
@@ -632,6 +686,38 @@ CASES = [
     Case(
         "escalation decision edited",
         sql("UPDATE hx_escalation SET status = 'rejected'"),
+        "hx_escalation",
+        "",
+        OWN,
+        True,
+    ),
+    Case(
+        "escalation's waiting arguments edited",
+        sql('UPDATE hx_escalation SET args = \'{"order_id":"o9","reason":"asked"}\''),
+        "hx_escalation",
+        "",
+        OWN,
+        True,
+    ),
+    Case(
+        "escalation evidence edited",
+        sql("UPDATE hx_escalation SET evidence = json_set(evidence, '$.attempts', 9)"),
+        "hx_escalation",
+        "",
+        OWN,
+        True,
+    ),
+    Case(
+        "escalation deadline edited",
+        sql("UPDATE hx_escalation SET deadline = 1"),
+        "hx_escalation",
+        "",
+        OWN,
+        True,
+    ),
+    Case(
+        "escalation fallback edited",
+        sql("UPDATE hx_escalation SET fallback = 'approve'"),
         "hx_escalation",
         "",
         OWN,

@@ -327,10 +327,24 @@ def test_export_loads_a_recorded_suite_only_when_told_to(toy_run: Path, tmp_path
     def export(*extra: str) -> tuple[Any, list[Any]]:
         out = tmp_path / "out.json"
         result = CliRunner().invoke(
-            main, ["export", str(run), "--format", "tau2", "--out", str(out), *extra]
+            main,
+            [
+                "export",
+                str(run),
+                "--format",
+                "tau2",
+                "--out",
+                str(out),
+                "--allow-unverified",
+                *extra,
+            ],
         )
         assert result.exit_code == 0, result.output
         return result, json.loads(out.read_text())["tasks"]
+
+    # The edit is found first: every trial's start record binds the run's configuration.
+    found = CliRunner().invoke(main, ["export", str(run), "--format", "tau2"])
+    assert found.exit_code == 2 and "fails verification" in " ".join(found.output.split())
 
     result, tasks = export()
     assert not marker.exists()

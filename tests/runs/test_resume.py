@@ -766,7 +766,10 @@ def test_resume_loads_the_recorded_suite_only_when_told_to(tmp_path: Path):
         conn.execute("UPDATE hx_run SET config = json_set(config, '$.suite_path', ?)", (str(evil),))
     conn.close()
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    refused = CliRunner().invoke(main, ["resume", str(folder)])
+    unverified = CliRunner().invoke(main, ["resume", str(folder)])
+    assert unverified.exit_code == 2, unverified.output
+    assert "fails verification" in " ".join(unverified.output.split())
+    refused = CliRunner().invoke(main, ["resume", str(folder), "--allow-unverified"])
     assert refused.exit_code == 2, refused.output
     said = " ".join(refused.output.split())
     assert f"--suite {evil}" in said and "--trust-suite" in said
@@ -774,6 +777,8 @@ def test_resume_loads_the_recorded_suite_only_when_told_to(tmp_path: Path):
         resume_run(folder)
     assert not marker.exists()
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
-    result = CliRunner().invoke(main, ["resume", str(folder), "--suite", str(tmp_path / "suite")])
+    result = CliRunner().invoke(
+        main, ["resume", str(folder), "--allow-unverified", "--suite", str(tmp_path / "suite")]
+    )
     assert result.exit_code == 0 and "kept 1, resumed 1" in result.output, result.output
     assert not marker.exists()

@@ -72,13 +72,20 @@ def test_a_recorded_server_the_user_did_not_name_gets_no_key(
     point_at(folder, other.base_url)
     monkeypatch.setenv("HARNESS_OPENAI_API_KEY", KEY)
     monkeypatch.delenv("HARNESS_OPENAI_BASE_URL", raising=False)
+    # The edit is found first: every trial's start record binds the run's configuration.
     result = CliRunner().invoke(main, ["resume", str(folder), "--suite", str(toy.path)])
+    code, out = result.exit_code, " ".join(result.output.split())
+    assert code == 2 and "fails verification" in out and "configuration" in out, out
+    assert other.requests == [] and other.headers == []
+    # Told to go on unverified, the key still does not go where the folder says.
+    unverified = ["resume", str(folder), "--suite", str(toy.path), "--allow-unverified"]
+    result = CliRunner().invoke(main, unverified)
     code, out = result.exit_code, result.output
     assert code == 2, out
     assert other.base_url in out and "HARNESS_OPENAI_BASE_URL=" in out and "--trust-agent" in out
     assert other.requests == [] and other.headers == []
     monkeypatch.setenv("HARNESS_OPENAI_BASE_URL", other.base_url + "/")
-    result = CliRunner().invoke(main, ["resume", str(folder), "--suite", str(toy.path)])
+    result = CliRunner().invoke(main, unverified)
     assert result.exit_code == 0, result.output
     assert other.headers and all(h.get("authorization") == f"Bearer {KEY}" for h in other.headers)
 
@@ -94,7 +101,8 @@ def test_trusting_the_folder_or_its_own_server_goes_on(
     monkeypatch.setenv("HARNESS_OPENAI_API_KEY", KEY)
     monkeypatch.delenv("HARNESS_OPENAI_BASE_URL", raising=False)
     result = CliRunner().invoke(
-        main, ["resume", str(trusted), "--suite", str(toy.path), "--trust-agent"]
+        main,
+        ["resume", str(trusted), "--suite", str(toy.path), "--trust-agent", "--allow-unverified"],
     )
     assert result.exit_code == 0, result.output
     own = stopped_run(toy, honest, tmp_path / "b")
@@ -106,6 +114,8 @@ def test_trusting_the_folder_or_its_own_server_goes_on(
     monkeypatch.delenv("HARNESS_OPENAI_API_KEY")
     monkeypatch.delenv("HARNESS_OPENAI_BASE_URL")
     before = len(other.headers)
-    result = CliRunner().invoke(main, ["resume", str(keyless), "--suite", str(toy.path)])
+    result = CliRunner().invoke(
+        main, ["resume", str(keyless), "--suite", str(toy.path), "--allow-unverified"]
+    )
     assert result.exit_code == 0, result.output
     assert all("authorization" not in h for h in other.headers[before:])
