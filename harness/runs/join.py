@@ -192,6 +192,7 @@ def work_run(
             secrets=secrets,
             lease_seconds=lease_seconds,
             signing_key=signing_key,
+            executor=executor,
         )
         where = executor_for(
             executor,

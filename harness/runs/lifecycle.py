@@ -18,12 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .._json import dumps, loads
+from .._json import canonical, dumps, loads
 from ..errors import ConfigurationError, EndpointDown, StoreError
 from ..stats import Estimate, pass_at_k, suite_pass_hat_k
 from ..store import EpisodeStatus, RunStatus, SigningKey, Store, TrialRow
 from ..store.limiter import Limiter
-from ..store.signing import sign_run
+from ..store.signing import episode_message, sign_episode, sign_run
+from ..store.verify import run_bindings, verify_episode
 from .executors import AnyStop, Executor, Prepares, Stop, StopFlag, StopOnSigint
 from .layout import (
     EVIDENCE_FILE,
@@ -220,6 +221,27 @@ class RunRecord:
             )
         )
         self.evidence = loads(written.evidence)  # (with another resume's, when one ran)
+
+
+def sign_left_unsigned(store: Store, run_id: str, key: SigningKey) -> list[str]:
+    """Sign the run's ended episodes whose head no signature covers: those a resume without
+    the key ended. Each is verified first (its chain and rows, as ``harness verify`` checks
+    them without a key); one that fails is left unsigned, so that a check with the public key
+    still names it. Returns the episodes signed."""
+    signed = {s.subject: s.message for s in store.signatures() if s.scope == "episode"}
+    trials = {t.episode_id: t for t in store.trial_rows(run_id)}
+    bindings = run_bindings(store)
+    done = []
+    for episode in store.episodes(run_id):
+        if episode.status == EpisodeStatus.RUNNING:
+            continue
+        if signed.get(episode.id) == canonical(episode_message(episode)):
+            continue
+        finding, _ = verify_episode(store, episode, trials, bindings=bindings)
+        if finding is None:
+            sign_episode(store, episode.id, key)
+            done.append(episode.id)
+    return done
 
 
 HELD_POLL = 1.0
@@ -431,6 +453,7 @@ def carry_out(
     )
     record.write(RunStatus.FINISHED if result.complete and not waiting else RunStatus.INTERRUPTED)
     if signing_key is not None:
+        sign_left_unsigned(store, record.run_id, signing_key)
         sign_run(store, record.run_id, signing_key)
     result.write_summary()
     if folder is not None:

@@ -31,7 +31,7 @@ from .executors import check_placement, executor_for
 from .layout import OpenRun, episode_id, open_run
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
 from .limits import RunLimits
-from .spec import Job, RunSpec
+from .spec import Job, RunSpec, key_for_workers
 from .start import REDACTED, ExecutorName, trial_seed
 from .worker import TrialResult, Worker, trial_state
 
@@ -339,6 +339,7 @@ def worker_spec(
     secrets: dict[str, Any] | None = None,
     lease_seconds: float = 600.0,
     signing_key: SigningKey | None = None,
+    executor: str = "processes",
 ) -> RunSpec:
     """How a worker of this process (or another it starts) runs trials of the opened run, as
     the run recorded them: its store, its agent options with ``secrets`` given back, its
@@ -352,7 +353,7 @@ def worker_spec(
         run_id=run.run.id,
         policy=policy,
         lease_seconds=lease_seconds,
-        signing_key=None if signing_key is None else signing_key.pem(),
+        **key_for_workers(signing_key, executor=executor),
         transactions=bool(run.config.get("transactions", True)),
         limits=RunLimits.from_config(run.config),
         binding=run_binding(run.config, run.evidence),
@@ -476,6 +477,7 @@ def resume_run(
             secrets=secrets,
             lease_seconds=lease_seconds,
             signing_key=signing_key,
+            executor=executor,
         )
 
         def finished(job: Job, result: TrialResult | None) -> None:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from ..faults import RunFaults
 from ..policy import Policy
+from ..store import SigningKey
+from ..store.witness import Witness
 from .limits import RunLimits
 
 __all__ = ["Job", "JobMode", "RunSpec"]
@@ -57,6 +59,8 @@ class RunSpec:
             (:class:`~harness.runs.toolbox.BareToolbox`).
         limits: the limits on model requests that hold for the whole run
             (:class:`~harness.runs.limits.RunLimits`); None: none.
+        witness: the file where the workers mirror the signatures they make
+            (:class:`~harness.store.witness.Witness`); None: none.
         binding: the digests of the run's configuration and evidence that every trial's
             episode records (:func:`~harness.store.chain.run_binding`); None: none.
     """
@@ -72,8 +76,22 @@ class RunSpec:
     signing_key: bytes | None = None
     transactions: bool = True
     limits: RunLimits | None = None
+    witness: str | None = None
     binding: Mapping[str, str] | None = None
 
     def with_lease(self, seconds: float) -> RunSpec:
         """This spec with episode leases of at most ``seconds``."""
         return replace(self, lease_seconds=min(self.lease_seconds, seconds))
+
+
+def key_for_workers(key: SigningKey | None, *, executor: str) -> dict[str, Any]:
+    """The ``signing_key`` and ``witness`` of a :class:`RunSpec` for ``key``: its PEM (a key
+    object does not cross processes), and the path of its witness file when the workers run
+    on this machine. Ray's may run on hosts without that file; there the driver's signature of
+    the run's manifest, which covers every episode's head, is what the witness holds."""
+    if key is None:
+        return {"signing_key": None, "witness": None}
+    witness = key.witness
+    if not isinstance(witness, Witness) or executor == "ray":
+        return {"signing_key": key.pem(), "witness": None}
+    return {"signing_key": key.pem(), "witness": str(witness.path)}

@@ -42,7 +42,7 @@ from .layout import (
 )
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
 from .limits import Rate, RunLimits
-from .spec import Job, RunSpec
+from .spec import Job, RunSpec, key_for_workers
 from .worker import TrialResult, Worker
 
 __all__ = [
@@ -359,7 +359,7 @@ def run_trials(
             run_id=run_id,
             policy=policy,
             faults=None if plan is None else plan.for_run(run_id),
-            signing_key=None if signing_key is None else signing_key.pem(),
+            **key_for_workers(signing_key, executor=executor),
             transactions=transactions,
             limits=limits,
             binding=run_binding(config, evidence),

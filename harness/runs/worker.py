@@ -28,6 +28,7 @@ from ..faults import WorkerCrash
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
 from ..store.records import trial_failures, trial_steps
 from ..store.signing import sign_episode
+from ..store.witness import Witness
 from ..suite import Suite, Task, load_suite
 from .judge import Reference, judge, premature_end, reference_outcome
 from .layout import attempt_id, episode_id
@@ -194,7 +195,8 @@ class Worker:
         self.agent = agent
         # (PEM: a key object cannot be sent to a worker process.)
         key = spec.signing_key
-        self.signing_key = None if key is None else SigningKey.from_pem(key)
+        witness = None if spec.witness is None else Witness(spec.witness)
+        self.signing_key = None if key is None else SigningKey.from_pem(key, witness=witness)
         self.store = Store(spec.store_url)
         self.run_id = spec.run_id
         self.binding = None if spec.binding is None else dict(spec.binding)

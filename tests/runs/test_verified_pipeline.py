@@ -18,6 +18,8 @@ from click.testing import CliRunner, Result
 
 import harness as hx
 from harness.cli import main
+from harness.runs.layout import open_run
+from harness.runs.resume import resume_run
 
 from ..conftest import SIGNING_KEY
 from .test_resume import executions, killed_run
@@ -152,3 +154,42 @@ def test_a_signed_run_resumed_without_its_key_says_so_and_the_audit_names_the_ga
     findings = json.loads(verify.stdout)["findings"]
     assert {f["episode_id"] for f in findings} >= {"r1-t1-0"}
     assert all("no signature" in f["reason"] or "differs" in f["reason"] for f in findings)
+
+
+def test_resuming_with_the_key_signs_what_a_keyless_resume_left_unsigned(
+    tmp_path: Path,
+) -> None:
+    """A signed run resumed once without its key, then resumed with it: the episodes the
+    keyless resume ended are signed (each verified first), and the run verifies with its
+    public key again, as the keyless resume's note promises."""
+    folder = killed_run(tmp_path, tasks=2, trials=1, pause_in="r1-t1-0", signing_key=KEY)
+    key_file = tmp_path / "signing.key"
+    KEY.save(key_file)
+    public = tmp_path / "signing.key.pub"
+    assert _cli("resume", folder, "--trust-suite").exit_code == 0
+    assert _cli("verify", folder, "--public-key", public).exit_code == 1
+    before = _trial_effects(tmp_path)
+    result = _cli("resume", folder, "--trust-suite", "--signing-key", key_file)
+    assert result.exit_code == 0, result.output
+    assert _trial_effects(tmp_path) == before  # nothing ran again
+    verify = _cli("verify", folder, "--public-key", public)
+    assert verify.exit_code == 0, verify.output
+
+
+def test_an_unsigned_episode_edited_since_is_not_signed_by_a_resume_with_the_key(
+    tmp_path: Path,
+) -> None:
+    """The key never blesses an edit: an episode a keyless resume ended and someone then
+    edited (its trial's verdict flipped) stays unsigned when a resume with the key runs from
+    Python (which does not verify first), so a check with the public key still names it."""
+    folder = killed_run(tmp_path, tasks=2, trials=1, pause_in="r1-t1-0", signing_key=KEY)
+    assert _cli("resume", folder, "--trust-suite").exit_code == 0
+    with sqlite3.connect(folder / "harness.db") as conn:
+        conn.execute("UPDATE hx_trial SET passed = 1 - passed WHERE episode_id = 'r1-t1-0'")
+    conn.close()
+    resume_run(folder, trust=True, signing_key=KEY)
+    with open_run(folder) as opened:
+        report = opened.store.verify(opened.run.id, public_key=KEY.public)
+        signed = {s.subject for s in opened.store.signatures() if s.scope == "episode"}
+    assert "r1-t1-0" in {f.episode_id for f in report.findings}, report.findings
+    assert "r1-t1-0" not in signed

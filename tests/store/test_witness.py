@@ -139,22 +139,27 @@ def test_a_witnessed_run_verifies_with_its_witness(suite: Path, key: Path, tmp_p
     second = signed_run(suite, key, witness, tmp_path / "b")
     assert stat.S_IMODE(witness.stat().st_mode) == 0o600
     lines, bad = read_witness(witness, hx.PublicKey.load(f"{key}.pub"))
-    assert bad == [] and [line.subject for line in lines] == [first.name, second.name]
-    assert dict(lines[0].heads) == episodes(first)
-    assert lines[0].store == store_identity(f"sqlite:///{first / 'harness.db'}")
+    runs = [line for line in lines if line.scope == "run"]
+    assert bad == [] and [line.subject for line in runs] == [first.name, second.name]
+    # Each episode the workers signed has lines of its own too (its end, then its verdict).
+    signed = {line.subject for line in lines if line.scope == "episode"}
+    assert signed == set(episodes(first)) | set(episodes(second))
+    assert dict(runs[0].heads) == episodes(first)
+    assert runs[0].store == store_identity(f"sqlite:///{first / 'harness.db'}")
     said = verify(first, witness, key)
     assert said.exit_code == 0, said.output
-    assert "1 of its 2 line(s) are about this run" in said.output
+    assert "5 of its 10 line(s) are about this run" in said.output
     assert "signatures checked with key" in said.output
     data = json.loads(verify(first / "harness.db", witness, key, "--json").output)
-    assert data["ok"] and data["witness"]["checked"] == 1
-    assert data["witness"]["other_stores"] == [lines[1].store]
+    assert data["ok"] and data["witness"]["checked"] == 5
+    assert data["witness"]["other_stores"] == [runs[1].store]
 
 
 def test_a_deleted_run_is_named_by_the_witness(run: tuple[Path, Path], key: Path):
     """A run deleted from its store with every row and signature passes plain verification of
     the store; with the witness, the run folder and the store file each name it deleted."""
     folder, witness = run
+    episodes_before = episodes(folder)
     delete_run(folder, folder.name)
     plain = cli("verify", folder / "harness.db", "--public-key", f"{key}.pub")
     assert plain.exit_code == 0, plain.output  # (the hole the witness closes)
@@ -164,7 +169,8 @@ def test_a_deleted_run_is_named_by_the_witness(run: tuple[Path, Path], key: Path
         assert f"run {folder.name}: signed and witnessed at" in said.output, said.output
         assert "missing from the store: deleted (and 2 of its 2 witnessed episodes)" in said.output
     data = json.loads(verify(folder, witness, key, "--json").output)
-    assert not data["ok"] and [f["episode_id"] for f in data["findings"]] == [folder.name]
+    named = [f["episode_id"] for f in data["findings"]]
+    assert not data["ok"] and set(named) == {folder.name, *episodes_before}, named
 
 
 def test_a_rewritten_chain_is_named_by_the_witness(run: tuple[Path, Path], key: Path):
@@ -179,7 +185,8 @@ def test_a_rewritten_chain_is_named_by_the_witness(run: tuple[Path, Path], key: 
         "DELETE FROM hx_signature",
     )
     rechain(folder)
-    assert episodes(folder)[episode] != dict(read_witness(witness)[0][0].heads)[episode]
+    (witnessed,) = [line for line in read_witness(witness)[0] if line.scope == "run"]
+    assert episodes(folder)[episode] != dict(witnessed.heads)[episode]
     said = verify(folder, witness)
     assert said.exit_code == 1, said.output
     assert f"episode {episode}: its chain no longer holds the witnessed head: rewritten" in (
@@ -217,7 +224,7 @@ def test_an_edited_witness_line_is_named_by_its_number(run: tuple[Path, Path], k
     """A witness line edited (a head changed) fails its signature under the public key and is
     named by its line number, not believed; a line that is not one is named too."""
     folder, witness = run
-    line = json.loads(witness.read_text())
+    line = json.loads(witness.read_text().splitlines()[-1])  # (the run's line)
     first = sorted(line["heads"])[0]
     line["heads"][first][1] = "0" * 64
     witness.write_text(json.dumps(line) + "\n" + "not a line\n")
