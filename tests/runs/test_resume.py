@@ -782,3 +782,62 @@ def test_resume_loads_the_recorded_suite_only_when_told_to(tmp_path: Path):
     )
     assert result.exit_code == 0 and "kept 1, resumed 1" in result.output, result.output
     assert not marker.exists()
+
+
+def test_two_resumes_of_one_run_at_once_are_both_in_the_evidence(tmp_path: Path):
+    """Two `harness resume` processes started at once on one interrupted run both run (the
+    trials' leases share the work out, none runs twice) and both are in the run's evidence,
+    in the store and in evidence.json: neither's record of itself overwrites the other's."""
+    import subprocess
+    import sys
+
+    folder = killed_run(tmp_path, tasks=3, trials=1, pause_in="r1-t2-0", delay=0.05)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    command = [sys.executable, "-m", "harness", "resume", str(folder), "--trust-suite"]
+    both = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[0].decode() for p in both]
+    assert [p.returncode for p in both] == [0, 0], outputs
+    store = hx.Store(folder / "harness.db", readonly=True)
+    try:
+        (run,) = store.runs()
+        resumes = json.loads(run.evidence)["resumes"]
+        assert store.verify("r1").ok
+    finally:
+        store.close()
+    assert sorted(r["pid"] for r in resumes) == sorted(p.pid for p in both), resumes
+    written = json.loads((folder / "evidence.json").read_text())["resumes"]
+    assert len(written) >= 1 and all(r in resumes for r in written)
+    assert set(executions(tmp_path).values()) == {1}  # every trial's effects once
+
+
+def test_a_run_record_keeps_the_resumes_another_process_wrote_since_it_read(tmp_path: Path):
+    """The write of a run's row under the lock keeps resumes it did not read: two records made
+    from one read, each with its own resume, written one after the other, leave both."""
+    from harness.runs.lifecycle import RunRecord
+
+    folder = killed_run(tmp_path, tasks=2, trials=1, pause_in="r1-t1-0")
+    store = hx.Store(folder / "harness.db")
+    try:
+        (row,) = store.runs()
+        config, evidence = json.loads(row.config), json.loads(row.evidence)
+        records = [
+            RunRecord(
+                store,
+                row.id,
+                row.suite,
+                config,
+                {**evidence, "resumes": [{"at": float(i), "pid": i}]},
+                created_at=row.created_at,
+            )
+            for i in (1, 2)
+        ]
+        for record in records:
+            record.write("interrupted")
+        (after,) = store.runs()
+    finally:
+        store.close()
+    assert [r["pid"] for r in json.loads(after.evidence)["resumes"]] == [1, 2]
+    assert records[1].evidence["resumes"] == [{"at": 1.0, "pid": 1}, {"at": 2.0, "pid": 2}]
