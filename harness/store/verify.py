@@ -698,6 +698,16 @@ def verify_run(
             report.findings.append(finding)
     if whole_store:
         report.findings.extend(_orphans(store, episodes))
+    elif run_id is not None:
+        # Rows of one of the run's episodes whose row is gone: the store's orphans that are
+        # the run's (all of them, in a store of this run alone), as the whole store's check
+        # names them.
+        alone = [r.id for r in store.runs()] == [run_id]
+        report.findings.extend(
+            f
+            for f in _orphans(store, store.episodes())
+            if alone or f.record.startswith(f"{run_id}-") or f.record == run_id
+        )
     subjects = {e.id for e in episodes} | ({run_id} if run_id is not None else set())
     report.signers = sorted(
         {s.key_id for s in store.signatures() if whole_store or s.subject in subjects}

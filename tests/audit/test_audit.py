@@ -582,3 +582,18 @@ def test_resolving_an_already_resolved_escalation_changes_nothing(run_copy: Path
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM hx_log").fetchone() == log_before
     unknown = cli("escalations", str(run_copy), "resolve", "nope", "--approve", "--by", "bo")
     assert unknown.exit_code == 2 and "no escalation 'nope' in run r1" in unknown.output
+
+
+def test_verify_of_a_folder_its_database_and_its_url_agree_on_a_removed_episode_row(
+    run_copy: Path,
+):
+    """An episode's row deleted with its records left: `harness verify` of the run folder, of
+    its harness.db and of its sqlite:/// URL all name the episode removed (the folder's check
+    of one run names the orphans that are the run's, as the whole store's check does)."""
+    edit(run_copy, "DELETE FROM hx_episode WHERE id = 'r1-t0-0'")
+    db = run_copy / "harness.db"
+    for target in (str(run_copy), str(db), f"sqlite:///{db}"):
+        result = cli("verify", target)
+        said = " ".join(result.output.split())
+        assert result.exit_code == 1, (target, said)
+        assert "r1-t0-0" in said and "the episode was removed" in said, (target, said)
