@@ -95,9 +95,16 @@ def test_a_run_folder_naming_other_code_imports_nothing_without_trust(run_folder
     with sqlite3.connect(run_folder / "harness.db") as conn:
         conn.execute("UPDATE hx_run SET config = json_set(config, '$.agent', ?)", (f"{evil}:A",))
     conn.close()
+    # The edit is found first: every trial's start record binds the run's configuration.
     code, said = invoke("resume", str(run_folder), "--trust-suite")
+    assert code == 2 and "fails verification" in said and "configuration" in said, said
+    assert not marker.exists()
+    # Told to go on unverified, the recorded code is still not imported on the folder's word.
+    code, said = invoke("resume", str(run_folder), "--trust-suite", "--allow-unverified")
     assert code == 2 and "a run folder does not choose the code that runs" in said
-    code, said = invoke("replay", str(run_folder), "--episode", "r1-t0-0", "--trust-suite")
+    code, said = invoke(
+        "replay", str(run_folder), "--episode", "r1-t0-0", "--trust-suite", "--allow-unverified"
+    )
     assert code == 2 and "--trust-agent" in said
     assert not marker.exists()
 
