@@ -699,13 +699,13 @@ def verify_run(
     if whole_store:
         report.findings.extend(_orphans(store, episodes))
     elif run_id is not None:
-        # Rows of one of the run's episodes whose row is gone: the store's orphans that are
-        # the run's (all of them, in a store of this run alone), as the whole store's check
-        # names them.
+        # Records of one of the run's episodes whose row is gone: the store's orphans that
+        # are the run's (all of them, in a store of this run alone), as the whole store's
+        # check names them (a trial row alone is left to that check).
         alone = [r.id for r in store.runs()] == [run_id]
         report.findings.extend(
             f
-            for f in _orphans(store, store.episodes())
+            for f in _orphans(store, store.episodes(), _OWNED[:-1])
             if alone or f.record.startswith(f"{run_id}-") or f.record == run_id
         )
     subjects = {e.id for e in episodes} | ({run_id} if run_id is not None else set())
@@ -743,13 +743,15 @@ _OWNED = (
 )
 
 
-def _orphans(store: Store, episodes: list[EpisodeRow]) -> list[Finding]:
+def _orphans(
+    store: Store, episodes: list[EpisodeRow], owned: tuple[Any, ...] = _OWNED
+) -> list[Finding]:
     """Rows of a whole store that belong to nothing: records of an episode whose row is gone,
     an episode of a run whose row is gone."""
     present = {e.id for e in episodes}
     found: dict[str, Finding] = {}
     with store.session() as s:
-        for table, name, what in _OWNED:
+        for table, name, what in owned:
             for episode_id in s.exec(select(col(table.episode_id)).distinct()):
                 if episode_id not in present and episode_id not in found:
                     found[episode_id] = Finding(
