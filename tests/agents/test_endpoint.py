@@ -710,11 +710,17 @@ def test_a_blip_failing_every_trials_first_attempts_at_once_does_not_open_the_ci
 ) -> None:
     """Sixteen 503s in a row among eight trials at once, with the circuit's defaults (10
     failures, 5 s): more than down_failures, but not for down_after; the retries get answers
-    and the circuit stays closed (attempts=17: whichever trials the failures fall on)."""
+    and the circuit stays closed (attempts=17: whichever trials the failures fall on).
+    The eight trials share one fake clock, so each one's backoff moves every trial's time
+    on: retry_for=None keeps the time budget, which is not under test, out of it."""
     failures = [Failure.http(503)] * 16
     with FakeChatServer(lambda request: text_reply("hello"), failures=failures) as server:
         agent = OpenAIAgent(
-            base_url=server.base_url, model="fake-model", attempts=17, sleep=clock.sleep
+            base_url=server.base_url,
+            model="fake-model",
+            attempts=17,
+            retry_for=None,
+            sleep=clock.sleep,
         )
         raised = runs_at_once(agent, store, clock, 8)
     assert raised == ["hello"] * 8
