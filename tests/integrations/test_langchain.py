@@ -396,9 +396,12 @@ def test_resume_with_an_edit_runs_the_persons_arguments(url: str):
 
 
 def test_two_approvals_in_one_turn_are_asked_one_after_the_other(url: str):
-    """Two calls of one turn that each need approval interrupt twice: the first decision runs
-    the first call, the node asks again for the second (not answered by the first decision),
-    and each withdrawal runs exactly once."""
+    """Two calls of one turn that each need approval interrupt twice: the node asks again for
+    the second (not answered by the first decision), and each withdrawal runs exactly once.
+
+    LangGraph runs the two calls in parallel threads, so whether the approved call runs before
+    the other one pauses the episode again is timing: at most one has run after the first
+    decision, both after the second."""
     bank = Bank(hx.DictState({"accounts/a": {"balance": 500}, "accounts/b": {"balance": 500}}))
     model = ScriptedModel(
         turns=[
@@ -416,7 +419,7 @@ def test_two_approvals_in_one_turn_are_asked_one_after_the_other(url: str):
     second = out["__interrupt__"][0].value
     assert second["escalation_id"] != first["escalation_id"]
     assert {first["arguments"]["account"], second["arguments"]["account"]} == {"a", "b"}
-    assert bank.runs == {"withdraw": 1}
+    assert bank.runs.get("withdraw", 0) <= 1
     out = hxl.invoke(graph, approve, THREAD, state=bank.state, store=url)
     assert "__interrupt__" not in out
     assert bank.runs == {"withdraw": 2}
