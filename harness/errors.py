@@ -34,6 +34,7 @@ attempt's error) so callers and agents can act on them without parsing messages.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -337,14 +338,25 @@ class NotSerializable(ActionFailed):
 class Escalated(HarnessError):
     """The episode is paused: a person must approve, reject or edit an action."""
 
-    def __init__(self, escalation_id: str, action: str, failure_class: str, reason: str) -> None:
+    def __init__(
+        self,
+        escalation_id: str,
+        action: str,
+        failure_class: str,
+        reason: str,
+        *,
+        where: str | None = None,
+    ) -> None:
         self.escalation_id = escalation_id
         self.action = action
         self.failure_class = failure_class
         self.reason = reason
+        store = shlex.quote(where) if where else "STORE"
         super().__init__(
-            f"action {action!r} escalated ({failure_class}): {reason}; resolve escalation "
-            f"{escalation_id} with Store.resolve(...) and resume the episode"
+            f"action {action!r} escalated ({failure_class}): {reason}; a person decides with "
+            f"`harness escalations {store} resolve {escalation_id} --approve|--reject --by "
+            f"NAME` (`harness escalations {store}` shows the call; or Store.resolve(...) from "
+            "Python), then the episode resumes"
         )
 
 

@@ -13,6 +13,7 @@ from .diffs import field_changes
 
 __all__ = [
     "episode_summaries",
+    "escalation_view",
     "pending_escalations",
     "timeline",
 ]
@@ -59,8 +60,37 @@ def pending_escalations(opened: OpenStore, *, every: bool = False) -> list[Escal
     return [e for e in rows if e.episode_id in ids]
 
 
-def _diff(text: str | None) -> dict[str, dict[str, Any]]:
-    data = loads_or(text, {}, keep_text=True) or {}
+def escalation_view(e: EscalationRow) -> dict[str, Any]:
+    """An escalation as the person deciding it reads it, values rather than JSON text: what
+    is asked (the action and its arguments), why, the evidence (the diff the call made, its
+    errors, another writer's change to the same resources) and where the decision stands."""
+    evidence = loads_or(e.evidence, {}, keep_text=True)
+    return {
+        "id": e.id,
+        "episode_id": e.episode_id,
+        "txn_id": e.txn_id,
+        "action": e.action,
+        "args": loads_or(e.args, {}, keep_text=True),
+        "idem_key": e.idem_key,
+        "failure_class": e.failure_class,
+        "reason": e.reason,
+        "diff": _diff(evidence.get("diff") if isinstance(evidence, dict) else None),
+        "evidence": evidence,
+        "status": e.status,
+        "created_at": e.created_at,
+        "deadline": e.deadline,
+        "fallback": e.fallback,
+        "resolved_by": e.resolved_by,
+        "resolved_at": e.resolved_at,
+        "resolution_reason": e.resolution_reason,
+        "edit": loads_or(e.edit, None, keep_text=True),
+    }
+
+
+def _diff(value: Any) -> dict[str, dict[str, Any]]:
+    """A stored diff (``{resource: [before, after]}``, as JSON text or a value) with each
+    resource's field changes."""
+    data = loads_or(value, {}, keep_text=True) if isinstance(value, str | None) else value
     if not isinstance(data, dict):
         return {}
     return {
@@ -102,6 +132,7 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
                 "precondition",
                 "invalid",
                 "decision",
+                "held",
             )
         ):
             placed.add(txn)
@@ -140,6 +171,9 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
                     "result": loads_or(row.result, None, keep_text=True),
                     "diff": _diff(row.diff),
                     "checkpoint": None if cp is None else {"step": cp.step, "digest": cp.digest},
+                    # A call held for a person: their decision on it (the row stays "held";
+                    # an approved call runs again as a transaction of its own).
+                    "decided": _decided(row, escalations.values()),
                 }
             )
         elif rec.kind == "escalation":
@@ -150,6 +184,7 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
                     "txn_id": txn,
                     "escalation_id": payload.get("escalation_id"),
                     "action": payload.get("action"),
+                    "args": payload.get("args"),
                     "failure_class": payload.get("failure_class"),
                     "reason": payload.get("reason"),
                     "status": esc.status if esc else "missing",
@@ -165,7 +200,7 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
         elif rec.kind in ("intent", "decision") and txn in placed:
             if payload.get("decision") == "retry" and "failure_class" not in payload:
                 events.append({**base, "kind": "retry", "txn_id": txn, **payload})
-        elif rec.kind not in ("committed", "recovered", "precondition", "invalid"):
+        elif rec.kind not in ("committed", "recovered", "precondition", "invalid", "held"):
             events.append({**base, "txn_id": txn, **payload})
     verdict = loads_or(trial.verdict, {}, keep_text=True) if trial is not None else None
     return {
@@ -183,20 +218,23 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
         "verdict": verdict,
         "message": None if trial is None else trial.message,
         "recorded": counts,
-        "escalations": [
-            {
-                "id": e.id,
-                "txn_id": e.txn_id,
-                "action": e.action,
-                "failure_class": e.failure_class,
-                "reason": e.reason,
-                "status": e.status,
-                "resolved_by": e.resolved_by,
-                "resolution_reason": e.resolution_reason,
-                "resolved_at": e.resolved_at,
-                "edit": loads_or(e.edit, None, keep_text=True),
-            }
-            for e in escalations.values()
-        ],
+        "escalations": [escalation_view(e) for e in escalations.values()],
         "events": events,
     }
+
+
+def _decided(row: Any, escalations: Any) -> dict[str, Any] | None:
+    """A held call's escalation as it stands: pending, or approved, rejected or edited, by
+    whom and why (None for a call that was not held)."""
+    if row.status != TxnStatus.HELD:
+        return None
+    for e in escalations:
+        if e.txn_id == row.id:
+            return {
+                "escalation_id": e.id,
+                "status": e.status,
+                "by": e.resolved_by,
+                "reason": e.resolution_reason,
+                "edit": loads_or(e.edit, None, keep_text=True),
+            }
+    return {"escalation_id": None, "status": "missing", "by": None, "reason": None, "edit": None}

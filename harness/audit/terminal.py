@@ -11,7 +11,7 @@ from rich.markup import escape
 from ..store import TxnStatus
 from ..store.verify import VerifyReport
 
-__all__ = ["render_text", "render_verify"]
+__all__ = ["diff_lines", "render_text", "render_verify"]
 
 _STATUS_STYLE: dict[str, str] = {
     TxnStatus.COMMITTED: "green",
@@ -23,6 +23,10 @@ _STATUS_STYLE: dict[str, str] = {
     TxnStatus.CHECK_ERROR: "red",
     TxnStatus.INVALID: "red",
     TxnStatus.IN_DOUBT: "magenta",
+    TxnStatus.HELD: "yellow",
+    "approved": "green",
+    "edited": "green",
+    "rejected": "red",
 }
 
 
@@ -41,11 +45,41 @@ def _when(ts: float | None) -> str:
     return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
+def diff_lines(diff: dict[str, Any] | None) -> list[str]:
+    """A timeline's diff (``{resource: {"fields": [...]}}``) as plain lines, one a changed
+    field, at most ``_FIELDS_SHOWN`` a resource."""
+    lines: list[str] = []
+    for key, change in (diff or {}).items():
+        fields = change.get("fields") or [] if isinstance(change, dict) else []
+        lines.extend(f"{key}{field}" for field in fields[:_FIELDS_SHOWN])
+        if len(fields) > _FIELDS_SHOWN:
+            lines.append(f"{key}: {len(fields) - _FIELDS_SHOWN} more field(s) (--json has all)")
+    return lines
+
+
+def _decision(decided: dict[str, Any]) -> str:
+    """Where a held call's escalation stands, as a timeline says it."""
+    if decided.get("status") == "pending":
+        return f"[yellow]waiting for a person[/] (escalation {decided.get('escalation_id')})"
+    if decided.get("status") == "missing":
+        return "[red]held, its escalation missing[/]"
+    said = f"{decided.get('status')} by {escape(str(decided.get('by')))}"
+    if decided.get("reason"):
+        said += f": {escape(str(decided['reason']))}"
+    if decided.get("edit") is not None:
+        said += f" (run as {escape(_short(decided['edit'], 80))})"
+    return said
+
+
 def _event_lines(event: dict[str, Any]) -> list[str]:
     kind = event["kind"]
     head = f"  {event['seq']:>4} {_when(event.get('ts'))} "
     if kind == "transaction":
+        decided = event.get("decided")
         status = str(event.get("status"))
+        if decided and decided.get("status") not in (None, "pending"):
+            # A held call reads as what the person decided: rejected, approved or edited.
+            status = str(decided["status"])
         style = _STATUS_STYLE.get(status, "white")
         args = escape(_short(event.get("arguments"), 80))
         line = f"{head}[bold]{escape(str(event.get('action')))}[/bold]({args}) [{style}]{status}[/]"
@@ -53,27 +87,24 @@ def _event_lines(event: dict[str, Any]) -> list[str]:
             line += f" {event['failure_class']} → {event.get('decision')}"
         if event.get("attempts"):
             line += f", {event['attempts']} attempt(s)"
-        if event.get("duration") is not None:
+        if event.get("duration") is not None and not decided:
             line += f", {event['duration'] * 1000:.1f} ms"
         lines = [line]
+        if decided:
+            lines.append(f"         {_decision(decided)}")
         if event.get("reason"):
             lines.append(f"         why: {escape(_short(event['reason'], 160))}")
         for err in event.get("errors") or []:
             lines.append(f"         error: {escape(_short(err, 160))}")
-        for key, change in (event.get("diff") or {}).items():
-            fields = change.get("fields") or []
-            for field in fields[:_FIELDS_SHOWN]:
-                lines.append(f"         Δ {escape(key)}{escape(field)}")
-            if len(fields) > _FIELDS_SHOWN:
-                more = len(fields) - _FIELDS_SHOWN
-                lines.append(f"         Δ {escape(key)}: {more} more field(s) (--json has all)")
+        lines.extend(f"         Δ {escape(line)}" for line in diff_lines(event.get("diff")))
         cp = event.get("checkpoint")
         if cp:
             lines.append(f"         checkpoint {cp['step']}: {cp['digest'][:16]}")
         return lines
     if kind == "escalation":
+        args = escape(_short(event.get("args"), 80))
         line = (
-            f"{head}[bold yellow]escalated[/] {escape(str(event.get('action')))} "
+            f"{head}[bold yellow]escalated[/] {escape(str(event.get('action')))}({args}) "
             f"({event.get('failure_class')}) {event.get('escalation_id')}: "
             f"{escape(_short(event.get('reason'), 120))}"
         )
@@ -132,7 +163,9 @@ def render_text(timelines: list[dict[str, Any]]) -> str:
                 if esc["resolved_by"]
                 else esc["status"]
             )
-            out.append(f"  escalation {esc['id']} ({escape(esc['action'])}): {who}")
+            call = f"{escape(str(esc['action']))}({escape(_short(esc.get('args'), 80))})"
+            out.append(f"  escalation {esc['id']} {call}: {who}")
+            out.extend(f"         Δ {escape(line)}" for line in diff_lines(esc.get("diff")))
         if verdict:
             checks = ", ".join(
                 f"{c.get('name')} {'ok' if c.get('passed') else 'FAILED'}"

@@ -23,6 +23,7 @@ __all__ = [
     "console",
     "dump",
     "fail",
+    "judged",
     "openai_settings",
     "signing_key",
     "signing_key_option",
@@ -165,6 +166,15 @@ def verified(
             report = opened.store.verify(opened.run_id, public_key=key)
     except HarnessError as exc:
         fail(exc)
+    return judged(target, report, allow=allow, quiet=quiet)
+
+
+def judged(
+    target: Any, report: VerifyReport, *, allow: bool = False, quiet: bool = False
+) -> VerifyReport:
+    """Refuse ``target`` (exit 2) when its verification ``report`` found a problem, naming
+    the first and how to see them all; with ``allow``, go on, a red UNVERIFIED line (on
+    stderr) saying why."""
     if report.ok:
         return report
     first = report.findings[0]

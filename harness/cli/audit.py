@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -12,15 +13,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..audit.html import render_html
-from ..audit.model import episode_summaries, pending_escalations, timeline
-from ..audit.terminal import render_text, render_verify
+from ..audit.model import episode_summaries, escalation_view, pending_escalations, timeline
+from ..audit.terminal import diff_lines, render_text, render_verify
 from ..errors import HarnessError, RunNotFound
 from ..policy import FailureClass
 from ..runs.layout import OpenStore, open_store, store_url
 from ..runs.output import write_output
-from ..store import EpisodeRow, PublicKey, Store, VerifyReport, WitnessReport, check_witness
+from ..store import (
+    EpisodeRow,
+    PublicKey,
+    Store,
+    VerifyReport,
+    WitnessReport,
+    check_witness,
+)
 from ..store.verify import verify_run
-from ._common import console, dump, fail, signing_key, signing_key_option
+from ._common import console, dump, fail, judged, signing_key, signing_key_option, verify_options
 
 __all__ = ["audit_command", "escalations_command", "verify_command"]
 
@@ -237,6 +245,7 @@ def audit_command(
 @click.option("--all", "every", is_flag=True, help="List resolved ones too.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @signing_key_option("the episode's new head, with resolve (the decision is appended to its log)")
+@verify_options
 def escalations_command(
     target: str,
     resolve: str | None,
@@ -248,6 +257,8 @@ def escalations_command(
     every: bool,
     as_json: bool,
     signing_key_file: str | None,
+    public_key: str | None,
+    allow_unverified: bool,
 ) -> None:
     """List TARGET's escalations waiting for a person, or record a decision on one.
 
@@ -255,13 +266,21 @@ def escalations_command(
     harness escalations TARGET [--all] [--json]
     harness escalations TARGET resolve ID --approve|--reject|--edit JSON --by NAME --reason TEXT
 
+    Each shows the call to decide on (the action and its arguments), why it was escalated,
+    and what the call changed. TARGET's record is verified first, as `harness verify` does
+    (with --public-key, its signatures too): an edited record is refused (exit 2), so what
+    you approve is what the agent asked for.
+
     After a decision, `harness resume RUN` continues a run's episode from where it stopped
     (an episode of your own code continues with hx.Episode(..., episode_id=ID, resume=True)).
     """
+    checked_with = None if public_key is None else PublicKey.load(public_key)
     if resolve is None:
         if decision or edit_json or by:
             raise click.UsageError("--approve, --reject, --edit and --by go with `resolve ID`")
-        _list_escalations(target, every=every, as_json=as_json)
+        _list_escalations(
+            target, every=every, as_json=as_json, key=checked_with, allow=allow_unverified
+        )
         return
     if escalation_id is None:
         raise click.UsageError("name the escalation: resolve ID (`harness escalations RUN`)")
@@ -281,9 +300,12 @@ def escalations_command(
     if not by:
         raise click.UsageError("say who decides with --by NAME")
     try:
-        # Look read-only; open the store for writing only to record the decision.
+        # Look read-only (verified first); open the store for writing only to record the
+        # decision.
         with open_store(target) as opened:
-            ids = {e.id for e in pending_escalations(opened, every=True)}
+            ids = {
+                e["id"] for e in _verified_escalations(opened, checked_with, allow_unverified, True)
+            }
             if escalation_id not in ids:
                 within = f"run {opened.run_id}" if opened.run_id else target
                 raise HarnessError(
@@ -315,22 +337,83 @@ def escalations_command(
     )
 
 
-def _list_escalations(target: str, *, every: bool, as_json: bool) -> None:
+def _verified_escalations(
+    opened: OpenStore, key: PublicKey | None, allow: bool, every: bool
+) -> list[dict[str, Any]]:
+    """The escalations of ``opened`` as :func:`escalation_view` shows them, read on the one
+    state of the store its verification checked; a record that fails is refused (exit 2)
+    unless ``allow``."""
+    with opened.store.snapshot():
+        report = opened.store.verify(opened.run_id, public_key=key)
+        views = [escalation_view(r) for r in pending_escalations(opened, every=every)]
+    judged(opened.where, report, allow=allow)
+    return views
+
+
+def _list_escalations(
+    target: str, *, every: bool, as_json: bool, key: PublicKey | None, allow: bool
+) -> None:
     try:
         with open_store(target) as opened:
-            rows = pending_escalations(opened, every=every)
+            views = _verified_escalations(opened, key, allow, every)
     except HarnessError as exc:
         fail(exc)
     if as_json:
-        dump([r.model_dump() for r in rows])
+        dump(views)
         return
-    if not rows:
+    if not views:
         click.echo("no escalations" + ("" if every else " waiting"))
         return
-    table = Table(title=f"escalations in {escape(target)}")
-    for col in ("id", "episode", "action", "class", "reason", "status"):
-        table.add_column(col)
-    for r in rows:
-        status = r.status if not r.resolved_by else f"{r.status} by {r.resolved_by}"
-        table.add_row(r.id, r.episode_id, r.action, r.failure_class, r.reason, status)
-    console.print(table)
+    waiting = sum(v["status"] == "pending" for v in views)
+    console.print(
+        f"[bold]{len(views)} escalation(s) in {escape(target)}[/], {waiting} waiting for a person"
+    )
+    for v in views:
+        console.print(_escalation_block(v, target))
+
+
+def _escalation_block(v: dict[str, Any], target: str) -> Table:
+    """One escalation as the person deciding it reads it: the call, why, what it changed,
+    where it stands and the command that decides it."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    status = v["status"] if not v["resolved_by"] else f"{v['status']} by {v['resolved_by']}"
+    if v["resolution_reason"]:
+        status += f": {v['resolution_reason']}"
+    grid.add_row("", f"[bold]escalation {v['id']}[/] · episode {escape(str(v['episode_id']))}")
+    grid.add_row("call", f"[bold]{escape(str(v['action']))}[/]({escape(_json_text(v['args']))})")
+    grid.add_row("why", f"{v['failure_class']}: {escape(str(v['reason']))}")
+    changed = diff_lines(v["diff"])
+    if changed:
+        grid.add_row("changed", "\n".join(escape(line) for line in changed))
+    elif v["failure_class"] == "approval":
+        grid.add_row("changed", "nothing: held before it ran")
+    else:
+        grid.add_row("changed", "nothing")
+    errors = v["evidence"].get("errors") if isinstance(v["evidence"], dict) else None
+    for err in errors or []:
+        grid.add_row("error", escape(str(err)))
+    if v["edit"] is not None:
+        grid.add_row("run as", escape(_json_text(v["edit"])))
+    grid.add_row("status", escape(status))
+    if v["status"] == "pending":
+        if v["deadline"] is not None:
+            grid.add_row("deadline", f"{_utc(v['deadline'])}, then {v['fallback']}")
+        grid.add_row(
+            "decide",
+            escape(
+                f"harness escalations {target} resolve {v['id']} --approve|--reject|--edit "
+                "JSON --by NAME --reason TEXT"
+            ),
+        )
+    grid.add_row("", "")
+    return grid
+
+
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))

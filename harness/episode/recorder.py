@@ -492,4 +492,4 @@ class Recorder:
             failure_class=str(failure_class),
             reason=reason,
         )
-        return Escalated(esc_id, act.name, str(failure_class), reason)
+        return Escalated(esc_id, act.name, str(failure_class), reason, where=self.writer.database)

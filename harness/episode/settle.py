@@ -199,7 +199,9 @@ class Settler:
     def apply_resolution(self, action: Action[Any, Any], model: Any, esc: EscalationRow) -> Steps:
         key = esc.idem_key
         if esc.status == EscalationStatus.PENDING:
-            raise Escalated(esc.id, action.name, esc.failure_class, esc.reason)
+            raise Escalated(
+                esc.id, action.name, esc.failure_class, esc.reason, where=self.store.database
+            )
         del self.m.resolutions[key]
         self.rec.note(
             "resolution_applied",

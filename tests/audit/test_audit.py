@@ -71,7 +71,7 @@ def test_audit_shows_actions_diffs_checkpoints_verdicts_and_who_resolved(recorde
     assert "Δ c/a: 0 → 1" in out and "checkpoint 1:" in out and "ms" in out
     assert "recorded read" in out and "verifier: passed (state_equality ok)" in out
     assert "fail_stop → escalate" in out and "risky refused the first time" in out
-    assert "escalated risky (fail_stop)" in out
+    assert 'escalated risky({"name": "c"}) (fail_stop)' in out
     assert "approved by ana: refusal was transient" in out
     assert "resume" in out
 
@@ -466,6 +466,8 @@ def hostile_timeline(hostile: str) -> dict[str, Any]:
             {
                 "id": "e1",
                 "action": hostile,
+                "args": {hostile: hostile},
+                "reason": hostile,
                 "failure_class": "fail_stop",
                 "status": "approved",
                 "resolved_by": hostile,
