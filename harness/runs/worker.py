@@ -23,7 +23,7 @@ from .._json import dumps, loads
 from ..action import Action
 from ..agents import Agent, registry
 from ..episode import Episode
-from ..errors import EndpointDown, Escalated, HarnessError, ModelServerError
+from ..errors import EndpointDown, Escalated, HarnessError, ModelServerError, StoreError
 from ..faults import WorkerCrash
 from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
 from ..store.records import trial_failures, trial_steps
@@ -296,6 +296,11 @@ class Worker:
                     pass
                 except EndpointDown as exc:
                     down = exc
+                except StoreError:
+                    # The store refusing a write (a full disk, say) stops the run, whether the
+                    # episode was opening, recording a call or ending: it is no verdict on the
+                    # agent, and resume runs the trial from what was committed.
+                    raise
                 except HarnessError as exc:
                     # A server that is down or rate-limiting is infrastructure; a request it
                     # refuses (wrong model, bad key) is a configuration the run must not count

@@ -456,3 +456,45 @@ def test_record_verdict_for_an_unknown_episode_writes_nothing(store: hx.Store) -
     with pytest.raises(StoreError, match="no episode 'nope'.*nothing was written"):
         store.record_verdict("nope", PAYLOAD, _trial_row("nope"))
     assert store.trial_rows() == [] and store.log("nope") == []
+
+
+@pytest.mark.parametrize("where", ["open", "end"])
+def test_a_store_refusing_an_episode_s_open_or_end_stops_the_run_and_fails_no_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The disk filling just as a trial's episode opens (its first records) or ends (its end
+    record) is the run's stop, with the clear error, never that trial's failure: no trial row
+    says it failed, and once there is space resume finishes every trial, all passing."""
+    from harness.episode import Episode
+
+    suite = write_suite(tmp_path / "suite", [3, 4])
+    folder = tmp_path / "logs" / "r1"
+    method = "_open" if where == "open" else "_finish"
+    original = getattr(Episode, method)
+
+    def refused(self: Episode, *args: Any) -> Any:
+        if self.id == "r1-t1-0":  # (the run's second trial; its reference replays open first)
+            full = sqlite3.OperationalError("database or disk is full")
+            raise write_failure(full, str(folder / "harness.db")) or full
+        return original(self, *args)
+
+    monkeypatch.setattr(Episode, method, refused)
+    result = hx.run_trials(suite, agent="scripted", trials=3, logs=tmp_path / "logs", run_id="r1")
+    assert result.interrupted and result.stopped is not None
+    _says_full(result.stopped, folder / "harness.db")
+    monkeypatch.setattr(Episode, method, original)
+    store = hx.Store(folder / "harness.db")
+    try:
+        assert store.verify().ok, store.verify().findings
+        rows = store.trial_rows("r1")
+        assert [t.id for t in rows] == ["r1-t0-0"] and rows[0].passed
+    finally:
+        store.close()
+    hx.resume_run(folder, suite=suite)
+    store = hx.Store(folder / "harness.db")
+    try:
+        assert store.verify().ok, store.verify().findings
+        rows = store.trial_rows("r1")
+        assert len(rows) == 6 and all(t.passed for t in rows)
+    finally:
+        store.close()
