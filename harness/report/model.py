@@ -32,7 +32,7 @@ from ..stats import (
     suite_curve,
     suite_pass_hat_k,
 )
-from ..store import TrialRow
+from ..store import RunStatus, TrialRow
 from ..store.records import trial_failures, trial_steps
 
 __all__ = [
@@ -452,6 +452,8 @@ class Comparison:
         only_a, only_b: tasks one run has and the other does not (not compared).
         changed: shared tasks whose version or content digest differs between the runs.
         rows: per k, ``(pass^k of A, pass^k of B, A - B)`` on the shared tasks.
+        cut_k: the k the runs were planned for but cannot be compared at (a run not finished,
+            or fewer trials of some shared task than planned): ``kmax + 1 .. planned``.
     """
 
     a: Report
@@ -461,6 +463,14 @@ class Comparison:
     only_b: tuple[str, ...]
     changed: tuple[str, ...]
     rows: tuple[tuple[Estimate, Estimate, Estimate], ...]
+    cut_k: tuple[int, ...] = ()
+
+    @property
+    def unfinished(self) -> tuple[str, ...]:
+        """Which of ``"a"`` and ``"b"`` is a run not finished (running, or interrupted)."""
+        return tuple(
+            side for side, r in (("a", self.a), ("b", self.b)) if r.status != RunStatus.FINISHED
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data, with its format name and version."""
@@ -470,12 +480,16 @@ class Comparison:
                 "version": REPORT_VERSION,
                 "a": {
                     "run": self.a.run_id,
+                    "status": self.a.status,
+                    "planned_trials": planned_trials(self.a),
                     "folder": self.a.folder,
                     "suite": self.a.suite,
                     "transactions": self.a.transactions,
                 },
                 "b": {
                     "run": self.b.run_id,
+                    "status": self.b.status,
+                    "planned_trials": planned_trials(self.b),
                     "folder": self.b.folder,
                     "suite": self.b.suite,
                     "transactions": self.b.transactions,
@@ -491,6 +505,8 @@ class Comparison:
                 "only_a": list(self.only_a),
                 "only_b": list(self.only_b),
                 "changed": list(self.changed),
+                "unfinished": list(self.unfinished),
+                "cut_k": list(self.cut_k),
                 "rows": [
                     {
                         "k": d.k,
@@ -507,6 +523,15 @@ class Comparison:
             }
         )
         return data
+
+
+def planned_trials(report: Report) -> int:
+    """How many trials of each task the run was started for (its ``--trials``; a run that
+    does not record it: the most trials any task has)."""
+    planned = report.config.get("trials")
+    if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
+        return max(planned, report.n_max)
+    return report.n_max
 
 
 def _task_digests(report: Report) -> dict[str, Any]:
@@ -563,4 +588,5 @@ def compare_reports(a: Report, b: Report) -> Comparison:
         only_b=tuple(t for t in tb if t not in ta),
         changed=changed,
         rows=rows,
+        cut_k=tuple(range(kmax + 1, max(planned_trials(a), planned_trials(b)) + 1)),
     )

@@ -231,6 +231,19 @@ def render_comparison(cmp: Comparison, console: Console, *, all_k: bool = False)
             f"[yellow]changed between the runs[/yellow] (version or content): "
             f"{', '.join(cmp.changed)}"
         )
+    for side in cmp.unfinished:
+        run = cmp.a if side == "a" else cmp.b
+        console.print(
+            f"[yellow]run {side.upper()} ({run.run_id}) is {run.status}, not finished[/yellow]: "
+            "it is compared on the trials it has so far"
+        )
+    if cmp.cut_k:
+        cut = cmp.cut_k
+        ks = f"k = {cut[0]}" if len(cut) == 1 else f"k = {cut[0]}..{cut[-1]}"
+        console.print(
+            f"[yellow]{ks} not compared[/yellow]: the runs were planned for up to {cut[-1]} "
+            f"trials a task, and some shared task has only {cut[0] - 1} in one of them"
+        )
     n = max((d.k or 0 for _, _, d in cmp.rows), default=0)
     shown = set(table_ks(n, all_k=all_k))
     title = "pass^k: A, B and the paired difference A - B"

@@ -50,8 +50,11 @@ def make_run(
     steps: dict[str, int] | None = None,
     partial: float | None = 0.5,
     versions: dict[str, str] | None = None,
+    status: str = "finished",
+    trials: int | None = None,
 ) -> Path:
-    """A run folder written straight into a store: per task a string of trial outcomes.
+    """A run folder written straight into a store: per task a string of trial outcomes
+    (the run ``status`` given, started for ``trials`` a task: by default the longest string).
 
     ``P`` passed, ``F`` failed (its first required step unverified), ``I`` infrastructure
     error (no step verified), ``-`` no trial at that index (an interrupted run).
@@ -64,13 +67,14 @@ def make_run(
         for t in cells
     }
     evidence["partial_credit"] = {t: "steps" for t in cells}
-    config = {"tasks": list(cells), "trials": max(map(len, cells.values())), "seed": 0}
+    planned = trials or max(map(len, cells.values()))
+    config = {"tasks": list(cells), "trials": planned, "seed": 0}
     store.add(
         RunRow(
             id=run_id,
             created_at=1_700_000_000.0,
             suite="synthetic",
-            status="finished",
+            status=status,
             config=json.dumps(config),
             evidence=json.dumps(evidence),
         )
@@ -389,6 +393,31 @@ def test_compare_cli_json_and_changed_task_versions(tmp_path: Path):
     assert data["changed"] == ["t2"]
     text = CliRunner().invoke(main, ["compare", str(a), str(b)]).output
     assert "A - B" in text and "changed between the runs" in text
+
+
+def test_compare_against_a_run_not_finished_says_so_and_which_k_were_cut(tmp_path: Path):
+    """A run still in progress (or interrupted) is compared on the trials it has, and
+    `harness compare` says which run is not finished and which k of the planned ones it cannot
+    give; a comparison of two finished runs says neither."""
+    a = make_run(tmp_path, "a", {"t1": "PPPPPP", "t2": "PPFPPP"})
+    b = make_run(tmp_path, "b", {"t1": "PPPP--", "t2": "PPP---"}, status="running", trials=6)
+    out = CliRunner().invoke(main, ["compare", str(a), str(b)], env={"COLUMNS": "120"})
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "run B (b) is running, not finished" in text
+    assert "k = 4..6 not compared" in text and "planned for up to 6 trials a task" in text
+    assert "run A" not in text
+    data = json.loads(CliRunner().invoke(main, ["compare", str(a), str(b), "--json"]).output)
+    assert data["unfinished"] == ["b"] and data["cut_k"] == [4, 5, 6]
+    assert (data["a"]["status"], data["b"]["status"]) == ("finished", "running")
+    assert (data["a"]["planned_trials"], data["b"]["planned_trials"]) == (6, 6)
+    assert [r["k"] for r in data["rows"]] == [1, 2, 3]
+
+    c = make_run(tmp_path, "c", {"t1": "PPPPPP", "t2": "PFPPPP"})
+    same = CliRunner().invoke(main, ["compare", str(a), str(c), "--json"]).output
+    assert json.loads(same)["unfinished"] == [] and json.loads(same)["cut_k"] == []
+    text = CliRunner().invoke(main, ["compare", str(a), str(c)]).output
+    assert "not finished" not in text and "not compared" not in text
 
 
 def test_compare_without_shared_tasks_is_an_error(tmp_path: Path):
