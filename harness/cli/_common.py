@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -16,7 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ConfigurationError, HarnessError
-from ..runs.layout import open_store
+from ..runs.layout import open_run, open_store
+from ..runs.resume import resume_line
 from ..store import PublicKey, SigningKey, VerifyReport, Witness
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "unverified_option",
     "verified",
     "verify_options",
+    "what_is_left",
 ]
 
 console = Console(soft_wrap=True, highlight=False)
@@ -268,3 +271,15 @@ def secrets() -> dict[str, Any] | None:
     }
     given = {option: key for option, key in found.items() if key}
     return given or None
+
+
+def what_is_left(where: str) -> tuple[str, int]:
+    """How to finish the run in ``where`` (the ``harness resume`` line with the ``--suite`` and
+    ``--agent`` it needs) and how many of its escalations wait for a person."""
+    try:
+        with open_run(where) as run:
+            ours = {e.id for e in run.store.episodes(run.run.id)}
+            waiting = sum(e.episode_id in ours for e in run.store.escalation_rows("pending"))
+            return resume_line(run), waiting
+    except HarnessError:  # (a store refusing reads too: the plain command still holds)
+        return shlex.join(["harness", "resume", where]), 0

@@ -28,7 +28,16 @@ from ..store import (
     check_witness,
 )
 from ..store.verify import verify_run
-from ._common import console, dump, fail, judged, signing_key, signing_key_option, verify_options
+from ._common import (
+    console,
+    dump,
+    fail,
+    judged,
+    signing_key,
+    signing_key_option,
+    verify_options,
+    what_is_left,
+)
 
 __all__ = ["audit_command", "escalations_command", "verify_command"]
 
@@ -327,7 +336,7 @@ def escalations_command(
         dump(row.model_dump())
         return
     how = (
-        f"`harness resume {target}`"
+        f"`{what_is_left(target)[0]}`"
         if in_run
         else f"hx.Episode(..., episode_id={row.episode_id!r}, resume=True)"
     )

@@ -50,6 +50,7 @@ from ._common import (
     user_settings,
     verified,
     verify_options,
+    what_is_left,
 )
 from .report import GATE_HELP, INFRA_OPTION, all_k_option, fail_under_options, judge_bars
 
@@ -516,21 +517,29 @@ def stop_status(result: RunResult, status: int) -> int:
 def show_stop(result: RunResult, status: int) -> int:
     """Say why a run or resume stopped, and what is left; its exit status (:func:`stop_status`)."""
     done = len(result.results)
+    if result.stopped is None and not result.interrupted and not result.missing:
+        return stop_status(result, status)
+    resume, waiting = what_is_left(result.where)
     if result.stopped is not None:
         console.print(
             f"[red]stopped[/red] after {done} trials: {escape(result.stopped)}\n"
-            f"the store is consistent; `harness resume {result.where}` runs the rest"
+            f"the store is consistent; `{escape(resume)}` runs the rest"
         )
     elif result.interrupted:
         console.print(
             f"[yellow]interrupted[/yellow] after {done} trials; the store is consistent; "
-            f"`harness resume {result.where}` runs the rest"
+            f"`{escape(resume)}` runs the rest"
         )
-    elif result.missing:
+    elif waiting:
         console.print(
-            f"[yellow]{result.missing} trial(s) not finished[/yellow] (waiting for a person, or "
-            f"held by another process); `harness resume {result.where}` runs them once they "
-            "are free"
+            f"[yellow]{result.missing} trial(s) not finished[/yellow]: {waiting} escalation(s) "
+            f"waiting for a person; `harness escalations {escape(result.where)}` shows each and "
+            f"how to decide it, then `{escape(resume)}` finishes them"
+        )
+    else:
+        console.print(
+            f"[yellow]{result.missing} trial(s) not finished[/yellow] (held by another process); "
+            f"`{escape(resume)}` runs them once they are free"
         )
     return stop_status(result, status)
 
@@ -747,8 +756,6 @@ def resume_command(
     )
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
-    if result.pending:
-        console.print(f"resolve them with `harness escalations {run}`, then resume again")
     if result.run.results:
         _summary(result.run.where, all_k=False)
     show_agent_errors(result.run)

@@ -13,6 +13,7 @@ same run at once never execute the same episode: the second one skips it.
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ __all__ = [
     "ResumeResult",
     "agent_spec",
     "check_secret_servers",
+    "resume_line",
     "resume_run",
     "run_agent",
     "run_policy",
@@ -90,6 +92,22 @@ def run_suite(run: OpenRun, *, suite: str | Path | None = None, trust: bool = Fa
             f"run {run.run.id} in {run.where}: its suite {path} does not load ({exc}); put the "
             "suite back where the run found it"
         ) from exc
+
+
+def resume_line(run: OpenRun) -> str:
+    """The ``harness resume`` command line that finishes ``run`` as it was started: with the
+    ``--suite`` and ``--agent`` a run of the user's own suite or agent needs (a run folder does
+    not choose the code that runs, so resume loads only built-in ones by itself)."""
+    parts = ["harness", "resume", run.where]
+    path = run.config.get("suite_path")
+    if isinstance(path, str) and path and not is_builtin_suite(path):
+        parts += ["--suite", path]
+    recorded = run.config.get("agent")
+    if run.config.get("agent_object"):
+        parts += ["--agent", "module:Class"]
+    elif isinstance(recorded, str) and is_agent_spec(recorded):
+        parts += ["--agent", recorded]
+    return shlex.join(parts)
 
 
 def agent_spec(

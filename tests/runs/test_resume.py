@@ -7,6 +7,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import shlex
 import signal
 import socket
 import sqlite3
@@ -841,3 +842,35 @@ def test_a_run_record_keeps_the_resumes_another_process_wrote_since_it_read(tmp_
         store.close()
     assert [r["pid"] for r in json.loads(after.evidence)["resumes"]] == [1, 2]
     assert records[1].evidence["resumes"] == [{"at": 1.0, "pid": 1}, {"at": 2.0, "pid": 2}]
+
+
+def test_a_run_with_an_escalation_waiting_says_so_and_names_the_whole_resume_command(
+    tmp_path: Path,
+):
+    """`harness run` of an own suite whose trial waits for a person says an escalation is
+    waiting, how to see and decide it, and the resume command with the `--suite` the run needs;
+    the decision names the same command, and that command, run as printed, finishes the run."""
+    suite = ledger_suite(
+        tmp_path / "my suite",  # (a path the printed command must quote)
+        [[("bump", {"name": "a", "step": 0}), ("risky", {"name": "c"})]],
+        ledger=str(tmp_path / "ledger.txt"),
+    )
+    logs = tmp_path / "logs"
+    runner = CliRunner()
+    run = runner.invoke(
+        main, ["run", str(suite), "--agent", "scripted", "--trials", "1", "--logs", str(logs)]
+    )
+    assert run.exit_code == 4, run.output
+    (folder,) = logs.iterdir()
+    line = shlex.join(["harness", "resume", str(folder), "--suite", str(suite)])
+    said = " ".join(run.output.split())
+    assert "1 trial(s) not finished: 1 escalation(s) waiting for a person" in said
+    assert f"`harness escalations {folder}` shows each and how to decide it" in said
+    assert f"then `{line}` finishes them" in said
+    (pending,) = json.loads(runner.invoke(main, ["escalations", str(folder), "--json"]).output)
+    args = ["escalations", str(folder), "resolve", pending["id"], "--approve", "--by", "ana"]
+    resolved = runner.invoke(main, [*args, "--reason", "checked"])
+    assert resolved.exit_code == 0 and f"with `{line}`" in " ".join(resolved.output.split())
+    finished = runner.invoke(main, shlex.split(line)[1:])
+    assert finished.exit_code == 0 and "resumed 1" in finished.output, finished.output
+    assert "not finished" not in finished.output
