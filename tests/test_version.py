@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -47,3 +49,43 @@ def test_the_wheel_carries_every_builtin_suite():
     }
     assert {k: v for k, v in included.items() if v.startswith("harness/_suites/")} == expected
     assert all((ROOT / source).is_file() for source in expected)
+
+
+def test_version_loads_no_command_and_the_public_api_loads_on_use():
+    """``harness --version`` answers without importing the store, the runs or SQLAlchemy (it
+    took a second and a half), and ``--help`` still lists every command; each public name imports
+    on use,
+    ``hx.action`` stays the decorator after its submodule loads, and an unknown name is an
+    AttributeError."""
+    probe = (
+        "import sys\n"
+        "from harness.cli import main\n"
+        "try:\n"
+        "    main(['--version'], prog_name='harness')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy'\n"
+        "               or m.startswith(('harness.store', 'harness.runs', 'harness.cli.run')))\n"
+        "print('LOADED', heavy)\n"
+        "try:\n"
+        "    main(['--help'], prog_name='harness')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import harness as hx\n"
+        "import harness.episode\n"
+        "assert callable(hx.action) and hx.action.__module__ == 'harness.action', hx.action\n"
+        "assert hx.Store.__name__ == 'Store' and hx.store.Store is hx.Store\n"
+        "try:\n"
+        "    hx.no_such_name\n"
+        "except AttributeError as exc:\n"
+        "    print('MISSING', exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "LOADED []" in done.stdout, done.stdout
+    assert "MISSING module 'harness' has no attribute 'no_such_name'" in done.stdout
+    assert f"harness, version {hx.__version__}" in done.stdout
+    listed = done.stdout.split("Commands:")[1]
+    for command in ("run", "resume", "work", "report", "verify", "escalations", "mcp"):
+        assert f"  {command} " in listed, listed

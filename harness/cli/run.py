@@ -80,8 +80,12 @@ def stops_on_ctrl_c(command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def wrapped(*args: Any, **kwargs: Any) -> None:
-        with StopOnSigint():
+        stop, new = StopOnSigint.active()  # (the command line installs it as it loads this)
+        try:
             command(*args, **kwargs)
+        finally:
+            if new:
+                stop.restore()
 
     return wrapped
 
