@@ -190,3 +190,29 @@ def test_a_minority_of_infrastructure_failures_is_shown_and_the_run_exits_0(
         r"context too long t0 trial 0",
         text,
     )
+
+
+def test_output_that_is_not_a_terminal_gets_a_plain_line_every_tenth_of_the_trials(
+    suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """In a CI log or a file a redrawn bar wraps and is cut: a run there prints a plain line
+    every tenth of its trials and at the last (24 trials: every 3), with the tally, what is in
+    flight and the time so far, and no bar; on a terminal, the live bar."""
+    out = run(suite, tmp_path / "log", "--agent", "scripted", "--trials", "12")
+    assert out.exit_code == 0, out.output
+    pattern = re.compile(
+        r"^(\S+) x 12: (\d+)/24 done, passed (\d+), failed 0, infrastructure 0, "
+        r"in flight \d+, \d+:\d\d:\d\d$",
+        re.M,
+    )
+    lines = pattern.findall(out.output)
+    assert [int(done) for _, done, _ in lines] == list(range(3, 25, 3)), out.output
+    assert all(done == passed for _, done, passed in lines)
+    assert "━" not in out.output.split("pass^k")[0], out.output
+
+    from harness.cli import _common
+
+    monkeypatch.setattr(_common.console, "_force_terminal", True)
+    bar = run(suite, tmp_path / "tty", "--agent", "scripted", "--trials", "2")
+    assert bar.exit_code == 0, bar.output
+    assert "━" in bar.output.split("pass^k")[0] and not pattern.search(bar.output)
