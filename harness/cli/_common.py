@@ -26,6 +26,7 @@ __all__ = [
     "dump",
     "fail",
     "judged",
+    "openai_said",
     "openai_settings",
     "signing_key",
     "signing_key_option",
@@ -210,6 +211,32 @@ def openai_settings(base_url: str | None = None, model: str | None = None) -> di
     if key:
         options["api_key"] = key
     return options
+
+
+def openai_said(base_url: str | None = None, model: str | None = None) -> str:
+    """The line a run says before it starts the ``openai`` agent: the model, the server and the
+    key, and where each came from, defaults said out loud (:func:`openai_settings`)."""
+    env = os.environ
+    server = (
+        (base_url, "--base-url")
+        if base_url
+        else (env["HARNESS_OPENAI_BASE_URL"], "HARNESS_OPENAI_BASE_URL")
+        if env.get("HARNESS_OPENAI_BASE_URL")
+        else (OPENAI_DEFAULT_BASE_URL, "the default: set --base-url or HARNESS_OPENAI_BASE_URL")
+    )
+    named = (
+        (model, "--model")
+        if model
+        else (env["HARNESS_OPENAI_MODEL"], "HARNESS_OPENAI_MODEL")
+        if env.get("HARNESS_OPENAI_MODEL")
+        else ("default", "the default: set --model or HARNESS_OPENAI_MODEL")
+    )
+    key = (
+        "its key from HARNESS_OPENAI_API_KEY"
+        if env.get("HARNESS_OPENAI_API_KEY")
+        else "no key (a hosted API needs HARNESS_OPENAI_API_KEY)"
+    )
+    return f"openai agent: model {named[0]!r} ({named[1]}) at {server[0]} ({server[1]}), {key}"
 
 
 def user_settings(

@@ -40,9 +40,11 @@ from ..runs.limits import Rate
 from ..runs.ray_pool import RAY_LEASE_SECONDS
 from ..suite import load_suite, resolve_suite
 from ._common import (
+    OPENAI_DEFAULT_BASE_URL,
     console,
     dump,
     fail,
+    openai_said,
     openai_settings,
     secrets,
     signing_key,
@@ -219,8 +221,19 @@ def rerun_agent_options(command: Any) -> Any:
     help="simulated agent: how much each error raises the rate.",
 )
 @click.option("--task", "tasks", multiple=True, help="Only this task id (repeatable).")
-@click.option("--base-url", default=None, help="openai agent: server URL (…/v1).")
-@click.option("--model", default=None, help="openai agent: model name.")
+@click.option(
+    "--base-url",
+    default=None,
+    help="openai agent: the model server's URL, any OpenAI-compatible one (vLLM, llama.cpp, "
+    "Ollama, a hosted API; docs/models.md) [default: HARNESS_OPENAI_BASE_URL, else "
+    f"{OPENAI_DEFAULT_BASE_URL}]. Its key comes from HARNESS_OPENAI_API_KEY.",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="openai agent: the model's name as the server knows it [default: HARNESS_OPENAI_MODEL, "
+    "else 'default'].",
+)
 @click.option(
     "--max-in-flight",
     default=None,
@@ -369,6 +382,7 @@ def run_command(
         options = {"error_rate": error_rate, "self_conditioning": self_conditioning}
     elif agent == "openai":
         options = openai_settings(base_url, model)
+        console.print(openai_said(base_url, model), markup=False)
         if model_retries is not None:
             options["attempts"] = model_retries + 1
         if model_retry_for is not None:

@@ -216,3 +216,44 @@ def test_output_that_is_not_a_terminal_gets_a_plain_line_every_tenth_of_the_tria
     bar = run(suite, tmp_path / "tty", "--agent", "scripted", "--trials", "2")
     assert bar.exit_code == 0, bar.output
     assert "━" in bar.output.split("pass^k")[0] and not pattern.search(bar.output)
+
+
+def test_a_model_server_of_ones_own_from_the_environment_alone_and_the_defaults_said(
+    suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """HARNESS_OPENAI_BASE_URL, HARNESS_OPENAI_MODEL and HARNESS_OPENAI_API_KEY reach a server
+    that wants that model and key with no flag given, and the run says where each came from;
+    with none set, the run says out loud that it uses model 'default' at 127.0.0.1:8000 and how
+    to change them; --help names the variables and the defaults."""
+    for name in ("HARNESS_OPENAI_BASE_URL", "HARNESS_OPENAI_MODEL", "HARNESS_OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeChatServer([text_reply("done")], model="served", api_key="sk-own") as server:
+        monkeypatch.setenv("HARNESS_OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("HARNESS_OPENAI_MODEL", "served")
+        monkeypatch.setenv("HARNESS_OPENAI_API_KEY", "sk-own")
+        own = server.base_url
+        out = run(suite, tmp_path / "own", "--agent", "openai", "--trials", "1")
+        assert server.last_request["model"] == "served"
+    text = " ".join(out.output.split())
+    assert "2/2 done, passed 0, failed 2, infrastructure 0" in text, out.output
+    assert (
+        f"openai agent: model 'served' (HARNESS_OPENAI_MODEL) at {own} "
+        "(HARNESS_OPENAI_BASE_URL), its key from HARNESS_OPENAI_API_KEY"
+    ) in text
+    assert "sk-own" not in out.output
+
+    for name in ("HARNESS_OPENAI_BASE_URL", "HARNESS_OPENAI_MODEL", "HARNESS_OPENAI_API_KEY"):
+        monkeypatch.delenv(name)
+    with FakeChatServer([]) as dead:
+        url = dead.base_url
+    out = run(suite, tmp_path / "flags", "--agent", "openai", "--base-url", url, "--trials", "1")
+    text = " ".join(out.output.split())
+    assert (
+        f"openai agent: model 'default' (the default: set --model or HARNESS_OPENAI_MODEL) at "
+        f"{url} (--base-url), no key (a hosted API needs HARNESS_OPENAI_API_KEY)"
+    ) in text, out.output
+
+    help_text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert "[default: HARNESS_OPENAI_BASE_URL, else http://127.0.0.1:8000/v1]" in help_text
+    assert "[default: HARNESS_OPENAI_MODEL, else 'default']" in help_text
+    assert "HARNESS_OPENAI_API_KEY" in help_text and "docs/models.md" in help_text
