@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from .._json import dumps
 from ..action import Action, as_json, build_model
@@ -389,6 +389,22 @@ class AgentRegistry:
         """Registered names, sorted."""
         return sorted(self._factories)
 
+    def factory(self, name: str) -> Callable[..., Any]:
+        """What builds agent ``name``: the registered factory, or the class a spec names.
+
+        Raises:
+            ConfigurationError: as :meth:`create`, before anything is built.
+        """
+        factory = self._factories.get(name)
+        if factory is None and is_agent_spec(name):
+            return AgentSpec.parse(name).load()
+        if factory is None:
+            raise ConfigurationError(
+                f"unknown agent {name!r}; built in: {', '.join(self.names())}; or name your "
+                "own agent class as module:Class or path/to/file.py:Class"
+            )
+        return factory
+
     def create(self, name: str, **options: Any) -> Agent:
         """A new agent ``name`` (a registered name or a spec with a colon) with ``options``.
 
@@ -396,16 +412,11 @@ class AgentRegistry:
             ConfigurationError: the name is not registered, the spec does not load or does not
                 name an agent class, or the options do not fit.
         """
-        factory = self._factories.get(name)
-        if factory is None and is_agent_spec(name):
+        if name not in self._factories and is_agent_spec(name):
             return AgentSpec.parse(name).create(options)
-        if factory is None:
-            raise ConfigurationError(
-                f"unknown agent {name!r}; built in: {', '.join(self.names())}; or name your "
-                "own agent class as module:Class or path/to/file.py:Class"
-            )
+        factory = self.factory(name)
         try:
-            return factory(**options)
+            return cast(Agent, factory(**options))
         except TypeError as exc:
             raise ConfigurationError(f"agent {name!r}: bad options {options} ({exc})") from exc
 

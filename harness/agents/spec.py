@@ -27,7 +27,8 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Iterator, Mapping
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -39,7 +40,7 @@ from ..errors import ConfigurationError
 if TYPE_CHECKING:
     from .base import Agent
 
-__all__ = ["AGENT_SHAPE", "AgentSpec", "is_agent_spec", "recorded_spec"]
+__all__ = ["AGENT_SHAPE", "AgentSpec", "is_agent_spec", "recorded_spec", "typed_options"]
 
 AGENT_SHAPE = (
     "an agent is a class with a `name` attribute (a non-empty string), config() returning a "
@@ -62,6 +63,72 @@ def recorded_spec(text: str) -> str:
         ConfigurationError: a spec that does not parse (:meth:`AgentSpec.parse`).
     """
     return str(AgentSpec.parse(text)) if is_agent_spec(text) else text
+
+
+def typed_options(agent: str, factory: Any, pairs: Sequence[str]) -> dict[str, Any]:
+    """Options given as ``key=value`` text (``--agent-option``), each typed by the annotation
+    of ``factory``'s parameter of that name, as :func:`~harness.run_trials` takes
+    ``agent_options``: ``int``, ``float``, ``bool`` (true/false, 1/0, yes/no), a ``Literal``,
+    ``X | None`` (``null``), and containers as JSON (``[1, 2]``, ``{"a": 1}``). An unannotated
+    parameter takes the type of its default, else the text as it is.
+
+    Raises:
+        ConfigurationError: a pair without ``=``, a key given twice, a key the factory does not
+            take (the error lists those it takes), or a value its type refuses.
+    """
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None
+    try:
+        hints = typing.get_type_hints(getattr(factory, "__init__", factory))
+    except Exception:  # (an annotation that does not resolve: typed by its default instead)
+        hints = {}
+    params = dict(signature.parameters) if signature else {}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    named = [
+        n
+        for n, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigurationError(
+                f"agent option {pair!r}: give it as key=value (--agent-option retries=3)"
+            )
+        if key in options:
+            raise ConfigurationError(f"agent option {key!r} is given twice; give it once")
+        if key not in named and not takes_any:
+            raise ConfigurationError(
+                f"agent {agent!r} takes no option {key!r}; it takes: {', '.join(named) or 'none'}"
+            )
+        param = params.get(key)
+        annotation = hints.get(key, inspect.Parameter.empty)
+        if annotation is inspect.Parameter.empty and param is not None:
+            default = param.default
+            if isinstance(default, bool | int | float):
+                annotation = type(default)
+        if annotation in (inspect.Parameter.empty, Any, str):
+            options[key] = text
+            continue
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        try:
+            options[key] = adapter.validate_strings(text)
+        except ValidationError:
+            try:
+                options[key] = adapter.validate_json(text)
+            except ValidationError as exc:
+                wanted = getattr(annotation, "__name__", None) or str(annotation)
+                first = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+                raise ConfigurationError(
+                    f"agent {agent!r}: option {key}={text!r} is not of its type, {wanted} ({first})"
+                ) from None
+    return options
 
 
 @contextlib.contextmanager
@@ -238,7 +305,7 @@ class AgentSpec:
             raise ConfigurationError(
                 f"agent {self.given!r}: {self.attr} cannot be built with options {options} "
                 f"({exc}); give its __init__ parameters defaults, or pass them as agent options "
-                "(run_trials(agent_options=...))"
+                "(--agent-option key=value on the command line, run_trials(agent_options=...))"
             ) from None
         try:
             agent = cls(**options)

@@ -28,6 +28,7 @@ from rich.text import Text
 
 from ..agents import AgentSpec, is_agent_spec, registry
 from ..agents.endpoint import endpoints
+from ..agents.spec import typed_options
 from ..errors import HarnessError, SuiteError
 from ..faults import FaultPlan
 from ..report.gate import Bar, Basis, exit_status
@@ -184,6 +185,16 @@ def rerun_agent_options(command: Any) -> Any:
     help="scripted, simulated, openai, or your own agent class: module:Class (from the current "
     "directory or an installed package) or path/to/file.py:Class.",
 )
+@click.option(
+    "--agent-option",
+    "agent_option_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the agent's constructor, typed by its annotation (repeatable): "
+    "--agent-option retries=3 --agent-option strict=true; lists and dicts as JSON. Given after "
+    "the flags above, it wins over them. The run records it (a secret-named one redacted), and "
+    "resume builds the agent with it again.",
+)
 @click.option("--trials", default=4, show_default=True, type=click.IntRange(1))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
 @click.option(
@@ -330,6 +341,7 @@ def rerun_agent_options(command: Any) -> Any:
 def run_command(
     suite: str,
     agent: str,
+    agent_option_pairs: tuple[str, ...],
     trials: int,
     workers: int,
     concurrency: int,
@@ -387,6 +399,11 @@ def run_command(
             options["attempts"] = model_retries + 1
         if model_retry_for is not None:
             options["retry_for"] = model_retry_for
+    if agent_option_pairs:
+        try:
+            options.update(typed_options(agent, registry.factory(agent), agent_option_pairs))
+        except HarnessError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--agent-option'") from None
     limit_flags: dict[str, object] = {
         "--max-in-flight": max_in_flight,
         "--rate-limit": rate_limit,

@@ -235,3 +235,89 @@ def test_the_command_line_refuses_a_bad_agent_before_anything_runs(here: Path):
         assert out.exit_code == 2, out.output
         assert said in " ".join(out.output.split())
     assert not (here / "logs").exists()
+
+
+OPTIONED = """
+from __future__ import annotations
+
+from typing import Literal
+
+from harness.agents import AgentOutput
+
+
+class Tuned:
+    name = "tuned"
+
+    def __init__(
+        self,
+        retries: int,
+        strict: bool = False,
+        ratio: float = 0.5,
+        mode: Literal["fast", "careful"] = "fast",
+        tags: list[str] | None = None,
+        label="plain",
+        budget=10,
+    ) -> None:
+        self.options = {
+            "retries": retries, "strict": strict, "ratio": ratio, "mode": mode, "tags": tags,
+            "label": label, "budget": budget,
+        }
+
+    def config(self):
+        return {"name": self.name, **self.options}
+
+    def run(self, task, toolbox, *, seed):
+        for call in task.reference_actions:
+            toolbox.call(call.name, dict(call.arguments))
+        return AgentOutput(message="done")
+"""
+
+
+def test_agent_options_on_the_command_line_are_typed_by_the_constructor(here: Path):
+    """`--agent-option key=value` (repeatable) builds a module:Class agent with options typed by
+    its constructor's annotations (int, bool, float, Literal, a JSON list; an unannotated one by
+    its default's type, else text), and the run records them. Without the option a required
+    parameter is refused naming --agent-option; a key the class does not take lists those it
+    takes; a value of the wrong type names the type; nothing runs for any of them."""
+    name = module_file(here, OPTIONED)
+    suite = write_suite(here / "suite", [1])
+    runner = CliRunner()
+    base = ["run", str(suite), "--agent", f"{name}:Tuned", "--trials", "1"]
+
+    def given(*pairs: str, logs: str = "logs") -> object:
+        flags = [flag for pair in pairs for flag in ("--agent-option", pair)]
+        return runner.invoke(main, [*base, "--logs", logs, *flags])
+
+    out = given(
+        *("retries=3", "strict=true", "ratio=0.25", "mode=careful", 'tags=["a", "b"]'),
+        *("label=x=y", "budget=7"),
+    )
+    assert out.exit_code == 0, out.output
+    (folder,) = (here / "logs").iterdir()
+    recorded = json.loads((folder / "evidence.json").read_text())["agent"]
+    assert recorded == {
+        "name": "tuned",
+        **{"retries": 3, "strict": True, "ratio": 0.25, "mode": "careful", "tags": ["a", "b"]},
+        **{"label": "x=y", "budget": 7},
+    }
+
+    for pairs, said in [
+        (
+            (),
+            "give its __init__ parameters defaults, or pass them as agent options "
+            "(--agent-option key=value",
+        ),
+        (("retries=3", "retry=4"), "takes no option 'retry'; it takes: retries, strict, ratio"),
+        (("retries=three",), "option retries='three' is not of its type, int"),
+        (("retries=3", "mode=slow"), "option mode='slow' is not of its type, Literal"),
+        (("retries",), "agent option 'retries': give it as key=value"),
+        (("retries=3", "retries=4"), "agent option 'retries' is given twice"),
+    ]:
+        out = given(*pairs, logs="refused")
+        assert out.exit_code in (1, 2), out.output
+        assert said in " ".join(out.output.split()), out.output
+        assert "Traceback" not in out.output
+    refused_runs = list((here / "refused").glob("*/harness.jsonl"))
+    assert all('"kind": "trial"' not in p.read_text() for p in refused_runs), (
+        "a refused agent option ran trials"
+    )
