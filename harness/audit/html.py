@@ -18,10 +18,11 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ..report.html import TrialPage, TrialPages
+from ..report.html import PASSED, TrialPage, TrialPages
 from ..report.html import render_html as render_report_html
-from ..report.model import Report, infra_cause
+from ..report.model import Report
 from ..report.templating import environment
+from ..runs.judge import trial_class
 from ..runs.layout import open_store
 from ..store import TrialRow, TxnStatus
 from .model import timeline
@@ -69,15 +70,11 @@ def trial_page(t: dict[str, Any], row: TrialRow) -> TrialPage:
         for e in t["events"]
         if e["kind"] == "transaction" and e.get("failure_class")
     }
-    verdict = t.get("verdict")
-    checks = verdict.get("checks", []) if isinstance(verdict, dict) else []
-    failed = [str(c.get("name")) for c in checks if isinstance(c, dict) and not c.get("passed")]
-    if row.infra_error:
-        why = infra_cause(row)
-    elif failed:
-        why = "failed: " + ", ".join(failed)
+    failed = trial_class(row)
+    if failed is None:
+        cls, why = PASSED, ""
     else:
-        why = ""
+        cls, why = failed.cls, failed.detail
     body = _env.get_template("episode.html.j2").module.episode(t)  # type: ignore[attr-defined]
     return TrialPage(
         task_id=row.task_id,
@@ -85,6 +82,7 @@ def trial_page(t: dict[str, Any], row: TrialRow) -> TrialPage:
         episode_id=row.episode_id,
         state=state,
         failure_classes=tuple(sorted(classes)),
+        trial_class=cls,
         why=why,
         body=Markup(body),
     )

@@ -129,7 +129,13 @@ def judge_bars(report: Report, bars: list[Bar], basis: Basis) -> list[Judgement]
     help="Also write one self-contained HTML file (plots, tables, evidence), in which every "
     "cell of the per-task grid opens its trial's timeline.",
 )
-@click.option("--tasks", "per_task", is_flag=True, help="Also print the per-task table.")
+@click.option(
+    "--tasks/--no-tasks",
+    "per_task",
+    default=True,
+    show_default=True,
+    help="Print the per-task table (passes out of trials, each task's pass^k, its trials).",
+)
 @all_k_option
 @fail_under_options
 @verify_options

@@ -28,17 +28,18 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
+from ..runs.judge import TRIAL_CLASSES
 from .model import INFRA_DESCRIPTIONS, Report, table_ks
 from .templating import environment
 
-__all__ = ["INFRASTRUCTURE", "NO_FAILED_CALL", "TrialPage", "TrialPages", "render_html"]
+__all__ = ["INFRASTRUCTURE", "PASSED", "TrialPage", "TrialPages", "render_html"]
 
 _COLORS = {"pass": "#2e7d32", "fail": "#d32f2f", "infra": "#9e9e9e", "missing": "#ffffff"}
 
-# The filter's names for a trial with no failure class: ended by the infrastructure, or with
-# every call committed (whatever the verifier then said).
+# The filter's names for a trial that passed, and (as ``harness.runs.judge.TRIAL_CLASSES``
+# names it) one the infrastructure ended.
+PASSED = "passed"
 INFRASTRUCTURE = "infrastructure"
-NO_FAILED_CALL = "no failed call"
 
 # Failed trials first, then infrastructure errors, then passes.
 _STATE_ORDER = {"fail": 0, "infra": 1, "pass": 2}
@@ -52,7 +53,8 @@ class TrialPage:
         task_id, trial, episode_id: which trial.
         state: ``pass``, ``fail`` or ``infra``, as its heat-map cell.
         failure_classes: the failure classes of its calls that did not commit, sorted.
-        why: why it failed, in a line (the infrastructure cause, the verifier's failed checks).
+        trial_class: why it failed (``harness.runs.judge.TRIAL_CLASSES``), or ``passed``.
+        why: why it failed, in a line (the infrastructure cause, what the verifier found).
         body: its timeline as HTML (``harness.audit`` renders it; this module trusts it).
     """
 
@@ -61,6 +63,7 @@ class TrialPage:
     episode_id: str
     state: str
     failure_classes: tuple[str, ...]
+    trial_class: str
     why: str
     body: Markup
 
@@ -76,10 +79,9 @@ class TrialPage:
 
     @property
     def filters(self) -> tuple[str, ...]:
-        """The names the failure-class filter knows it by."""
-        if self.failure_classes:
-            return self.failure_classes
-        return (INFRASTRUCTURE,) if self.state == "infra" else (NO_FAILED_CALL,)
+        """The names the filter knows it by: its trial class, one a trial, so the filter's
+        counts add up to the trials."""
+        return (self.trial_class,)
 
 
 @dataclass(frozen=True)
@@ -316,7 +318,7 @@ def _walkthrough(report: Report, pages: TrialPages | None) -> dict[str, Any]:
         key=lambda p: (_STATE_ORDER.get(p.state, 3), tasks.get(p.task_id, len(tasks)), p.trial),
     )
     counts = Counter(name for p in trials for name in p.filters)
-    names = sorted(counts, key=lambda n: (n in (INFRASTRUCTURE, NO_FAILED_CALL), n))
+    names = sorted(counts, key=lambda n: (n == PASSED, n == INFRASTRUCTURE, -counts[n], n))
     # The filter's CSS names a class by its position, never by its recorded text.
     index = {name: i for i, name in enumerate(names)}
     return {
@@ -339,6 +341,7 @@ def render_html(report: Report, *, pages: TrialPages | None = None, all_k: bool 
         report=report,
         conf=f"{report.confidence:.0%}",
         infra_description=INFRA_DESCRIPTIONS[report.infra_policy],
+        trial_classes=TRIAL_CLASSES,
         passk=[(k, report.pass_hat(k), report.pass_at(k)) for k in ks],
         horizon=None if report.null is None else report.null.horizon(0.5),
         colors=_COLORS,

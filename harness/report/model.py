@@ -15,6 +15,7 @@ from typing import Any
 
 from .._json import loads_or
 from ..errors import HarnessError, RunNotFound
+from ..runs.judge import TRIAL_CLASSES, FailedTrial, trial_class
 from ..runs.layout import OpenRun, open_run
 from ..runs.output import finite
 from ..stats import (
@@ -28,6 +29,7 @@ from ..stats import (
     fit_step_success,
     null_model,
     paired_difference,
+    pass_hat_k,
     self_conditioning,
     suite_curve,
     suite_pass_hat_k,
@@ -144,6 +146,12 @@ class TaskResult:
     partial: float | None
     cells: tuple[str, ...]
 
+    def pass_hat(self, k: int) -> float | None:
+        """The task's own pass^k, C(c, k) / C(n, k) (None when k exceeds its trials)."""
+        return (
+            None if not 0 < k <= self.trials else float(pass_hat_k(self.trials, self.successes, k))
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
@@ -156,6 +164,7 @@ class TaskResult:
             "steps": self.steps,
             "partial": self.partial,
             "cells": list(self.cells),
+            "pass_hat_k": [self.pass_hat(k) for k in range(1, self.trials + 1)],
         }
 
 
@@ -171,6 +180,8 @@ class Report:
         dropped_tasks: tasks left with no trials under ``exclude``.
         curve: pass^k and pass@k for k = 1..n with intervals.
         failures: failed tool calls by class, over all trials.
+        failed_trials: every counted trial that failed, with its class (one each, so the
+            classes add up to the failures), in task order.
         outcomes: episodes by outcome, over all trials.
         infra_errors: trials that ended in an infrastructure error.
         partial_mean: mean partial credit over counted trials that have one.
@@ -203,6 +214,13 @@ class Report:
     config: dict[str, Any] = field(default_factory=dict)
     infra_failures: tuple[InfraFailure, ...] = ()
     trials_run: int = 0
+    failed_trials: tuple[FailedTrial, ...] = ()
+
+    def failed_by_class(self) -> dict[str, int]:
+        """Counted failed trials by class, the most frequent first (they add up to the
+        counted trials that did not pass)."""
+        counts = Counter(f.cls for f in self.failed_trials)
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
     @property
     def transactions(self) -> bool:
@@ -295,6 +313,9 @@ class Report:
                 "pass_hat_k": [self.pass_hat(int(k)).to_dict() for k in self.curve.ks.tolist()],
                 "pass_at_k": [self.pass_at(int(k)).to_dict() for k in self.curve.ks.tolist()],
                 "methods": self.methods(),
+                "failed_trials_by_class": self.failed_by_class(),
+                "trial_classes": {c: TRIAL_CLASSES[c] for c in self.failed_by_class()},
+                "failed_trials": [f.to_dict() for f in self.failed_trials],
                 "failures_by_class": dict(sorted(self.failures.items())),
                 "outcomes": dict(sorted(self.outcomes.items())),
                 "partial_credit": {
@@ -426,6 +447,9 @@ def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: floa
             if r.infra_error
         ),
         trials_run=len(data.trials),
+        failed_trials=tuple(
+            f for i in keep for x in counted[i] if (f := trial_class(x)) is not None
+        ),
     )
 
 

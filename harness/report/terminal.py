@@ -10,11 +10,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..runs.judge import TRIAL_CLASSES
 from ..stats import INTERVAL_METHODS, Estimate
 from .gate import Basis, Judgement
 from .model import INFRA_DESCRIPTIONS, Comparison, Report, table_ks
 
-__all__ = ["render", "render_comparison", "render_gate", "render_infra", "render_summary"]
+__all__ = [
+    "render",
+    "render_comparison",
+    "render_failed_trials",
+    "render_gate",
+    "render_infra",
+    "render_summary",
+]
 
 # Trials named per infrastructure cause (``--json`` lists them all).
 _TRIALS_SHOWN = 4
@@ -82,7 +90,8 @@ def render_summary(
         # The null model's method belongs with it: only the full report shows that.
         if full or name in curve:
             console.print(f"  [dim]{name}: {text}[/dim]")
-    counts = Table(title="failures by class and outcomes")
+    console.print(_class_table(report))
+    counts = Table(title="failed calls by class, and outcomes")
     counts.add_column("what")
     counts.add_column("count", justify="right")
     for name, count in sorted(report.failures.items()):
@@ -92,6 +101,78 @@ def render_summary(
     counts.add_row("infrastructure errors", str(report.infra_errors))
     console.print(counts)
     render_infra(report, console)
+
+
+def _class_table(report: Report) -> Table:
+    """Failed trials by class: one class a failed trial, so the counts add up."""
+    failed = len(report.failed_trials)
+    table = Table(
+        title=f"failed trials by class: {failed} of {report.n_trials} counted trials failed"
+    )
+    table.add_column("class")
+    table.add_column("trials", justify="right")
+    table.add_column("what it means", overflow="fold")
+    for name, count in report.failed_by_class().items():
+        table.add_row(name, str(count), TRIAL_CLASSES.get(name, ""))
+    return table
+
+
+# Failed trials the terminal report names (``--json`` and ``--html`` list them all).
+_FAILED_SHOWN = 30
+# Trial glyphs per task in the per-task table, up to this many trials a task.
+_CELLS_SHOWN = 16
+_GLYPHS = {"pass": "P", "fail": "F", "infra": "I", "missing": "-"}
+
+
+def _task_table(report: Report) -> Table:
+    """Each task: passes out of trials, its own pass^1 and pass^n, infrastructure errors."""
+    n = report.n
+    table = Table(title="per task: passes out of trials, and each task's pass^k", show_edge=False)
+    width = max((len(t.task_id) for t in report.tasks), default=4)
+    table.add_column("task", no_wrap=True, min_width=min(width, 40))
+    columns = ["passed", "pass^1", f"pass^{n}", "infra", "partial"]
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
+    glyphs = report.n_max <= _CELLS_SHOWN
+    if glyphs:
+        table.add_column("trials", no_wrap=True)
+    for t in report.tasks:
+        hat1, hatn = t.pass_hat(1), t.pass_hat(n)
+        row = [
+            escape(t.task_id) + ("" if t.version == "1" else f" v{escape(t.version)}"),
+            f"{t.successes}/{t.trials}",
+            "-" if hat1 is None else f"{hat1:.3f}",
+            "-" if hatn is None else f"{hatn:.3f}",
+            str(t.infra_errors),
+            "-" if t.partial is None else f"{t.partial:.2f}",
+        ]
+        if glyphs:
+            row.append("".join(_GLYPHS.get(c, "?") for c in t.cells))
+        table.add_row(*row)
+    return table
+
+
+def render_failed_trials(report: Report, console: Console) -> None:
+    """List the failed trials with their class and why (the first 30)."""
+    if not report.failed_trials:
+        return
+    shown = report.failed_trials[:_FAILED_SHOWN]
+    title = f"failed trials ({len(report.failed_trials)})"
+    if len(shown) < len(report.failed_trials):
+        title += f", the first {len(shown)}: --json and --html list them all"
+    table = Table(title=title, show_edge=False)
+    table.add_column("trial", no_wrap=True)
+    table.add_column("class", no_wrap=True)
+    table.add_column("why", overflow="fold")
+    for f in shown:
+        table.add_row(f"{escape(f.task_id)} #{f.trial}", f.cls, escape(f.detail))
+    console.print(table)
+    first = report.failed_trials[0]
+    console.print(
+        f"  [dim]a trial's timeline: harness audit {escape(report.folder)} --episode "
+        f"{escape(first.episode_id)} (trial #{first.trial} of {escape(first.task_id)})[/dim]",
+        soft_wrap=True,
+    )
 
 
 def render_gate(judgements: Sequence[Judgement], basis: Basis, console: Console) -> None:
@@ -188,20 +269,8 @@ def render(
             f"{machine.get('platform', '?')}[/dim]"
         )
     if per_task:
-        tt = Table(title="per task")
-        for col in ("task", "version", "passed", "trials", "infra", "steps", "partial"):
-            tt.add_column(col, justify="left" if col == "task" else "right")
-        for t in report.tasks:
-            tt.add_row(
-                t.task_id,
-                t.version,
-                str(t.successes),
-                str(t.trials),
-                str(t.infra_errors),
-                str(t.steps),
-                "-" if t.partial is None else f"{t.partial:.2f}",
-            )
-        console.print(tt)
+        console.print(_task_table(report))
+    render_failed_trials(report, console)
 
 
 def render_comparison(cmp: Comparison, console: Console, *, all_k: bool = False) -> None:

@@ -7,17 +7,34 @@ reference actions produce on a fresh environment, by the verifier its suite name
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-from .._json import canonical, loads
+from .._json import canonical, loads, loads_or
 from ..action import Action
-from ..store import TransactionRow
+from ..store import EpisodeStatus, TransactionRow, TrialRow
+from ..store.records import trial_failures
 from ..store.statuses import APPLIED
 from ..suite import Reference, Suite, Task, Verification
 from ..transaction import observed_changes
 
-__all__ = ["Reference", "committed_calls", "judge", "plain", "reference_outcome", "steps_done"]
+__all__ = [
+    "AGENT_ERROR",
+    "TRIAL_CLASSES",
+    "FailedTrial",
+    "Reference",
+    "classify_trial",
+    "committed_calls",
+    "judge",
+    "plain",
+    "reference_outcome",
+    "steps_done",
+    "trial_class",
+]
+
+AGENT_ERROR: Final = "agent error"
+"""The failure class of a trial whose agent raised (its ``failures`` count it once)."""
 
 
 def plain(tool: Any) -> Callable[..., Any]:
@@ -87,3 +104,182 @@ def premature_end(meta: Any) -> str | None:
     if isinstance(ended, str) and ended not in REWARDED_ENDS:
         return ended
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Why a trial failed: one class per failed trial, so that the classes add up to the failures.
+# --------------------------------------------------------------------------------------------
+
+TRIAL_CLASSES: Final[Mapping[str, str]] = {
+    "wrong final state": "the trial changed state, but not to what the reference leaves",
+    "no action taken": "the trial changed nothing where the reference changes state "
+    "(a refusal where action was expected)",
+    "unexpected action": "the trial changed state where the reference changes nothing "
+    "(an action where a refusal was expected)",
+    "missing output": "the final message lacks an output the task requires",
+    "failed check": "a check of the suite's verifier failed",
+    "rejected by verifier": "the suite's verifier failed the trial without naming a check",
+    "cut short": "the conversation ended before the agent or the user ended it "
+    "(max_steps, too many errors)",
+    AGENT_ERROR: "the agent raised an exception",
+    "rolled back": "a failed call rolled the episode back",
+    "escalated": "the episode waits for a person (or was rejected by one)",
+    "episode failed": "the episode ended failed",
+    "episode not ended": "the episode has no end on record",
+    "infrastructure": "the model server, the store or a worker failed, not the agent",
+    "planned interruption": "a fault plan interrupted the trial",
+}
+"""Each class a failed trial is given (:func:`classify_trial`), with what it means."""
+
+_SHOWN_KEYS = 3
+
+
+@dataclass(frozen=True)
+class FailedTrial:
+    """One failed trial and why.
+
+    Attributes:
+        task_id, trial, episode_id: which trial (``harness audit RUN --episode ID`` shows it).
+        cls: its class, a key of :data:`TRIAL_CLASSES`.
+        detail: what in the record gave that class, in a line.
+    """
+
+    task_id: str
+    trial: int
+    episode_id: str
+    cls: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the class under ``class``)."""
+        return {
+            "task_id": self.task_id,
+            "trial": self.trial,
+            "episode_id": self.episode_id,
+            "class": self.cls,
+            "detail": self.detail,
+        }
+
+
+def _calls(failures: Mapping[str, int]) -> str:
+    named = [
+        f"{name} x{count}" if count > 1 else name
+        for name, count in sorted(failures.items())
+        if name != AGENT_ERROR and not name.startswith("ended: ")
+    ]
+    return ", ".join(named)
+
+
+def _keys(keys: Any) -> str:
+    keys = [str(k) for k in keys] if isinstance(keys, list) else []
+    shown = ", ".join(keys[:_SHOWN_KEYS])
+    return shown + (f" and {len(keys) - _SHOWN_KEYS} more" if len(keys) > _SHOWN_KEYS else "")
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _compared(check: Mapping[str, Any]) -> Mapping[str, Any]:
+    compared = check.get("compared")
+    return compared if isinstance(compared, Mapping) else {}
+
+
+def _verdict_class(verdict: Mapping[str, Any]) -> tuple[str, str]:
+    """The class of a committed episode the verifier failed, from the checks it recorded."""
+    checks = [c for c in verdict.get("checks") or [] if isinstance(c, Mapping)]
+    failed = [c for c in checks if not c.get("passed")]
+    for check in failed:
+        if check.get("name") != "state_equality":
+            continue
+        compared = _compared(check)
+        actual, expected = (
+            _count(compared.get("actual_changed")),
+            _count(compared.get("expected_changed")),
+        )
+        if actual == 0 and expected:
+            return "no action taken", f"the reference changes {expected} resource(s)"
+        if expected == 0 and actual:
+            return "unexpected action", (
+                f"changed {actual} resource(s): {_keys(compared.get('differing_keys'))}"
+            )
+        return "wrong final state", f"differs at {_keys(compared.get('differing_keys'))}"
+    for check in failed:
+        name = str(check.get("name"))
+        compared = _compared(check)
+        if name.startswith("field:"):
+            return "wrong final state", (
+                f"{name[len('field:') :]} is {canonical(compared.get('actual'))}, expected "
+                + ("absent" if compared.get("absent") else canonical(compared.get("expected")))
+            )
+        if name == "required_outputs":
+            missing = compared.get("missing")
+            return "missing output", f"missing {_keys(missing) or 'an output'}"
+    if failed:
+        return "failed check", ", ".join(str(c.get("name")) for c in failed[:_SHOWN_KEYS])
+    return "rejected by verifier", "no check named"
+
+
+def classify_trial(
+    *,
+    passed: bool,
+    infra_error: bool,
+    outcome: str,
+    failures: Mapping[str, int],
+    verdict: Any,
+    meta: Any,
+) -> tuple[str, str] | None:
+    """Why a trial failed, as ``(class, detail)``; None when it passed.
+
+    Every failed trial gets exactly one class of :data:`TRIAL_CLASSES`, the first that holds
+    of: the infrastructure (or a fault plan) ended it, its agent raised, its conversation was
+    cut short, its episode did not commit (rolled back, escalated, failed), and else what the
+    verifier found in the final state (nothing changed, a change where none was expected, the
+    wrong change, a missing output, another check).
+    """
+    if passed and not infra_error:
+        return None
+    meta = meta if isinstance(meta, Mapping) else {}
+    error = str(meta.get("error") or "").strip()
+    if infra_error:
+        if meta.get("interruption") == "planned":
+            return "planned interruption", error or "announced by the fault plan"
+        return "infrastructure", error or "no cause recorded"
+    if failures.get(AGENT_ERROR) or meta.get("agent_error"):
+        return AGENT_ERROR, str(meta.get("agent_error") or error or "no message recorded")
+    ended = [name[len("ended: ") :] for name in failures if name.startswith("ended: ")]
+    cut = premature_end(meta)
+    if ended or cut is not None:
+        return "cut short", f"ended by {ended[0] if ended else cut}"
+    calls = _calls(failures)
+    if outcome == EpisodeStatus.ROLLED_BACK:
+        return "rolled back", f"after {calls}" if calls else "no failed call recorded"
+    if outcome == EpisodeStatus.ESCALATED:
+        return "escalated", calls or "held for approval"
+    if outcome == EpisodeStatus.FAILED:
+        return "episode failed", error or calls or "no cause recorded"
+    if outcome != EpisodeStatus.COMMITTED:
+        return "episode not ended", f"outcome {outcome}"
+    cls, detail = _verdict_class(verdict if isinstance(verdict, Mapping) else {})
+    if calls:
+        detail += f"; failed calls: {calls}"
+    return cls, detail
+
+
+def trial_class(row: TrialRow) -> FailedTrial | None:
+    """Why the trial of ``row`` failed (:func:`classify_trial`); None when it passed.
+
+    Raises:
+        StoreError: the row's failures are not what the harness writes (the row was edited).
+    """
+    found = classify_trial(
+        passed=row.passed,
+        infra_error=row.infra_error,
+        outcome=str(row.outcome),
+        failures=trial_failures(row),
+        verdict=loads_or(row.verdict, {}),
+        meta=loads_or(row.agent_meta, {}),
+    )
+    if found is None:
+        return None
+    return FailedTrial(row.task_id, row.trial, row.episode_id, found[0], found[1])

@@ -113,6 +113,11 @@ class RunResult:
             total.update(r.failures)
         return dict(total)
 
+    def failed_trials_by_class(self) -> dict[str, int]:
+        """Failed trials by why they failed (``harness.runs.judge.TRIAL_CLASSES``): one class a
+        failed trial, infrastructure errors included, so the counts add up to the failures."""
+        return dict(Counter(r.failure[0] for r in self.results if r.failure is not None))
+
     def agent_errors(self) -> list[TrialResult]:
         """The trials whose agent raised."""
         return [r for r in self.results if r.agent_error is not None]
@@ -143,6 +148,7 @@ class RunResult:
             "usage": self.usage(),
             "pass_hat_k": {k: self.pass_hat(k).to_dict() for k in range(1, n + 1)},
             "pass_at_k": {k: self.pass_at(k) for k in range(1, n + 1)},
+            "failed_trials_by_class": self.failed_trials_by_class(),
             "failures_by_class": self.failures_by_class(),
             "outcomes": self.outcomes(),
         }

@@ -30,7 +30,15 @@ from ..store.records import trial_failures, trial_steps
 from ..store.signing import sign_episode
 from ..store.witness import Witness
 from ..suite import Suite, Task, load_suite
-from .judge import Reference, judge, premature_end, reference_outcome
+from .judge import (
+    AGENT_ERROR,
+    Reference,
+    classify_trial,
+    judge,
+    premature_end,
+    reference_outcome,
+    trial_class,
+)
 from .layout import attempt_id, episode_id
 from .limits import RunGate, RunLimits
 from .rebuild import apply_changes, recorded_changes
@@ -62,6 +70,8 @@ class TrialResult:
     Attributes:
         agent_error: the exception the agent raised (``Type: message``), when it raised; the
             trial failed as the agent's error (its traceback is in the trial's agent meta).
+        failure: why it failed, ``(class, detail)`` (:func:`~harness.runs.judge.classify_trial`);
+            None when it passed.
     """
 
     task_id: str
@@ -77,12 +87,14 @@ class TrialResult:
     duration: float = 0.0
     usage: dict[str, float] = field(default_factory=dict)
     agent_error: str | None = None
+    failure: tuple[str, str] | None = None
 
     @classmethod
     def from_row(cls, row: TrialRow) -> TrialResult:
         """The result a trial row records."""
         meta = loads(row.agent_meta or "{}")
         error = meta.get("agent_error") if isinstance(meta, dict) else None
+        failed = trial_class(row)
         return cls(
             task_id=row.task_id,
             trial=row.trial,
@@ -97,6 +109,7 @@ class TrialResult:
             duration=row.duration,
             usage=trial_usage(meta if isinstance(meta, dict) else {}),
             agent_error=error if isinstance(error, str) else None,
+            failure=None if failed is None else (failed.cls, failed.detail),
         )
 
 
@@ -377,6 +390,14 @@ class Worker:
             duration=time.perf_counter() - started,
             usage=trial_usage(meta),
             agent_error=agent_error,
+            failure=classify_trial(
+                passed=passed,
+                infra_error=infra,
+                outcome=str(outcome),
+                failures=failures,
+                verdict=verdict.to_dict(),
+                meta=meta,
+            ),
         )
         # The verdict joins the episode's hash chain, after its end, in the same database
         # transaction as the trial row (a kill between them would leave a verdict whose row
@@ -418,9 +439,6 @@ class Worker:
             sign_episode(self.store, eid, self.signing_key)
         return result
 
-
-AGENT_ERROR = "agent error"
-"""The failure class of a trial whose agent raised (its ``failures`` count it once)."""
 
 _TRACEBACK_CHARS = 20_000
 

@@ -20,7 +20,8 @@ from harness.audit import timeline
 from harness.audit.html import render_report, trial_page
 from harness.cli import main
 from harness.report import load_report, render_html
-from harness.report.html import INFRASTRUCTURE, NO_FAILED_CALL, TrialPages
+from harness.report.html import INFRASTRUCTURE, PASSED, TrialPages
+from harness.runs.judge import trial_class
 from harness.runs.layout import open_store
 from harness.runs.start import run_trials
 from harness.store import TrialRow
@@ -81,7 +82,13 @@ def trials_of(folder: Path) -> dict[str, dict[str, Any]]:
                 for key, change in (e.get("diff") or {}).items()
                 for field in change["fields"]
             ]
-            out[row.episode_id] = {"state": state, "classes": classes, "fields": fields}
+            failed = trial_class(row)
+            out[row.episode_id] = {
+                "state": state,
+                "classes": classes,
+                "fields": fields,
+                "class": PASSED if failed is None else failed.cls,
+            }
     return out
 
 
@@ -125,9 +132,9 @@ def test_every_grid_cell_links_to_its_trials_page_and_failures_come_first(
 def test_trial_rows_name_their_failure_classes_and_infrastructure_cause(
     flaky_run: Path, tmp_path: Path
 ):
-    """Each row carries the filter classes of its trial's failure classes (infrastructure and
-    no failed call for the others); an infrastructure failure's row and timeline name its
-    cause."""
+    """Each row carries the filter class of its trial's class (one a trial: passed,
+    infrastructure, or why it failed) and names its calls' failure classes; an infrastructure
+    failure's row and timeline name its cause."""
     page = write_page(flaky_run, tmp_path / "report.html")
     names = dict(re.findall(r'id="fc-(\d+)" value="([^"]+)"', page))
     rows = re.findall(r'<tr class="(?:pass|fail|infra) ([^"]*)">(.*?)</tr>', page)
@@ -136,10 +143,9 @@ def test_trial_rows_name_their_failure_classes_and_infrastructure_cause(
     for classes, cells in rows:
         (episode,) = re.findall(r'href="#episode-([^"]+)"', cells)
         trial = trials[episode]
-        expected = trial["classes"] or {
-            INFRASTRUCTURE if trial["state"] == "infra" else NO_FAILED_CALL
-        }
-        assert {names[c.removeprefix("fc-")] for c in classes.split()} == expected
+        assert [names[c.removeprefix("fc-")] for c in classes.split()] == [trial["class"]]
+        assert (trial["class"] == INFRASTRUCTURE) == (trial["state"] == "infra")
+        assert all(c in cells for c in trial["classes"])
         assert (CAUSE in cells) == (trial["state"] == "infra")
         section = page.split(f'id="episode-{episode}">', 1)[1].split("</section>\n</section>")[0]
         shown = f"infrastructure failure (not the agent's): <code>{CAUSE}</code>"
@@ -263,12 +269,7 @@ def test_following_a_grid_cell_in_chromium_shows_the_failed_trials_timeline(
     for name, shown in filters.items():
         if name == "all":
             continue
-        expected = {
-            f"episode-{e}"
-            for e, t in trials.items()
-            if name in t["classes"]
-            or (not t["classes"] and name == {"infra": INFRASTRUCTURE}.get(t["state"]))
-            or (not t["classes"] and t["state"] != "infra" and name == NO_FAILED_CALL)
-        }
+        expected = {f"episode-{e}" for e, t in trials.items() if t["class"] == name}
         assert set(shown) == expected and 0 < len(shown) < len(trials), name
-    assert {"precondition", INFRASTRUCTURE} <= set(filters)
+    assert {PASSED, INFRASTRUCTURE} <= set(filters)
+    assert sum(len(shown) for name, shown in filters.items() if name != "all") == len(trials)
