@@ -83,7 +83,7 @@ BUILTIN_SUITES: Final = ("retail", "configs")
 BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvironment"}
 """tau2 domain -> the built-in environment a tau2 ``tasks.json`` of that domain runs on."""
 # The verifier a suite uses unless its manifest names another (``"verifier": "module:function"``).
-DEFAULT_VERIFIER = "verifiers:verify"
+DEFAULT_VERIFIER = "harness.verifiers:verify"
 ENVIRONMENT_GROUP: Final = "harness.environments"
 """The entry-point group a package registers environments in (``"environment": "<name>"``)."""
 VERIFIER_GROUP: Final = "harness.verifiers"
@@ -94,7 +94,12 @@ BUILTIN_ENVIRONMENT_NAMES: Final = {
 }
 """The built-in environments by name (registered in ``harness.environments`` too; this copy
 answers when the installed package's metadata is older than the source)."""
-BUILTIN_VERIFIER_PACKAGES: Final = ("verifiers",)
+BUILTIN_VERIFIERS: Final = "harness.verifiers"
+"""The package of the built-in verifiers (``"verifier": "harness.verifiers:verify"``)."""
+FORMER_VERIFIERS: Final = "verifiers"
+"""The top-level name the built-in verifiers had before they moved into harness: a suite's
+``"verifiers:<name>"`` means :data:`BUILTIN_VERIFIERS`, and a package of that name installed
+beside harness (an unrelated project's) is never imported for it."""
 # What an environment class must have (:class:`Environment`), checked on the class.
 ENVIRONMENT_METHODS: Final = ("close", "export")
 ENVIRONMENT_ATTRIBUTES: Final = ("state", "tools")
@@ -421,26 +426,45 @@ def _resolve(spec: str, where: Path, folder: Path | None, field: str) -> Any:
     if _in_folder(folder, module):
         assert folder is not None
         target = f"{_folder_package(folder)}.{module}"
-    elif (
-        field == "environment"
-        or module in BUILTIN_VERIFIER_PACKAGES
-        or any(module.startswith(p + ".") for p in BUILTIN_VERIFIER_PACKAGES)
-    ):
+    elif field == "environment":
         target = module
+    elif (builtin := _builtin_verifiers(module)) is not None:
+        target = builtin
     else:
         raise _refuse(
             where,
             field,
             spec,
             f"is not in the suite's folder ({folder}), not a registered verifier "
-            f"(entry-point group {group}) and not in the built-in verifiers package",
+            f"(entry-point group {group}) and not in the built-in verifiers package "
+            f"({BUILTIN_VERIFIERS})",
         )
     try:
         return getattr(importlib.import_module(target), attr)
     except Exception as exc:
+        hint = ""
+        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] == FORMER_VERIFIERS:
+            hint = (
+                f"; harness's built-in verifiers are the package {BUILTIN_VERIFIERS}, no longer "
+                f"a top-level {FORMER_VERIFIERS}: import them as "
+                f"`from {BUILTIN_VERIFIERS} import verify`"
+            )
         raise SuiteError(
-            f"{where}: field {field}: cannot import {what} {spec!r} ({type(exc).__name__}: {exc})"
+            f"{where}: field {field}: cannot import {what} {spec!r} "
+            f"({type(exc).__name__}: {exc}){hint}"
         ) from exc
+
+
+def _builtin_verifiers(module: str) -> str | None:
+    """The module of the built-in verifiers that ``module`` names, or None: not one of them.
+
+    ``harness.verifiers[.<sub>]`` names itself; ``verifiers[.<sub>]`` (:data:`FORMER_VERIFIERS`)
+    names the same module of :data:`BUILTIN_VERIFIERS`.
+    """
+    for package in (BUILTIN_VERIFIERS, FORMER_VERIFIERS):
+        if module == package or module.startswith(package + "."):
+            return BUILTIN_VERIFIERS + module[len(package) :]
+    return None
 
 
 def _declares(cls: type, name: str) -> bool:
@@ -565,10 +589,13 @@ class Suite:
     not run), and every key of ``environment_options`` is a parameter of its ``__init__`` (all
     required ones given).
 
-    ``verifier`` is accepted when it is a name registered under ``harness.verifiers``
-    (:data:`VERIFIER_GROUP`), or ``module:function`` of a module in the suite's own folder or of
-    the built-in ``verifiers`` package (the default is ``verifiers:verify``); what it names is
-    a Python function taking a verifier's arguments (:class:`Verifier`).
+    ``verifier`` is accepted when it is a name registered under the entry-point group
+    ``harness.verifiers`` (:data:`VERIFIER_GROUP`), or ``module:function`` of a module in the
+    suite's own folder or of the built-in verifiers, the package ``harness.verifiers`` (the
+    default is ``harness.verifiers:verify``; ``verifiers:<name>``, their former top-level name,
+    still means ``harness.verifiers:<name>``, never a package ``verifiers`` installed beside
+    harness); what it names is a Python function taking a verifier's arguments
+    (:class:`Verifier`).
 
     Then every task's reference actions are checked (:meth:`check`): tools, arguments and,
     unless ``check_references`` is False, a replay on a fresh environment that refuses no

@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("harness", "verifiers")
+PACKAGES = ("harness",)
 
 
 def _is_private(name: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import shutil
+import sys
 from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
 
@@ -310,7 +311,7 @@ def test_verifiers_come_from_the_suite_folder_a_registry_or_the_builtins(tmp_pat
     """A verifier function in the suite's folder loads; `os:system` and a class are refused."""
     suite = write_suite(tmp_path / "s", [1])
     (suite / "checks.py").write_text(
-        "from verifiers import verify as base\n\n"
+        "from harness.verifiers import verify as base\n\n"
         "def verify(task, **kw):\n    return base(task, **kw)\n\n"
         "class NotAFunction:\n    pass\n"
     )
@@ -319,6 +320,65 @@ def test_verifiers_come_from_the_suite_folder_a_registry_or_the_builtins(tmp_pat
         hx.load_suite(_manifest(suite, verifier="os:system"))
     with pytest.raises(hx.SuiteError, match="'checks:NotAFunction' is not a function"):
         hx.load_suite(_manifest(suite, verifier="checks:NotAFunction"))
+
+
+FAKE_VERIFIERS = '''"""An unrelated package that happens to be named verifiers."""
+
+
+def verify(task, **kwargs):
+    raise AssertionError("the unrelated verifiers package judged a trial")
+'''
+
+
+def test_verifiers_colon_names_ours_never_an_installed_verifiers_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """An unrelated top-level `verifiers` package on sys.path is never imported: a suite that
+    says `verifiers:<name>` (the built-ins' former name), `harness.verifiers:<name>` or nothing
+    is judged by harness's own verifiers, the built-in suites too, to the end of a run."""
+    from harness import verifiers as ours
+    from harness.verifiers import checks
+
+    (tmp_path / "site" / "verifiers").mkdir(parents=True)
+    (tmp_path / "site" / "verifiers" / "__init__.py").write_text(FAKE_VERIFIERS)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "verifiers", raising=False)
+    suite = write_suite(tmp_path / "s", [1])
+    named = {
+        None: ours.verify,
+        "verifiers:verify": ours.verify,
+        "harness.verifiers:verify": ours.verify,
+        "verifiers.checks:verify": checks.verify,
+    }
+    for spec, function in named.items():
+        manifest = json.loads((suite / "suite.json").read_text())
+        manifest.pop("verifier", None)
+        (suite / "suite.json").write_text(
+            json.dumps(manifest | ({"verifier": spec} if spec else {}))
+        )
+        assert hx.load_suite(suite).verify is function, spec
+    assert hx.load_suite(suite).verifier == "verifiers.checks:verify"
+    with pytest.raises(
+        hx.SuiteError, match=r"module 'harness.verifiers' has no attribute 'nothing'"
+    ):
+        hx.load_suite(_manifest(suite, verifier="verifiers:nothing"))
+    for name in BUILTIN_SUITES:
+        assert hx.load_suite(name).verify is ours.verify, name
+    args = ["run", "configs", "--trials", "1", "--agent", "scripted", "--logs", str(tmp_path / "l")]
+    out = CliRunner().invoke(main, [*args, "--task", hx.load_suite("configs").tasks[0].id])
+    assert out.exit_code == 0 and "passed 1, failed 0" in out.output, out.output
+    assert "verifiers" not in sys.modules
+
+
+def test_a_verifier_importing_the_former_top_level_verifiers_is_told_the_new_name(tmp_path: Path):
+    """A suite's own verifier written against the built-ins' former top-level name (`from
+    verifiers import verify`) is refused with the name to import instead."""
+    suite = write_suite(tmp_path / "s", [1])
+    (suite / "checks.py").write_text("from verifiers import verify\n")
+    with pytest.raises(hx.SuiteError) as refused:
+        hx.load_suite(_manifest(suite, verifier="checks:verify"))
+    assert "No module named 'verifiers'" in str(refused.value)
+    assert "`from harness.verifiers import verify`" in str(refused.value)
 
 
 def test_replay_of_a_builtin_suite_run_needs_no_flag(tmp_path: Path):

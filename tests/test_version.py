@@ -6,8 +6,10 @@ import importlib.metadata
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import harness as hx
@@ -49,6 +51,28 @@ def test_the_wheel_carries_every_builtin_suite():
     }
     assert {k: v for k, v in included.items() if v.startswith("harness/_suites/")} == expected
     assert all((ROOT / source).is_file() for source in expected)
+
+
+def test_the_wheel_installs_the_harness_package_only(tmp_path: Path):
+    """The built wheel's only top-level package is ``harness``: the built-in verifiers are
+    ``harness.verifiers``, and no top-level ``verifiers`` (an unrelated project's name on PyPI)
+    overwrites or is overwritten by another install."""
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]
+    assert wheel["build"]["targets"]["wheel"]["packages"] == ["harness"]
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if built.returncode != 0 and "satisfies the requirement hatchling" in built.stderr:
+        pytest.skip("pip cannot get the build backend (hatchling) here")
+    assert built.returncode == 0, built.stderr
+    (path,) = tmp_path.glob("transactional_harness-*.whl")
+    with zipfile.ZipFile(path) as whl:
+        names = whl.namelist()
+    assert {n.split("/")[0] for n in names} == {"harness", path.name.split("-py")[0] + ".dist-info"}
+    assert {"harness/verifiers/__init__.py", "harness/verifiers/checks.py"} <= set(names)
 
 
 def test_version_loads_no_command_and_the_public_api_loads_on_use():

@@ -6,8 +6,9 @@ required outputs in the agent's final message (case-insensitive substrings, as t
 and explicit partial credit, reported separately from pass/fail.
 
 :func:`verify` is the verifier a suite uses unless its ``suite.json`` names another
-(``"verifier": "module:function"``, a :class:`harness.Verifier`). This package uses harness's
-public API only.
+(``"verifier": "module:function"``, a :class:`harness.Verifier`); a suite names these as
+``harness.verifiers:<name>`` (or ``verifiers:<name>``, their former top-level name). This package
+uses harness's public API only, and nothing else in harness imports it.
 """
 
 from .checks import (
