@@ -111,13 +111,12 @@ def _code_paths() -> list[str]:
 
 
 def _shipped_packages() -> list[str]:
-    """The folders of this harness's packages, to ship to a cluster's workers."""
-    out = []
-    for name in ("harness", "verifiers"):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
-            out.append(next(iter(spec.submodule_search_locations)))
-    return out
+    """The folder of this harness's package (its verifiers inside), to ship to a cluster's
+    workers; never another installed package of a name it once used."""
+    spec = importlib.util.find_spec("harness")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [next(iter(spec.submodule_search_locations))]
 
 
 def check_store_reach(store_url: str, hosts: Sequence[str], here: str | None = None) -> None:
