@@ -30,6 +30,7 @@ from markupsafe import Markup
 
 from ..runs.judge import TRIAL_CLASSES
 from .model import INFRA_DESCRIPTIONS, Report, table_ks
+from .reliability import _counts
 from .templating import environment
 
 __all__ = ["INFRASTRUCTURE", "PASSED", "TrialPage", "TrialPages", "render_html"]
@@ -342,6 +343,7 @@ def render_html(report: Report, *, pages: TrialPages | None = None, all_k: bool 
         conf=f"{report.confidence:.0%}",
         infra_description=INFRA_DESCRIPTIONS[report.infra_policy],
         trial_classes=TRIAL_CLASSES,
+        counts=_counts,
         passk=[(k, report.pass_hat(k), report.pass_at(k)) for k in ks],
         horizon=None if report.null is None else report.null.horizon(0.5),
         colors=_COLORS,

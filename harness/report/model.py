@@ -18,6 +18,7 @@ from ..errors import HarnessError, RunNotFound
 from ..runs.judge import TRIAL_CLASSES, FailedTrial, trial_class
 from ..runs.layout import OpenRun, open_run
 from ..runs.output import finite
+from ..runs.reliability import ReliabilityReport, reliability_report
 from ..stats import (
     INTERVAL_METHODS,
     Estimate,
@@ -182,6 +183,8 @@ class Report:
         failures: failed tool calls by class, over all trials.
         failed_trials: every counted trial that failed, with its class (one each, so the
             classes add up to the failures), in task order.
+        faults: for a run under a fault plan, what it injected, what was detected and what it
+            cost, by class (None: no plan).
         outcomes: episodes by outcome, over all trials.
         infra_errors: trials that ended in an infrastructure error.
         partial_mean: mean partial credit over counted trials that have one.
@@ -215,6 +218,7 @@ class Report:
     infra_failures: tuple[InfraFailure, ...] = ()
     trials_run: int = 0
     failed_trials: tuple[FailedTrial, ...] = ()
+    faults: ReliabilityReport | None = None
 
     def failed_by_class(self) -> dict[str, int]:
         """Counted failed trials by class, the most frequent first (they add up to the
@@ -329,6 +333,7 @@ class Report:
                 else {"s": 0.5, "value": horizon[0], "low": horizon[1], "high": horizon[2]},
                 "self_conditioning": None if sc is None else sc.to_dict(),
                 "tasks": [t.to_dict() for t in self.tasks],
+                "faults": None if self.faults is None else self.faults.to_dict(),
                 "evidence": self.evidence,
                 "config": self.config,
             }
@@ -450,6 +455,7 @@ def build_report(data: OpenRun, *, infra: InfraPolicy = "fail", confidence: floa
         failed_trials=tuple(
             f for i in keep for x in counted[i] if (f := trial_class(x)) is not None
         ),
+        faults=reliability_report(data.store, data.run.id) if "faults" in data.evidence else None,
     )
 
 

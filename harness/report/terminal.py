@@ -14,6 +14,7 @@ from ..runs.judge import TRIAL_CLASSES
 from ..stats import INTERVAL_METHODS, Estimate
 from .gate import Basis, Judgement
 from .model import INFRA_DESCRIPTIONS, Comparison, Report, table_ks
+from .reliability import render_reliability
 
 __all__ = [
     "render",
@@ -268,6 +269,8 @@ def render(
             f"{json.dumps(retry, sort_keys=True)}, python {machine.get('python', '?')} on "
             f"{machine.get('platform', '?')}[/dim]"
         )
+    if report.faults is not None:
+        render_reliability(report.faults, console)
     if per_task:
         console.print(_task_table(report))
     render_failed_trials(report, console)

@@ -35,6 +35,7 @@ from .layout import (
     run_row,
     write_json,
 )
+from .reliability import reliability_report
 from .spec import Job
 from .worker import TrialResult, WorkerLost, trial_state
 
@@ -56,6 +57,8 @@ class RunResult:
             waiting for a person included.
         folder: the run folder (None: a run named by its store's URL, with no folder here).
         target: how to name the run on a command line (default: its folder).
+        faults: for a run under a fault plan, its reliability by class
+            (:class:`~harness.runs.reliability.ReliabilityReport` as JSON); else None.
     """
 
     run_id: str
@@ -68,6 +71,7 @@ class RunResult:
     retried: list[TrialResult] = field(default_factory=list)
     missing: int = 0
     target: str = ""
+    faults: dict[str, Any] | None = None
 
     @property
     def where(self) -> str:
@@ -151,6 +155,7 @@ class RunResult:
             "failed_trials_by_class": self.failed_trials_by_class(),
             "failures_by_class": self.failures_by_class(),
             "outcomes": self.outcomes(),
+            **({} if self.faults is None else {"faults": self.faults}),
         }
 
 
@@ -456,6 +461,9 @@ def carry_out(
         + sum(r.outcome == EpisodeStatus.ESCALATED for r in current)
         + again,
         target=target,
+        faults=reliability_report(store, record.run_id).to_dict()
+        if "faults" in record.evidence
+        else None,
     )
     record.write(RunStatus.FINISHED if result.complete and not waiting else RunStatus.INTERRUPTED)
     if signing_key is not None:

@@ -183,7 +183,7 @@ def test_old_schema_is_refused_with_the_fix(tmp_path: Path):
 def test_reliability_counts_commits_of_an_episode_that_never_finished(shop: Shop, store_url: str):
     """The reliability report reads transactions in bulk: a crashed episode's commits whose
     rows were never written are in it too."""
-    from harness.report.reliability import _transactions
+    from harness.runs.reliability import _transactions
 
     cancel = cancel_action(shop)
     with hx.Episode(state=shop.state, store=store_url, episode_id="done"):
