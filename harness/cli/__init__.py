@@ -6,6 +6,7 @@
 - :mod:`.report`: ``report``, ``compare``, ``export`` (a run read back).
 - :mod:`.keys`: ``keygen`` (a signing key pair).
 - :mod:`.new_suite`: ``new-suite`` (a working skeleton suite to edit).
+- :mod:`.state`: ``state uninstall`` (the change capture an adapter left in a database).
 - :mod:`._common`: the console, errors, JSON output; environment variables are read there only.
 
 Each command's module is imported when the command is named (``harness --version`` and
@@ -40,6 +41,7 @@ _COMMANDS: dict[str, tuple[str, str, bool]] = {
     "keygen": (".keys", "keygen_command", False),
     "new-suite": (".new_suite", "new_suite_command", False),
     "mcp": (".mcp", "mcp_group", False),
+    "state": (".state", "state_group", False),
 }
 
 

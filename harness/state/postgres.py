@@ -37,7 +37,7 @@ from .._json import digest
 from ..errors import ConfigurationError
 from .base import WINDOW_LEASE, split_resource
 
-__all__ = ["PostgresCapture", "is_postgres"]
+__all__ = ["PostgresCapture", "is_postgres", "uninstall"]
 
 
 def _quote(name: str) -> str:
@@ -515,6 +515,66 @@ class PostgresCapture:
                     f"ON CONFLICT ({', '.join(map(_quote, table.pk))}) {conflict}",
                     values,
                 )
+
+
+def uninstall(url: str) -> list[str]:
+    """Remove the capture triggers, function and ``_hx_`` tables from the current schema of
+    the Postgres database at ``url`` (what ``SQLState.uninstall`` does on Postgres). Adapters
+    whose server session has ended are forgotten first; returns what was removed.
+
+    Raises:
+        ConfigurationError: psycopg missing, a server that cannot be reached, or an adapter
+            on a live server session has the database open.
+    """
+    shown = f"SQLState.uninstall({_parse(url).render_as_string(hide_password=True)!r})"
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{shown}: Postgres needs psycopg 3; install it with `pip install 'psycopg[binary]'`"
+        ) from exc
+    conninfo = _parse(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    timeout = int(os.environ.get("PGCONNECT_TIMEOUT", "10"))
+    try:
+        with (
+            psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout) as connection,
+            connection.transaction(),
+        ):
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+            row = connection.execute("SELECT current_schema()").fetchone()
+            if row is None or row[0] is None:
+                raise ConfigurationError(
+                    f"{shown}: the connection has no current schema; set search_path to the "
+                    "schema the adapters used (options=-csearch_path=<schema>)"
+                )
+            schema = str(row[0])
+            s = _quote(schema)
+
+            def exists(kind: str, name: str) -> bool:
+                found = connection.execute(f"SELECT to_{kind}(%s) IS NOT NULL", (name,)).fetchone()
+                return bool(found is not None and found[0])
+
+            if exists("regclass", f"{s}.{OPEN}"):
+                _forget_dead(connection, schema)
+                live = [r[0] for r in connection.execute(f"SELECT backend FROM {s}.{OPEN}")]
+                if live:
+                    raise ConfigurationError(
+                        f"{shown}: {len(live)} adapter(s) on live server sessions (backend pid "
+                        f"{', '.join(map(str, sorted(live)))}) have the database open; close "
+                        "them first (their tools' writes would fail without the tables)"
+                    )
+            triggers = sorted(_capture_triggers(connection, schema))
+            names = [f"trigger {TRIGGER} on {t}" for t in triggers]
+            if exists("regprocedure", f"{s}.{FUNCTION}()"):
+                names.append(f"function {FUNCTION}")
+            names += [f"table {t}" for t in (CHANGES, OPEN) if exists("regclass", f"{s}.{t}")]
+            _drop_everything(connection, schema)
+            return names
+    except psycopg.Error as exc:
+        raise ConfigurationError(
+            f"{shown}: {str(exc).strip()}; check that the server is running, the URL, and that "
+            "the user may drop the tables, function and triggers"
+        ) from exc
 
 
 def is_postgres(url: object) -> bool:

@@ -57,6 +57,7 @@ from .._json import digest
 from ..errors import ConfigurationError
 from .base import WINDOW_LEASE, split_resource
 from .postgres import PostgresCapture, is_postgres
+from .postgres import uninstall as postgres_uninstall
 
 __all__ = ["PostgresState", "SQLState"]
 
@@ -517,14 +518,20 @@ class SQLState:
 
     @staticmethod
     def uninstall(url: str | os.PathLike[str]) -> list[str]:
-        """Remove every capture trigger and ``_hx_`` table from a SQLite database by hand
-        (what a process killed with its adapter open leaves until an adapter opens the file
-        again). Returns what was removed.
+        """Remove every capture trigger and ``_hx_`` table the adapters put in a database by
+        hand: what a process killed with its adapter open leaves until an adapter opens the
+        database again (``harness state uninstall URL`` does the same from the command line).
+        A SQLite file or ``sqlite:///`` URL, or a Postgres URL (its current schema: the
+        triggers, the ``_hx_capture`` function and the ``_hx_`` tables). Returns what was
+        removed (empty: nothing was there).
 
         Raises:
-            ConfigurationError: no such file, not a SQLite database that may be written, or a
-                live process of this machine has an adapter open on it.
+            ConfigurationError: no such file, not a database that may be written, or an
+                adapter still open on it (a live process of this machine on SQLite, a live
+                server session on Postgres).
         """
+        if is_postgres(os.fspath(url)):
+            return postgres_uninstall(os.fspath(url))
         path = SQLState._sqlite_path(os.fspath(url))
         if not Path(path).is_file():
             raise ConfigurationError(f"SQLState.uninstall({os.fspath(url)!r}): no file {path}")
