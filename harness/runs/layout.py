@@ -15,6 +15,7 @@ file), followed by every command given the folder. The store's URL names the run
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -44,6 +45,7 @@ __all__ = [
     "OpenStore",
     "attempt_id",
     "check_database",
+    "check_recorded_password",
     "current_trials",
     "earlier_attempts",
     "episode_id",
@@ -379,6 +381,8 @@ def _open_url(url: str, *, readonly: bool, recorded_in: Path | None = None) -> S
         if not file.is_file():
             raise RunNotFound(file, f"no database file {file}: check the URL's path")
         check_database(file)
+    elif recorded_in is not None:
+        check_recorded_password(url, recorded_in)
     try:
         return Store(url, readonly=readonly)
     except StoreError as exc:
@@ -389,6 +393,36 @@ def _open_url(url: str, *, readonly: bool, recorded_in: Path | None = None) -> S
             "a password: give it in the environment (PGPASSWORD), in ~/.pgpass or in a service "
             "file (PGSERVICEFILE), or name the store yourself with its URL in place of the folder"
         ) from exc
+
+
+def check_recorded_password(url: str, folder: Path) -> None:
+    """Refuse to open a Postgres store a run folder names while ``PGPASSWORD`` is set.
+
+    libpq sends ``PGPASSWORD`` to whatever server the URL names, and the URL came from the
+    folder (its ``store.json``), not from you: a folder someone hands you could name their own
+    host and collect the password. A password in ``~/.pgpass`` or a service file is bound to
+    the host it names and is never refused; a URL you give yourself (``URL#<run id>`` in place
+    of the folder) is yours to send the password to.
+
+    Raises:
+        ConfigurationError: ``PGPASSWORD`` is set and ``url`` is a Postgres URL.
+    """
+    if not os.environ.get("PGPASSWORD"):
+        return
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return  # (opening it says what is wrong with it)
+    if not parsed.drivername.startswith("postgres"):
+        return
+    named = run_target(url, folder.name)
+    raise ConfigurationError(
+        f"the run folder {folder} names its store on host {parsed.host or 'the default'} "
+        f"({url}), and PGPASSWORD in your environment would be sent there: a folder decides "
+        "no server your password goes to. Name the store yourself in place of the folder "
+        f"(e.g. `harness report '{named}'`), or keep the password in ~/.pgpass or a service "
+        "file, which libpq sends only to the host they name"
+    )
 
 
 def _choose_run(store: Store, where: str, run_id: str | None, url: str) -> RunRow:
