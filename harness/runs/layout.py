@@ -390,8 +390,9 @@ def _open_url(url: str, *, readonly: bool, recorded_in: Path | None = None) -> S
             raise
         raise StoreError(
             f"{exc}. The run folder {recorded_in} records its store at {public_url(url)} without "
-            "a password: give it in the environment (PGPASSWORD), in ~/.pgpass or in a service "
-            "file (PGSERVICEFILE), or name the store yourself with its URL in place of the folder"
+            "a password: give it in ~/.pgpass or in a service file (PGSERVICEFILE), or name the "
+            f"store yourself in place of the folder ('{run_target(url, recorded_in.name)}', "
+            "which may take PGPASSWORD)"
         ) from exc
 
 
