@@ -189,6 +189,9 @@ class Task(BaseModel):
         checks: field checks on the final state, beyond equality with the reference.
         partial_credit: ``none`` or ``steps`` (fraction of reference writes whose effect is
             present), reported separately from pass/fail.
+        nl_assertions: statements about the conversation a judge model must find met (tau2's
+            ``nl_assertions``; Inspect's model-graded scorers): every one must be met for the
+            trial to pass. A run without a judge cannot pass such a task, and says so.
     """
 
     id: str
@@ -202,11 +205,21 @@ class Task(BaseModel):
     user: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
     source: str = ""
+    nl_assertions: list[str] = Field(default_factory=list)
 
     @property
     def digest(self) -> str:
-        """A digest of the task's content (its evidence identity)."""
-        return digest(self.model_dump(mode="json"))
+        """A digest of the task's content (its evidence identity). A field added since a task
+        was first written, left at its default, leaves the digest as it was."""
+        unset = {
+            name for name, default in _LATER_DEFAULTS.items() if getattr(self, name) == default
+        }
+        return digest(self.model_dump(mode="json", exclude=unset))
+
+
+# Task fields added after tasks were first written, with their defaults: a task that leaves
+# one at its default keeps the digest it had (runs recorded before it still match).
+_LATER_DEFAULTS: Final[dict[str, Any]] = {"nl_assertions": []}
 
 
 @cache
@@ -1047,7 +1060,8 @@ class _Tau2Task:
         (:data:`TAU2_INDEX_TAG`) and its reward basis (:data:`TAU2_BASIS_TAG`).
 
         The communicate_info strings are required outputs only when the basis has
-        ``COMMUNICATE`` (tau2 gates the reward on them only then).
+        ``COMMUNICATE``, and the nl_assertions are judged only when it has ``NL_ASSERTION``
+        (tau2 gates the reward on them only then).
         """
         instr = self.instructions()
         crit = self.field(
@@ -1059,11 +1073,13 @@ class _Tau2Task:
         actions = self.actions(crit)
         basis = self.basis(crit)
         info = self.strings(crit, "evaluation_criteria.communicate_info", "a list of strings")
+        judged = self.strings(crit, "evaluation_criteria.nl_assertions", "a list of strings")
         return Task(
             id=self.id,
             instruction=instr if isinstance(instr, str) else instr["reason_for_call"],
             reference_actions=actions,
             required_outputs=list(info or []) if "COMMUNICATE" in basis else [],
+            nl_assertions=list(judged or []) if "NL_ASSERTION" in basis else [],
             user=instr if isinstance(instr, dict) else {},
             tags=[f"{TAU2_INDEX_TAG}{self.index}", f"{TAU2_BASIS_TAG}{','.join(basis)}"],
             source="tau2",
