@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from harness.domains import records
 from harness.domains.retail import db
 from harness.domains.retail.tools import (
     READ_TOOLS,
@@ -106,15 +107,15 @@ def test_template_is_built_once_and_rebuilt_when_missing(
     """template_path returns the same file each time and rebuilds it if it was deleted; a copy
     made while it is gone rebuilds it too. (In a temporary folder of its own: the shared
     template is in use by every other process of the machine.)"""
-    monkeypatch.setattr(db.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(db, "_templates", {})
+    monkeypatch.setattr(records.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(records, "_templates", {})
     path = db.template_path()
     assert path.is_relative_to(tmp_path)
     assert db.template_path() == path
     path.unlink()
     assert db.template_path() == path
     assert path.exists()
-    real = db.template_path
+    real = db.DATABASE.template_path
     calls = []
 
     def vanishing(json_path: Any = None) -> Path:
@@ -124,7 +125,7 @@ def test_template_is_built_once_and_rebuilt_when_missing(
         calls.append(found)
         return found
 
-    monkeypatch.setattr(db, "template_path", vanishing)
+    monkeypatch.setattr(db.DATABASE, "template_path", vanishing)
     copy = db.fresh_copy(tmp_path / "copy.sqlite")
     assert len(calls) == 2 and copy.stat().st_size == path.stat().st_size
 

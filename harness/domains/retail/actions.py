@@ -28,13 +28,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import harness as hx
 from harness.domains.base import OccurrenceKeys, delegate
-from harness.domains.retail.db import PRIMARY_KEYS, TABLES, Record, column_names, encode
+from harness.domains.retail.db import DATABASE, Record
 from harness.domains.retail.tools import WRITE_TOOLS, RetailTools
 
 __all__ = ["POSTCONDITIONS", "PRECONDITIONS", "build_actions", "restore_before"]
@@ -610,64 +609,10 @@ POSTCONDITIONS: Final[Mapping[str, tuple[Check, ...]]] = {
 # -- compensation ----------------------------------------------------------------------------
 
 
-@contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    if conn.in_transaction:
-        conn.execute("SAVEPOINT retail_restore")
-        try:
-            yield
-        except BaseException:
-            conn.execute("ROLLBACK TO retail_restore")
-            conn.execute("RELEASE retail_restore")
-            raise
-        conn.execute("RELEASE retail_restore")
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def restore_before(conn: sqlite3.Connection, ctx: hx.Context) -> None:
-    """Write back, in one transaction, the before-row of every row the action changed.
-
-    A row the action changed is a key of ``ctx.after`` whose value differs from ``ctx.before``
-    (inside a transaction ``ctx.after`` also holds the unchanged rows of the scope; during a
-    rollback it holds just the changed ones). A row absent before is deleted, a row deleted by
-    the action is inserted again; a row already back to its before value is left alone.
-    """
-    changed = [k for k, v in ctx.after.items() if v != ctx.before.get(k)]
-    with _transaction(conn):
-        for key in changed:
-            before = ctx.before.get(key)
-            if ctx.state.get(key) == before:
-                continue
-            table, _, pk = key.partition("/")
-            if table not in TABLES:
-                raise KeyError(f"{key}: not a retail table")
-            pk_col = PRIMARY_KEYS[table]
-            if before is None:
-                conn.execute(f"DELETE FROM {table} WHERE {pk_col} = ?", (pk,))
-                continue
-            names = column_names(table)
-            values = encode(table, before)
-            exists = conn.execute(f"SELECT 1 FROM {table} WHERE {pk_col} = ?", (pk,)).fetchone()
-            if exists:  # UPDATE keeps the rowid, so exports keep their record order
-                others = [(n, v) for n, v in zip(names, values, strict=True) if n != pk_col]
-                conn.execute(
-                    f"UPDATE {table} SET {', '.join(f'{n} = ?' for n, _ in others)} "
-                    f"WHERE {pk_col} = ?",
-                    (*(v for _, v in others), pk),
-                )
-            else:
-                conn.execute(
-                    f"INSERT INTO {table} ({', '.join(names)}) "
-                    f"VALUES ({', '.join('?' for _ in names)})",
-                    values,
-                )
+    """Write back, in one transaction, the before-row of every row the action changed
+    (:meth:`harness.domains.records.Tables.restore_before`)."""
+    DATABASE.restore_before(conn, ctx)
 
 
 # -- idempotency -----------------------------------------------------------------------------

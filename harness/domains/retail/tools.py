@@ -26,18 +26,15 @@ tell what upstream would answer a call: the words the agent is shown when the ha
 
 from __future__ import annotations
 
-import ast
-import contextvars
-import inspect
 import json
-import operator
 import sqlite3
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
 
-from harness.domains.retail.db import PRIMARY_KEYS, Record, column_names, decode, encode
+from harness.domains.records import writing
+from harness.domains.retail.db import DATABASE, Record
+from harness.domains.tau2 import UpstreamError, calculate, upstream_error
 
 __all__ = [
     "READ_TOOLS",
@@ -49,7 +46,7 @@ __all__ = [
 ]
 
 
-class RetailError(ValueError):
+class RetailError(UpstreamError):
     """A retail tool refused the call; ``str(error)`` is upstream's message for the agent."""
 
 
@@ -80,49 +77,12 @@ READ_TOOLS: Final[tuple[str, ...]] = tuple(n for n, t in TOOL_TYPES.items() if t
 """The tools that never write: upstream's read tools and its two generic ones."""
 
 _CANCEL_REASONS: Final = frozenset({"no longer needed", "ordered by mistake"})
-_DRY_RUN: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
-    "retail_dry_run", default=False
-)
-"""True while :func:`upstream_error` runs a tool: its validations read, nothing is
-written (a context variable, so a dry run never affects a call running in another thread)."""
-_CALCULATOR_CHARS: Final = frozenset("0123456789+-*/(). ")
-_MAX_EXPONENT: Final = 10_000
-
-_BINARY: Final[Mapping[type[ast.operator], Callable[[Any, Any], Any]]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Pow: operator.pow,
-}
-_UNARY: Final[Mapping[type[ast.unaryop], Callable[[Any], Any]]] = {
-    ast.UAdd: operator.pos,
-    ast.USub: operator.neg,
-}
 
 
 def _fold(text: str) -> str:
     """Case- and accent-folded ``text``, as upstream's ``fold_for_match`` compares names."""
     decomposed = unicodedata.normalize("NFD", text.strip())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
-
-
-def _arithmetic(node: ast.AST) -> Any:
-    """Evaluate the arithmetic Python's ``eval`` would, for the calculator's character set."""
-    if isinstance(node, ast.Expression):
-        return _arithmetic(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_arithmetic(node.operand))
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _arithmetic(node.left), _arithmetic(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
-            # eval would try; a huge integer power can take the process down.
-            raise RetailError("Exponent too large")
-        return _BINARY[type(node.op)](left, right)
-    raise RetailError("Invalid expression")
 
 
 def _is_gift_card(payment_method: Mapping[str, Any]) -> bool:
@@ -167,6 +127,9 @@ class RetailTools:
         ValueError: If the connection manages transactions itself (``isolation_level`` set).
     """
 
+    TOOL_TYPES: ClassVar[Mapping[str, str]] = TOOL_TYPES
+    """Every tool with upstream's ``ToolType`` (what :func:`upstream_error` knows as tools)."""
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         if conn.isolation_level is not None:
             raise ValueError(
@@ -177,51 +140,15 @@ class RetailTools:
 
     # -- transactions and storage -------------------------------------------------------------
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """Run the block in one transaction: all of its writes commit, or none do (in a dry
-        run, no transaction: the block only reads)."""
-        if _DRY_RUN.get():
-            yield
-            return
-        conn = self.conn
-        if conn.in_transaction:
-            conn.execute("SAVEPOINT retail_tool")
-            try:
-                yield
-            except BaseException:
-                conn.execute("ROLLBACK TO retail_tool")
-                conn.execute("RELEASE retail_tool")
-                raise
-            conn.execute("RELEASE retail_tool")
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+    def _writing(self) -> Any:
+        """One transaction for the block's writes (none in a dry run: the block only reads)."""
+        return writing(self.conn)
 
     def _fetch(self, table: str, key: str) -> Record | None:
-        names = column_names(table)
-        row = self.conn.execute(
-            f"SELECT {', '.join(names)} FROM {table} WHERE {PRIMARY_KEYS[table]} = ?", (key,)
-        ).fetchone()
-        return None if row is None else decode(table, row)
+        return DATABASE.fetch(self.conn, table, key)
 
     def _put(self, table: str, record: Record) -> None:
-        if _DRY_RUN.get():
-            return
-        names = column_names(table)
-        values = encode(table, record)
-        key_index = names.index(PRIMARY_KEYS[table])
-        assignments = ", ".join(f"{n} = ?" for i, n in enumerate(names) if i != key_index)
-        self.conn.execute(
-            f"UPDATE {table} SET {assignments} WHERE {PRIMARY_KEYS[table]} = ?",
-            (*(v for i, v in enumerate(values) if i != key_index), values[key_index]),
-        )
+        DATABASE.put(self.conn, table, record)
 
     def _adjust_gift_card(self, user_id: str, payment_method_id: str, amount: float) -> None:
         """Add ``amount`` (negative to charge) to a gift card, rounding as upstream does."""
@@ -298,14 +225,7 @@ class RetailTools:
         Raises:
             RetailError: If the expression contains other characters or is not valid.
         """
-        if not all(char in _CALCULATOR_CHARS for char in expression):
-            raise RetailError("Invalid characters in expression")
-        try:
-            # "<string>": the file name eval gives, so a syntax error reads as upstream's.
-            value = _arithmetic(ast.parse(expression, filename="<string>", mode="eval"))
-            return str(round(float(value), 2))
-        except (SyntaxError, ArithmeticError) as error:
-            raise RetailError(str(error)) from error
+        return calculate(expression, RetailError)
 
     def transfer_to_human_agents(self, summary: str) -> str:
         """Transfer the user to a human agent, with a summary of the user's issue.
@@ -776,43 +696,3 @@ class RetailTools:
             order["return_payment_method_id"] = payment_method_id
             self._put("orders", order)
             return order
-
-
-def upstream_error(tools: RetailTools, name: str, arguments: Mapping[str, Any]) -> str | None:
-    """The error upstream's environment would report for this call on the current database.
-
-    Runs the tool ``name`` of ``tools`` as upstream would call it (``tool(**arguments)``, no
-    argument validation) in a *dry run*: every validation and lookup of the tool runs in the same
-    order as in a real call, but nothing is written, so the database is left as it was. The
-    message is what upstream puts after ``"Error: "`` in the tool message the agent reads
-    (upstream's ``Environment.get_response``): a :class:`RetailError`'s text, Python's own
-    ``TypeError`` text for arguments that do not fit the signature (the same as upstream's,
-    whose class and methods have these names), ``Tool '<name>' not found.`` for a name that is
-    not a tool.
-
-    Args:
-        tools: The tools, over the database to judge the call on.
-        name: The tool's name.
-        arguments: The arguments as the agent sent them.
-
-    Returns:
-        The message, or None when upstream's tool would accept the call.
-    """
-    if name not in TOOL_TYPES:
-        return f"Tool '{name}' not found."
-    function = getattr(type(tools), name)
-    try:
-        inspect.signature(function).bind(tools, **arguments)
-    except TypeError:
-        try:  # binding fails before the body runs: Python's own message, as upstream gets
-            function(tools, **arguments)
-        except TypeError as error:
-            return str(error)
-    token = _DRY_RUN.set(True)
-    try:
-        getattr(tools, name)(**arguments)
-    except Exception as error:  # upstream reports any exception as "Error: <message>"
-        return str(error)
-    finally:
-        _DRY_RUN.reset(token)
-    return None

@@ -1,0 +1,312 @@
+"""What the tau2-bench domains (retail, airline) share: upstream's words around our transactions.
+
+- :class:`UpstreamError`: a tool refused the call; ``str(error)`` is upstream's message.
+- :func:`calculate`: upstream's ``calculate`` tool, without ``eval``.
+- :func:`upstream_error`: what upstream's environment would answer a call, found by running
+  the tool as a dry run.
+- :func:`load_tool_defs`: the tools exactly as upstream hands them to an agent.
+- :class:`Tau2Environment`: one trial's database with its tools, its tool definitions, policy
+  and tool messages word for word upstream's.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import json
+import operator
+import os
+import typing
+from collections.abc import Callable, Mapping
+from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from pydantic import Field, create_model
+
+import harness as hx
+from harness.domains.base import FolderEnvironment
+from harness.domains.records import Record, Tables, dry_run
+
+if TYPE_CHECKING:
+    from harness.agents.base import ToolResult
+
+__all__ = [
+    "Tau2Environment",
+    "UpstreamError",
+    "calculate",
+    "load_tool_defs",
+    "upstream_error",
+]
+
+
+class UpstreamError(ValueError):
+    """A tool refused the call; ``str(error)`` is upstream's message for the agent."""
+
+
+_CALCULATOR_CHARS: Final = frozenset("0123456789+-*/(). ")
+_MAX_EXPONENT: Final = 10_000
+
+_BINARY: Final[Mapping[type[ast.operator], Callable[[Any, Any], Any]]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+}
+_UNARY: Final[Mapping[type[ast.unaryop], Callable[[Any], Any]]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+
+
+def _arithmetic(node: ast.AST, error: type[UpstreamError]) -> Any:
+    """Evaluate the arithmetic Python's ``eval`` would, for the calculator's character set."""
+    if isinstance(node, ast.Expression):
+        return _arithmetic(node.body, error)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_arithmetic(node.operand, error))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _arithmetic(node.left, error), _arithmetic(node.right, error)
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+            # eval would try; a huge integer power can take the process down.
+            raise error("Exponent too large")
+        return _BINARY[type(node.op)](left, right)
+    raise error("Invalid expression")
+
+
+def calculate(expression: str, error: type[UpstreamError]) -> str:
+    """Upstream's ``calculate``: the expression's value rounded to 2 decimals, as a string.
+
+    Args:
+        expression: Numbers, the operators +, -, * and /, parentheses and spaces.
+        error: The domain's error type, raised with upstream's message.
+
+    Raises:
+        UpstreamError: (``error``) other characters, or not a valid expression.
+    """
+    if not all(char in _CALCULATOR_CHARS for char in expression):
+        raise error("Invalid characters in expression")
+    try:
+        # "<string>": the file name eval gives, so a syntax error reads as upstream's.
+        value = _arithmetic(ast.parse(expression, filename="<string>", mode="eval"), error)
+        return str(round(float(value), 2))
+    except (SyntaxError, ArithmeticError) as exc:
+        raise error(str(exc)) from exc
+
+
+def upstream_error(tools: Any, name: str, arguments: Mapping[str, Any]) -> str | None:
+    """The error upstream's environment would report for this call on the current database.
+
+    Runs the tool ``name`` of ``tools`` as upstream would call it (``tool(**arguments)``, no
+    argument validation) in a *dry run* (:func:`harness.domains.records.dry_run`): every
+    validation and lookup of the tool runs in the same order as in a real call, but nothing
+    is written, so the database is left as it was. The message is what upstream puts after
+    ``"Error: "`` in the tool message the agent reads (upstream's
+    ``Environment.get_response``): an :class:`UpstreamError`'s text, Python's own
+    ``TypeError`` text for arguments that do not fit the signature (the same as upstream's,
+    whose class and methods have these names), ``Tool '<name>' not found.`` for a name that
+    is not a tool (``type(tools).TOOL_TYPES`` lists the tools).
+
+    Returns:
+        The message, or None when upstream's tool would accept the call.
+    """
+    if name not in type(tools).TOOL_TYPES:
+        return f"Tool '{name}' not found."
+    function = getattr(type(tools), name)
+    try:
+        inspect.signature(function).bind(tools, **arguments)
+    except TypeError:
+        try:  # binding fails before the body runs: Python's own message, as upstream gets
+            function(tools, **arguments)
+        except TypeError as error:
+            return str(error)
+    with dry_run():
+        try:
+            getattr(tools, name)(**arguments)
+        except Exception as error:  # upstream reports any exception as "Error: <message>"
+            return str(error)
+    return None
+
+
+def _in_upstreams_order(spec: dict[str, Any], tools: type) -> dict[str, Any]:
+    """A tool definition with its keys in the order upstream's ``Tool.openai_schema`` gives them.
+
+    The shipped file keeps upstream's content with its keys sorted. Upstream builds the
+    parameters with ``pydantic.create_model("parameters", **{arg: (type, Field(...,
+    description=...))})`` from the tool's signature; doing the same from our tool's signature
+    (same names, types and order) gives upstream's key order. Should that ever differ from the
+    shipped content, the shipped definition is kept as it is.
+    """
+    function = spec["function"]
+    name = function["name"]
+    method = getattr(tools, name)
+    hints = typing.get_type_hints(method)
+    described = function["parameters"]["properties"]
+    fields: dict[str, Any] = {
+        arg: (hints[arg], Field(..., description=described.get(arg, {}).get("description")))
+        for arg in list(inspect.signature(method).parameters)[1:]
+    }
+    ordered = {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": function["description"],
+            "parameters": create_model("parameters", **fields).model_json_schema(),
+        },
+    }
+    return ordered if ordered == spec else spec
+
+
+def load_tool_defs(data: Traversable, tools: type) -> tuple[Mapping[str, Any], ...]:
+    """The tools of ``data/tools.json`` exactly as upstream hands them to an agent
+    (``Tool.openai_schema``), in upstream's order, keys in upstream's order."""
+    specs = json.loads(data.joinpath("tools.json").read_text("utf-8"))
+    return tuple(_in_upstreams_order(spec, tools) for spec in specs)
+
+
+class Tau2Environment(FolderEnvironment):
+    """A fresh copy of a tau2 domain's database, its state adapter and its tools.
+
+    A domain subclasses it with its tables, tools class, actions builder, tool definitions
+    and policy (class attributes). One connection is shared: the tools write through the
+    adapter's own ``sqlite3`` connection (autocommit mode), each write tool in one
+    ``BEGIN IMMEDIATE`` transaction, and the adapter's change-capture triggers fire inside
+    that same transaction, so a tool that fails rolls back its rows *and* their capture
+    records together.
+
+    What the agent sees is upstream's, word for word, while the transactions run underneath:
+    the tools' definitions (:meth:`tool_defs`), the policy (:attr:`policy`) and every tool
+    message (:meth:`tool_message`).
+
+    Args:
+        folder: Where the database file goes (created if missing; left in place on
+            :meth:`close`). Default: a new temporary folder, removed on :meth:`close`.
+        db_json_path: Upstream's ``db.json`` to build the template from (default: the copy
+            shipped in the package).
+
+    Attributes:
+        path: The database file.
+        state: The :class:`hx.SQLState` over it (resources ``<table>/<id>``).
+        backend: The plain tools the actions call, over ``state.connection`` (its methods are
+            looked up at each call: patch one to inject a fault).
+        actions: ``{name: hx.Action}`` for the write tools.
+        tools: ``{name: callable}`` for all the tools: the actions for writes, the plain
+            methods for the rest, in upstream's order (that of :meth:`tool_defs`).
+        policy: Upstream's policy, word for word.
+    """
+
+    DATABASE: ClassVar[Tables]
+    TOOLS: ClassVar[type]
+    ERROR: ClassVar[type[UpstreamError]]
+    BUILD_ACTIONS: ClassVar[Callable[[Any, Any], dict[str, hx.Action[..., Any]]]]
+    TOOL_DEFS: ClassVar[tuple[Mapping[str, Any], ...]]
+    TOOL_NAMES: ClassVar[frozenset[str]]
+    policy: str
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str] | None = None,
+        *,
+        db_json_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        name = self.DATABASE.name
+        root = self._open_folder(folder, f"harness-{name}-")
+        try:
+            self.path = self.DATABASE.fresh_copy(root / f"{name}.sqlite", db_json_path=db_json_path)
+            # The copy is the environment's own: WAL suits its many small writes.
+            self.state = hx.SQLState(self.path, journal_mode="wal")
+        except BaseException:
+            self._remove_folder()
+            raise
+        self.backend = self.TOOLS(self.state.connection)
+        build = type(self).BUILD_ACTIONS
+        self.actions: dict[str, hx.Action[..., Any]] = build(self.backend, self.state)
+        self.tools: dict[str, Callable[..., Any]] = {
+            n: self.actions[n] if n in self.actions else getattr(self.backend, n)
+            for n in (d["function"]["name"] for d in self.TOOL_DEFS)
+        }
+
+    @classmethod
+    def tool_defs(cls) -> list[dict[str, Any]]:
+        """The tools as upstream hands them to an agent, word for word (a fresh copy).
+
+        Returns:
+            Upstream's ``Tool.openai_schema`` of each tool, in upstream's order:
+            ``{"type": "function", "function": {"name", "description", "parameters"}}``, the
+            parameters being pydantic's JSON schema with its ``title`` keys. The toolbox gives
+            these to the agent (:attr:`harness.agents.base.Toolbox.specs`); exports list them
+            as the run's tool definitions.
+        """
+        return [copy.deepcopy(dict(d)) for d in cls.TOOL_DEFS]
+
+    def tool_message(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        result: ToolResult,
+        error: BaseException | None,
+    ) -> str | None:
+        """The tool message the agent reads for a call, as upstream's environment writes it.
+
+        The :class:`~harness.agents.base.Toolbox` asks for it after every call (see
+        :attr:`~harness.agents.base.ToolResult.text`). Upstream's ``Environment.get_response``
+        gives a string result as it is, any other result as ``json.dumps(value, default=str)``
+        of its ``model_dump()`` (our records have that shape), and a failed call as
+        ``Error: <the exception's message>``.
+
+        A call the harness refused (a precondition, arguments that do not fit) reads as
+        upstream's tool would have failed on the same database: the tool runs as a dry run
+        (:func:`upstream_error`) and its message is used; which of our checks refused it, and
+        why, stays in the store, the log and the audit. A call that failed in the tool reads as
+        the tool's error. Failures upstream has no counterpart for (an injected fault, a
+        postcondition, a person's rejection) keep the harness's wording.
+
+        Args:
+            name: The tool called.
+            arguments: The arguments as the agent sent them.
+            result: What the toolbox made of the call (``ok``, ``content``, ``error``, ``kind``).
+            error: The exception the call raised (None: it succeeded, or never reached a tool).
+
+        Returns:
+            The text, or None to let the toolbox render the result its own way.
+        """
+        if result.ok:
+            content = result.content
+            return content if isinstance(content, str) else json.dumps(content, default=str)
+        if error is None:
+            if result.kind == "unknown_tool":
+                return f"Error: {upstream_error(self.backend, name, arguments)}"
+            return None
+        if isinstance(error, hx.PreconditionFailed | hx.InvalidArguments):
+            told = upstream_error(self.backend, name, arguments)
+            return None if told is None else f"Error: {told}"
+        if isinstance(error, hx.ActionFailed):
+            last = error.errors[-1] if error.errors else None
+            told = self._tool_error(last) if error.failure_class == "fail_stop" else None
+            return None if told is None else f"Error: {told}"
+        if name in self.actions or isinstance(error, hx.HarnessError):
+            return None
+        return f"Error: {error}"  # a read tool's own error, as upstream reports it
+
+    def _tool_error(self, error: BaseException | None) -> str | None:
+        """The message of the domain's own tool error: the error itself, or (a replayed call)
+        the ``"<ErrorType>: <message>"`` text the store kept of it."""
+        if isinstance(error, self.ERROR):
+            return str(error)
+        text = "" if error is None else str(error)
+        prefix = f"{self.ERROR.__name__}: "
+        return text[len(prefix) :] if text.startswith(prefix) else None
+
+    def export(self) -> dict[str, dict[str, Record]]:
+        """The database as plain JSON in the shape of tau2's ``db.json``."""
+        return self.DATABASE.export(self.state.connection)
+
+    def _release(self) -> None:
+        self.state.close()
+
+    def _where(self) -> object:
+        return self.path
