@@ -24,7 +24,7 @@ from ..report.model import Report
 from ..report.templating import environment
 from ..runs.judge import trial_class
 from ..runs.layout import open_store
-from ..store import TrialRow, TxnStatus
+from ..store import TrialRow, TxnStatus, VerifyReport
 from .model import timeline
 
 __all__ = ["render_html", "render_report", "trial_page"]
@@ -57,9 +57,12 @@ _env = environment("harness.audit", json=_json, when=_when, omit=_omit)
 _env.globals["problems"] = _PROBLEMS
 
 
-def render_html(t: dict[str, Any]) -> str:
-    """A self-contained HTML page showing one episode's timeline (from :func:`timeline`)."""
-    return _env.get_template("timeline.html.j2").render(t=t)
+def render_html(t: dict[str, Any], *, verification: VerifyReport | None = None) -> str:
+    """A self-contained HTML page showing one episode's timeline (from :func:`timeline`), and
+    what ``verification`` found: a line that it verified, or a banner naming each finding (the
+    timeline, made with the findings, marks each where it appears)."""
+    said = None if verification is None else verification.to_dict()
+    return _env.get_template("timeline.html.j2").render(t=t, verification=said)
 
 
 def trial_page(t: dict[str, Any], row: TrialRow) -> TrialPage:

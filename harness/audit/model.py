@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._json import loads_or
@@ -9,6 +10,7 @@ from ..errors import StoreError
 from ..report.model import infra_cause
 from ..runs.layout import OpenStore
 from ..store import EpisodeRow, EscalationRow, EscalationStatus, Store, TrialRow, TxnStatus
+from ..store.verify import Finding
 from .diffs import field_changes
 
 __all__ = [
@@ -104,12 +106,20 @@ def _diff(value: Any) -> dict[str, dict[str, Any]]:
     }
 
 
-def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -> dict[str, Any]:
+def timeline(
+    store: Store,
+    episode: EpisodeRow,
+    trial: TrialRow | None = None,
+    findings: Sequence[Finding] | None = None,
+) -> dict[str, Any]:
     """One episode's record as JSON-ready data: its events in the order they happened.
 
     Each transaction appears once, where the agent called it, with its final status; the log's
     other records (resume, dedup, recorded reads and model calls, escalations, resolutions,
     rollback, divergence) appear where they were written.
+
+    Given what verification found (``findings``, of any episodes: :func:`mark`), the timeline
+    says whether the episode verified and marks each item a finding names.
     """
     rows = {r.id: r for r in store.transaction_rows(episode.id)}
     checkpoints = {c.txn_id: c for c in store.checkpoints(episode.id)}
@@ -117,7 +127,8 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
     events: list[dict[str, Any]] = []
     placed: set[str] = set()
     counts: dict[str, int] = {}
-    for rec in store.log(episode.id):
+    log = store.log(episode.id)
+    for rec in log:
         payload = loads_or(rec.payload, {}, keep_text=True) or {}
         base = {"seq": rec.seq, "ts": rec.ts, "kind": rec.kind}
         txn = rec.txn_id
@@ -203,7 +214,7 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
         elif rec.kind not in ("committed", "recovered", "precondition", "invalid", "held"):
             events.append({**base, "txn_id": txn, **payload})
     verdict = loads_or(trial.verdict, {}, keep_text=True) if trial is not None else None
-    return {
+    out = {
         "episode_id": episode.id,
         "run_id": episode.run_id,
         "task_id": episode.task_id,
@@ -221,6 +232,78 @@ def timeline(store: Store, episode: EpisodeRow, trial: TrialRow | None = None) -
         "escalations": [escalation_view(e) for e in escalations.values()],
         "events": events,
     }
+    if findings is not None:
+        owners = {rec.seq: rec.txn_id for rec in log if rec.txn_id}
+        mark(out, [f for f in findings if f.episode_id == episode.id], owners)
+    return out
+
+
+def mark(t: dict[str, Any], findings: Sequence[Finding], owners: dict[int, str]) -> None:
+    """Mark on timeline ``t`` what verification found wrong in its episode (``findings``).
+
+    The episode gets ``verified`` and its ``findings``, each saying where it is marked
+    (``marked``). A finding naming a transaction, a checkpoint (its transaction), a log record
+    (the event showing it: its own, or its transaction's) or an escalation marks that item
+    (``verified: false`` and the ``findings`` on it); one naming the trial's row marks its
+    verdict (``verdict_verified: false``); any other (the episode's row, its signature, its
+    run) stays on the episode. ``owners`` gives the transaction of each log record that has one.
+    """
+    t["verified"] = not findings
+    t["findings"] = []
+    for finding in findings:
+        said = finding.to_dict()
+        items = _named(t, finding, owners)
+        if finding.table == "hx_trial" and t.get("passed") is not None:
+            t["verdict_verified"] = False
+            said["marked"] = "verdict"
+        elif items:
+            for item in items:
+                item["verified"] = False
+                item.setdefault("findings", []).append(finding.to_dict())
+            said["marked"] = " and ".join(_where(item) for item in items)
+        else:
+            said["marked"] = "episode"
+        t["findings"].append(said)
+
+
+def _named(t: dict[str, Any], f: Finding, owners: dict[int, str]) -> list[dict[str, Any]]:
+    """The items of timeline ``t`` that finding ``f`` names: the event showing its record (its
+    escalation in the list too), else the event showing the log record that proves it."""
+    events = t["events"]
+    txns = {e["txn_id"]: e for e in events if e["kind"] == "transaction"}
+    by_seq = {e["seq"]: e for e in events}
+
+    def shown(seq: int | None) -> dict[str, Any] | None:
+        """The event showing log record ``seq``: its own, or its transaction's."""
+        if seq is None:
+            return None
+        return by_seq.get(seq) or txns.get(owners.get(seq, ""))
+
+    found: list[dict[str, Any]] = []
+    if f.table == "hx_transaction":
+        found = [txns[f.record]] if f.record in txns else []
+    elif f.table == "hx_checkpoint":
+        step = f.record.removeprefix("step ")
+        found = [e for e in txns.values() if str((e.get("checkpoint") or {}).get("step")) == step]
+    elif f.table == "hx_escalation":
+        found = [
+            e for e in events if e["kind"] == "escalation" and e.get("escalation_id") == f.record
+        ]
+        found += [e for e in t["escalations"] if e["id"] == f.record]
+    elif f.table == "hx_log":
+        found = [e] if (e := shown(f.log_seq)) is not None else []
+    if not found and f.table in ("hx_transaction", "hx_checkpoint", "hx_escalation"):
+        found = [e] if (e := shown(f.log_seq)) is not None else []
+    return found
+
+
+def _where(item: dict[str, Any]) -> str:
+    """Where a marked item is on the timeline, as a finding's ``marked`` says it."""
+    if item.get("kind") == "transaction":
+        return f"transaction {item['txn_id']}"
+    if "seq" in item:
+        return f"log record {item['seq']}"
+    return f"escalation {item['id']}"
 
 
 def _decided(row: Any, escalations: Any) -> dict[str, Any] | None:

@@ -11,7 +11,10 @@ from rich.markup import escape
 from ..store import TxnStatus
 from ..store.verify import VerifyReport
 
-__all__ = ["diff_lines", "render_text", "render_verify"]
+__all__ = ["diff_lines", "render_text", "render_verify", "unverified_note"]
+
+# What marks an item verification found wrong, at the start of its line.
+MARK = "[bold red]✗[/]"
 
 _STATUS_STYLE: dict[str, str] = {
     TxnStatus.COMMITTED: "green",
@@ -71,7 +74,26 @@ def _decision(decided: dict[str, Any]) -> str:
     return said
 
 
+def _finding_lines(item: dict[str, Any], indent: str = "         ") -> list[str]:
+    """What verification found wrong in a marked item, a line a finding."""
+    return [f"{indent}{MARK} [red]not verified[/]: {escape(_found(f))}" for f in item["findings"]]
+
+
+def _found(f: dict[str, Any]) -> str:
+    """A finding as a timeline says it (the episode is the timeline's own)."""
+    proof = f" (log record {f['log_seq']})" if f.get("log_seq") is not None else ""
+    return f"{f['table']} {f['record']}{proof}: {f['reason']}"
+
+
 def _event_lines(event: dict[str, Any]) -> list[str]:
+    lines = _event_text(event)
+    if event.get("verified") is False:
+        lines[1:1] = _finding_lines(event)
+        lines[0] = MARK + lines[0][1:]
+    return lines
+
+
+def _event_text(event: dict[str, Any]) -> list[str]:
     kind = event["kind"]
     head = f"  {event['seq']:>4} {_when(event.get('ts'))} "
     if kind == "transaction":
@@ -138,17 +160,23 @@ def _event_lines(event: dict[str, Any]) -> list[str]:
 
 
 def render_text(timelines: list[dict[str, Any]]) -> str:
-    """Timelines as rich-markup text, one block per episode."""
+    """Timelines as rich-markup text, one block per episode; what verification found wrong
+    (:func:`~harness.audit.model.mark`) marked with ✗ on the item's line, the finding under it."""
     out: list[str] = []
     for t in timelines:
         verdict = t.get("verdict")
         passed = t.get("passed")
         mark = "" if passed is None else (" [green]passed[/]" if passed else " [red]failed[/]")
+        unverified = t.get("verified") is False
         out.append(
-            f"[bold]episode {escape(t['episode_id'])}[/] task {escape(str(t.get('task_id')))} "
-            f"trial {t.get('trial')}: {t['status']}{mark}, {t['steps']} step(s), digest "
-            f"{t['digest'][:16]}"
+            f"{MARK + ' ' if unverified else ''}[bold]episode {escape(t['episode_id'])}[/] task "
+            f"{escape(str(t.get('task_id')))} trial {t.get('trial')}: {t['status']}{mark}, "
+            f"{t['steps']} step(s), digest {t['digest'][:16]}"
+            + (" [bold red]NOT VERIFIED[/]" if unverified else "")
         )
+        # (the trial's row is the pass or fail above and the verifier's line below)
+        named = [f for f in t.get("findings") or [] if f.get("marked") in ("episode", "verdict")]
+        out.extend(_finding_lines({"findings": named}, "  "))
         if t.get("infra_cause"):
             out.append(
                 "  [bold red]infrastructure failure[/] (not the agent's): "
@@ -164,14 +192,20 @@ def render_text(timelines: list[dict[str, Any]]) -> str:
                 else esc["status"]
             )
             call = f"{escape(str(esc['action']))}({escape(_short(esc.get('args'), 80))})"
-            out.append(f"  escalation {esc['id']} {call}: {who}")
+            edited = esc.get("verified") is False
+            out.append(f"{MARK if edited else ' '} escalation {esc['id']} {call}: {who}")
             out.extend(f"         Δ {escape(line)}" for line in diff_lines(esc.get("diff")))
+            if edited:
+                out.extend(_finding_lines(esc))
         if verdict:
             checks = ", ".join(
                 f"{c.get('name')} {'ok' if c.get('passed') else 'FAILED'}"
                 for c in verdict.get("checks", [])
             )
-            out.append(f"  verifier: {'passed' if verdict.get('passed') else 'failed'} ({checks})")
+            said = "passed" if verdict.get("passed") else "failed"
+            out.append(
+                f"{MARK if t.get('verdict_verified') is False else ' '} verifier: {said} ({checks})"
+            )
             for c in verdict.get("checks", []):
                 if not c.get("passed") and c.get("compared"):
                     shown = escape(_short(c["compared"], 160))
@@ -206,3 +240,14 @@ def render_verify(report: VerifyReport) -> str:
     lines = [f"[red]NOT VERIFIED[/]: checked {checked}"]
     lines.extend(f"  {escape(str(f))}" for f in report.findings)
     return "\n".join(lines)
+
+
+def unverified_note(target: str) -> str:
+    """What an audit of a record that fails verification says under the findings (rich
+    markup): the record was edited, where the timeline marks it, and what that vouches for."""
+    return (
+        f"[bold red]The record in {escape(target)} was edited after it was written[/]: the "
+        f"timelines show it as it is now, {MARK} on each record named above. Verification "
+        "names the first problem of each episode, so nothing else in a marked episode is "
+        "vouched for either."
+    )

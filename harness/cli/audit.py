@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ..audit.html import render_html
 from ..audit.model import episode_summaries, escalation_view, pending_escalations, timeline
-from ..audit.terminal import diff_lines, render_text, render_verify
+from ..audit.terminal import diff_lines, render_text, render_verify, unverified_note
 from ..errors import HarnessError, RunNotFound
 from ..policy import FailureClass
 from ..runs.layout import OpenStore, open_store, store_url
@@ -46,6 +46,11 @@ _TARGET_HELP = (
     "it) or a database URL (sqlite:///..., postgresql://...)."
 )
 
+_AUDIT_EPILOG = (
+    f"{_TARGET_HELP} Exit status: 0; 1 when the record fails verification (not with "
+    "--allow-unverified); 2 for a usage or harness error."
+)
+
 _public_key_option = click.option(
     "--public-key",
     "public_key",
@@ -67,14 +72,20 @@ def _verify(
     key = None if public_key is None else PublicKey.load(public_key)
     witnessed = None
     with opened.store.snapshot():  # (the record and the witness compared on one state of it)
-        if episodes is None:
-            report = opened.store.verify(opened.run_id, public_key=key)
-        else:
-            report = verify_run(opened.store, episodes, public_key=key)
+        report = _check(opened, episodes, key)
         if witness is not None:
             witnessed = check_witness(opened.store, witness, public_key=key, run_id=opened.run_id)
             report.findings.extend(witnessed.findings)
     _print(report, witnessed, as_json, "run" if opened.run_id else "store")
+
+
+def _check(
+    opened: OpenStore, episodes: list[EpisodeRow] | None, key: PublicKey | None
+) -> VerifyReport:
+    """The verification of the whole target (``episodes`` None) or of these episodes."""
+    if episodes is None:
+        return opened.store.verify(opened.run_id, public_key=key)
+    return verify_run(opened.store, episodes, public_key=key)
 
 
 def _print(
@@ -151,7 +162,8 @@ def verify_command(
 
     Recomputes every hash chain and checkpoint digest, cross-checks every row against the log
     records that wrote it, and with --public-key checks every signed episode head and run
-    manifest. Same as `harness audit TARGET --verify`.
+    manifest. Same as `harness audit TARGET --verify`; `harness audit TARGET` shows the
+    record too, marking what fails.
 
     With --witness FILE (the file `harness run --signing-key KEY --witness FILE` appended each
     signature to, outside the store), also names each run or episode the witness saw signed
@@ -177,7 +189,7 @@ def verify_command(
         fail(exc)
 
 
-@click.command("audit", epilog=_TARGET_HELP)
+@click.command("audit", epilog=_AUDIT_EPILOG)
 @click.argument("target")
 @click.option("--episode", default=None, help="Only this episode.")
 @click.option("--task", default=None, help="Only episodes of this task.")
@@ -191,9 +203,14 @@ def verify_command(
 @click.option(
     "--verify",
     is_flag=True,
-    help="Recompute hash chains and checkpoint digests, cross-check every row with the log.",
+    help="Show only the verification (as `harness verify` does), not the timelines.",
 )
 @_public_key_option
+@click.option(
+    "--allow-unverified",
+    is_flag=True,
+    help="Exit 0 when the record fails verification; what fails is still marked.",
+)
 @click.option(
     "--html",
     "html_file",
@@ -209,37 +226,75 @@ def audit_command(
     as_json: bool,
     verify: bool,
     public_key: Path | None,
+    allow_unverified: bool,
     html_file: Path | None,
 ) -> None:
-    """Show what happened in TARGET, episode by episode (actions, diffs, verdicts, escalations)."""
+    """Show what happened in TARGET, episode by episode (actions, diffs, verdicts, escalations).
+
+    What is shown is verified first, as `harness verify` does (with --public-key, the
+    signatures too), and a line says so. A record edited after it was written is still shown,
+    as it is now, never as fact: the findings are named first, the timeline marks each with ✗
+    where it appears (the call, the trial's verdict, the checkpoint's transaction, the
+    escalation, the episode), --json gives "verified": false and the findings on each, and so
+    does the HTML page; the command exits 1 (0 with --allow-unverified).
+    """
+    if verify and allow_unverified:
+        raise click.UsageError(
+            "--verify exits as `harness verify` does; --allow-unverified goes with the timelines"
+        )
     try:
-        with open_store(target) as opened:
+        key = None if public_key is None else PublicKey.load(public_key)
+        # (the record shown is the record verified: one state of the store)
+        with open_store(target) as opened, opened.store.snapshot():
             episodes = episode_summaries(
                 opened, episode=episode, task=task, failure_class=failure_class
             )
+            whole = episode is None and task is None and failure_class is None
             if verify:
-                whole = episode is None and task is None and failure_class is None
                 _verify(opened, None if whole else episodes, public_key, as_json)
+            if html_file is not None and len(episodes) != 1:
+                raise click.UsageError(
+                    f"--html shows one episode and the filters match {len(episodes)}: "
+                    "name it with --episode ID"
+                )
+            report = _check(opened, None if whole else episodes, key)
             trials = {t.episode_id: t for t in opened.store.trial_rows(opened.run_id)}
-            if html_file is not None:
-                if len(episodes) != 1:
-                    raise click.UsageError(
-                        f"--html shows one episode and the filters match {len(episodes)}: "
-                        "name it with --episode ID"
-                    )
-                (ep,) = episodes
-                write_output(html_file, render_html(timeline(opened.store, ep, trials.get(ep.id))))
-                click.echo(f"wrote {html_file}")
-                return
-            timelines = [timeline(opened.store, e, trials.get(e.id)) for e in episodes]
-            if as_json:
-                dump({"run_id": opened.run_id, "target": opened.where, "episodes": timelines})
-            elif not timelines:
-                click.echo("no episode matches")
-            else:
-                console.print(render_text(timelines))
+            timelines = [
+                timeline(opened.store, e, trials.get(e.id), report.findings) for e in episodes
+            ]
+            where, run_id = opened.where, opened.run_id
+        if html_file is not None:
+            write_output(html_file, render_html(timelines[0], verification=report))
     except HarnessError as exc:
         fail(exc)
+    if html_file is not None:
+        _say_verification(report, where)
+        click.echo(f"wrote {html_file}")
+    elif as_json:
+        dump(
+            {
+                "run_id": run_id,
+                "target": where,
+                "verification": report.to_dict(),
+                "episodes": timelines,
+            }
+        )
+    else:
+        _say_verification(report, where)
+        console.print(render_text(timelines) if timelines else "no episode matches")
+        if not report.ok:
+            console.print(
+                f"[bold red]NOT VERIFIED[/]: {len(report.findings)} problem(s) in "
+                f"{escape(where)}, named at the top and marked ✗ where they appear"
+            )
+    sys.exit(0 if report.ok or allow_unverified else 1)
+
+
+def _say_verification(report: VerifyReport, where: str) -> None:
+    """What the verification of an audit found, said before what it shows."""
+    console.print(render_verify(report))
+    if not report.ok:
+        console.print(unverified_note(where))
 
 
 @click.command("escalations", epilog=_TARGET_HELP)

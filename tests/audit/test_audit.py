@@ -269,6 +269,45 @@ def test_verify_names_the_first_edited_record(run_copy: Path, name: str):
     assert record in found["record"] and words in found["reason"], found
 
 
+# Where `harness audit` marks each edit on the timeline (--json "marked"): the item showing the
+# record named, else the event showing the log record that proves it, else the episode.
+MARKED = {
+    "transaction result altered": f"transaction {T0}:2",
+    "transaction diff altered": f"transaction {T0}:2",
+    "transaction timing altered": f"transaction {T0}:2",
+    "transaction status altered": f"transaction {T0}:2",
+    "transaction removed": f"transaction {T0}:2",  # (shown from its log records)
+    "transactions reordered": f"transaction {T0}:2",
+    "transaction added": "episode",  # (no log record: not on the timeline)
+    "checkpoint altered": f"transaction {T0}:1",
+    "checkpoint removed": f"transaction {T0}:2",
+    "checkpoints reordered": f"transaction {T0}:2",  # (the row now saying step 1 is its)
+    "log record altered": f"transaction {T0}:1",
+    "log record removed": "episode",
+    "log records reordered": "log record 3",
+    "episode row altered": "episode",
+    "escalation resolution altered": "log record 6 and escalation",
+    "escalation removed": "log record 6",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDITS))
+def test_audit_marks_each_edit_where_it_appears(run_copy: Path, name: str):
+    """`harness audit` of each edited record exits 1 and marks the item showing it, and no
+    other: the finding says where (``marked``), the item carries it ("verified": false)."""
+    edit(run_copy, *EDITS[name][0])
+    result = cli("audit", str(run_copy), "--json")
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.output)
+    (episode,) = [e for e in data["episodes"] if not e["verified"]]
+    (finding,) = episode["findings"]
+    assert finding["table"] == EDITS[name][1] and finding["marked"].startswith(MARKED[name])
+    items = [e for e in episode["events"] + episode["escalations"] if "verified" in e]
+    assert len(items) == finding["marked"].count(" and ") + (finding["marked"] != "episode")
+    assert all(e["verified"] is False and e["findings"] for e in items)
+    assert result.output.count('"verified": false') == 1 + len(items)
+
+
 def test_verify_text_names_the_record_and_the_proof(run_copy: Path):
     """The text report says NOT VERIFIED and names the record and the log record proving it."""
     edit(run_copy, f"UPDATE hx_transaction SET result = '7' WHERE id = '{T0}:2'")
