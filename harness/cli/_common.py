@@ -265,6 +265,31 @@ def user_settings(
     return options
 
 
+def judge_settings(model: str | None, base_url: str | None) -> dict[str, Any] | None:
+    """The judge's options (``--judge-model``, ``--judge-base-url``, else
+    ``HARNESS_JUDGE_MODEL`` and ``HARNESS_JUDGE_BASE_URL``; the key from
+    ``HARNESS_JUDGE_API_KEY``); None when no judge model is named.
+
+    Raises:
+        click.BadParameter: a server named without a model.
+    """
+    env = os.environ
+    model = model or env.get("HARNESS_JUDGE_MODEL")
+    base_url = base_url or env.get("HARNESS_JUDGE_BASE_URL")
+    if not model:
+        if base_url:
+            raise click.BadParameter(
+                "a judge server is named without its model: add --judge-model (or set "
+                "HARNESS_JUDGE_MODEL)",
+                param_hint="'--judge-model'",
+            )
+        return None
+    options: dict[str, Any] = {"model": model, "base_url": base_url or OPENAI_DEFAULT_BASE_URL}
+    if env.get("HARNESS_JUDGE_API_KEY"):
+        options["api_key"] = env["HARNESS_JUDGE_API_KEY"]
+    return options
+
+
 def signing_key(path: str | None, *, witness: str | None = None) -> SigningKey | None:
     """The signing key: ``--signing-key PATH``, else the file ``HARNESS_SIGNING_KEY`` names;
     mirroring its signatures into ``witness``, else into the command's ``--witness`` FILE.
@@ -294,6 +319,7 @@ def secrets() -> dict[str, Any] | None:
         for option, variable in (
             ("api_key", "HARNESS_OPENAI_API_KEY"),
             ("user_api_key", "HARNESS_USER_API_KEY"),
+            ("judge_api_key", "HARNESS_JUDGE_API_KEY"),
         )
     }
     given = {option: key for option, key in found.items() if key}

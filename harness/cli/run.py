@@ -39,12 +39,14 @@ from ..runs.executors import EXECUTORS, StopOnSigint, Tally
 from ..runs.join import work_run
 from ..runs.limits import Rate
 from ..runs.ray_pool import RAY_LEASE_SECONDS
+from ..suite import Task as SuiteTask
 from ..suite import load_suite, resolve_suite
 from ._common import (
     OPENAI_DEFAULT_BASE_URL,
     console,
     dump,
     fail,
+    judge_settings,
     openai_said,
     openai_settings,
     secrets,
@@ -173,6 +175,28 @@ def rerun_agent_options(command: Any) -> Any:
         help="The run's agent (a built-in name, module:Class or path/to/file.py:Class); needed "
         "unless the run's agent is built in or --trust-agent is given.",
     )(command)
+
+
+def show_judging(tasks: list[SuiteTask], judge: dict[str, Any] | None) -> None:
+    """Say before the first trial which judge grades the tasks' natural-language assertions,
+    or which tasks cannot pass without one."""
+    judged = [t.id for t in tasks if t.nl_assertions]
+    if not judged:
+        return
+    if judge is not None:
+        key = "its key from HARNESS_JUDGE_API_KEY" if judge.get("api_key") else "no key"
+        console.print(
+            f"judge: model {judge['model']!r} at {judge['base_url']}, {key}, grades the "
+            f"natural-language assertions of {len(judged)} task(s)",
+            markup=False,
+        )
+        return
+    shown = ", ".join(judged[:5]) + (f" and {len(judged) - 5} more" if len(judged) > 5 else "")
+    console.print(
+        f"[yellow]not judged[/]: {len(judged)} task(s) have natural-language assertions and no "
+        f"judge was given ({escape(shown)}): their trials cannot pass; name a judge with "
+        "--judge-model (and --judge-base-url, HARNESS_JUDGE_API_KEY)"
+    )
 
 
 @click.command("run", epilog=GATE_HELP)
@@ -306,6 +330,19 @@ def rerun_agent_options(command: Any) -> Any:
     "HARNESS_USER_API_KEY is its key.",
 )
 @click.option(
+    "--judge-model",
+    default=None,
+    help="The model that grades tasks' natural-language assertions (nl_assertions) on each "
+    "trial's conversation, with tau2-bench's prompt [default: HARNESS_JUDGE_MODEL; none: "
+    "those tasks cannot pass, and the run says so].",
+)
+@click.option(
+    "--judge-base-url",
+    default=None,
+    help="The judge's server (…/v1) [default: HARNESS_JUDGE_BASE_URL, else "
+    "http://127.0.0.1:8000/v1]. HARNESS_JUDGE_API_KEY is its key.",
+)
+@click.option(
     "--max-steps",
     default=None,
     type=click.IntRange(1),
@@ -364,6 +401,8 @@ def run_command(
     user: str | None,
     user_model: str | None,
     user_base_url: str | None,
+    judge_model: str | None,
+    judge_base_url: str | None,
     max_steps: int | None,
     max_errors: int | None,
     bare: bool,
@@ -458,12 +497,14 @@ def run_command(
                 max_errors=max_errors,
             )
         )
+    judge = judge_settings(judge_model, judge_base_url)
     try:
         plan = None if faults_file is None else FaultPlan.load(faults_file)
         key = signing_key(signing_key_file)
         loaded = load_suite(path)
         selected = [t for t in loaded.tasks if not tasks or t.id in tasks]
         total = len(selected) * trials
+        show_judging(selected, judge)
         flight = Flight()
         with trial_progress(f"{loaded.name} x {trials}", total, flight) as tick:
             result = run_trials(
@@ -488,6 +529,7 @@ def run_command(
                 max_in_flight=max_in_flight,
                 rate_limit=rate_limit,
                 token_limit=token_limit,
+                judge=judge,
             )
     except HarnessError as exc:
         fail(exc)

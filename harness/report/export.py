@@ -39,6 +39,7 @@ from .._version import __version__
 from ..agents.base import Session, Toolbox, ToolResult
 from ..episode.cursor import REMEMBERED
 from ..errors import HarnessError
+from ..runs.judge import NL_CHECK
 from ..runs.layout import OpenRun, open_run
 from ..runs.output import finite, json_text, write_output
 from ..runs.resume import run_suite
@@ -751,6 +752,15 @@ def tau2_results(
             reward_info["communicate_checks"] = [
                 {"info": text, "met": text not in missing, "justification": "substring check"}
                 for text in (outputs.get("compared") or {}).get("required") or []
+            ]
+        judged = checks.get(NL_CHECK)
+        graded = (judged.get("compared") or {}).get("assertions") if judged else None
+        if judged is not None and (judged.get("compared") or {}).get("judged"):
+            # As tau2's NLAssertionsEvaluator writes them: nl_assertion, met, justification.
+            reward_info["nl_assertions"] = [
+                {k: a.get(k) for k in ("nl_assertion", "met", "justification")}
+                for a in graded or []
+                if isinstance(a, dict)
             ]
         simulations.append(
             {

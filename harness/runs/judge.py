@@ -13,6 +13,8 @@ from typing import Any, Final
 
 from .._json import canonical, loads, loads_or
 from ..action import Action
+from ..agents.base import AgentOutput
+from ..agents.judge import Judgement
 from ..store import EpisodeStatus, TransactionRow, TrialRow
 from ..store.records import trial_failures
 from ..store.statuses import APPLIED
@@ -21,7 +23,9 @@ from ..transaction import observed_changes
 
 __all__ = [
     "AGENT_ERROR",
+    "NL_CHECK",
     "TRIAL_CLASSES",
+    "AssessedVerdict",
     "FailedTrial",
     "Reference",
     "classify_trial",
@@ -31,6 +35,8 @@ __all__ = [
     "reference_outcome",
     "steps_done",
     "trial_class",
+    "trial_conversation",
+    "with_assertions",
 ]
 
 AGENT_ERROR: Final = "agent error"
@@ -91,6 +97,76 @@ def judge(
     return verdict, steps
 
 
+NL_CHECK: Final = "nl_assertions"
+"""The name of the verdict's check of a task's natural-language assertions."""
+
+
+def trial_conversation(task: Task, out: AgentOutput) -> list[dict[str, Any]]:
+    """The conversation a judge reads: the one the agent recorded (``meta["messages"]``), or
+    else the task's instruction as the user's message and the agent's final message."""
+    recorded = out.meta.get("messages") if isinstance(out.meta, dict) else None
+    if isinstance(recorded, list) and recorded:
+        return [m for m in recorded if isinstance(m, dict)]
+    return [
+        {"role": "user", "content": task.instruction},
+        {"role": "assistant", "content": out.message},
+    ]
+
+
+@dataclass(frozen=True)
+class AssessedVerdict:
+    """A verifier's verdict with the judge's check of the task's assertions added: it passes
+    only when both do; partial credit stays the verifier's."""
+
+    base: Verification
+    check: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.base.passed) and bool(self.check["passed"])
+
+    @property
+    def partial(self) -> float | None:
+        return self.base.partial
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verifier's verdict, its ``checks`` ending with the assertions' check."""
+        data = dict(self.base.to_dict())
+        data["checks"] = [*(data.get("checks") or []), self.check]
+        data["passed"] = self.passed
+        return data
+
+
+def with_assertions(verdict: Verification, task: Task, judgement: Judgement | None) -> Verification:
+    """``verdict`` with the check of ``task``'s natural-language assertions (the verdict as it
+    is when the task has none). Without a judgement (no judge was given) the check fails: a
+    task that cannot be fully judged is never passed."""
+    if not task.nl_assertions:
+        return verdict
+    if judgement is None:
+        check: dict[str, Any] = {
+            "name": NL_CHECK,
+            "passed": False,
+            "compared": {
+                "judged": False,
+                "assertions": list(task.nl_assertions),
+                "reason": "no judge was given (harness run --judge-model)",
+            },
+        }
+    else:
+        check = {
+            "name": NL_CHECK,
+            "passed": judgement.met,
+            "compared": {
+                "judged": True,
+                "assertions": [c.to_dict() for c in judgement.checks],
+                "judge": judgement.judge.get("llm"),
+                "request_digest": judgement.meta.get("request_digest"),
+            },
+        }
+    return AssessedVerdict(verdict, check)
+
+
 # How a conversation with a simulated user may end and still be rewarded: as its user or its
 # agent ended it. tau2 gives reward 0 to any other end (max_steps, too_many_errors,
 # agent_error, user_error...), whatever state the conversation left.
@@ -117,6 +193,8 @@ TRIAL_CLASSES: Final[Mapping[str, str]] = {
     "unexpected action": "the trial changed state where the reference changes nothing "
     "(an action where a refusal was expected)",
     "missing output": "the final message lacks an output the task requires",
+    "assertion unmet": "the judge found a natural-language assertion of the task unmet",
+    "not judged": "the task has natural-language assertions and the run had no judge",
     "failed check": "a check of the suite's verifier failed",
     "rejected by verifier": "the suite's verifier failed the trial without naming a check",
     "cut short": "the conversation ended before the agent or the user ended it "
@@ -215,6 +293,16 @@ def _verdict_class(verdict: Mapping[str, Any]) -> tuple[str, str]:
         if name == "required_outputs":
             missing = compared.get("missing")
             return "missing output", f"missing {_keys(missing) or 'an output'}"
+        if name == NL_CHECK:
+            if not compared.get("judged"):
+                return "not judged", str(compared.get("reason") or "no judge was given")
+            graded = compared.get("assertions")
+            unmet = [
+                str(a.get("nl_assertion"))
+                for a in (graded if isinstance(graded, list) else [])
+                if isinstance(a, Mapping) and not a.get("met")
+            ]
+            return "assertion unmet", "unmet: " + ("; ".join(unmet[:_SHOWN_KEYS]) or "?")
     if failed:
         return "failed check", ", ".join(str(c.get("name")) for c in failed[:_SHOWN_KEYS])
     return "rejected by verifier", "no check named"

@@ -16,6 +16,7 @@ from typing import Any
 from .._json import canonical, loads
 from ..action import Action
 from ..agents.base import Agent
+from ..agents.judge import Judgement, OpenAIJudge
 from ..episode.cursor import RecordCursor, RecordedStep, rebuilt_error, recorded_steps
 from ..episode.values import dumps_args
 from ..errors import (
@@ -26,10 +27,10 @@ from ..errors import (
     InvalidArguments,
 )
 from ..store import EpisodeStatus, EscalationRow, Store, TxnStatus
-from .judge import judge, reference_outcome
+from .judge import judge, reference_outcome, trial_conversation, with_assertions
 from .layout import open_run
 from .rebuild import apply_changes, recorded_changes
-from .resume import run_agent, run_suite
+from .resume import judge_options, run_agent, run_suite
 from .toolbox import bare_calls, bare_changes, bare_writes, make_toolbox
 
 __all__ = ["ReplayEpisode", "ReplayReport", "replay_episode"]
@@ -233,7 +234,7 @@ def replay_episode(
             mark = env.state.mark()
             apply_changes(env.state, recorded_changes(rows))
             apply_changes(env.state, bare_changes(bare))
-            verdict = judge(
+            base_verdict = judge(
                 loaded,
                 task,
                 reference,
@@ -242,7 +243,7 @@ def replay_episode(
                 rows=rows,
                 message=trial.message if trial else "",
                 bare=bare_writes(bare, env.tools),
-            )[0].to_dict()
+            )[0]
             env.state.release(mark)
         finally:
             env.close()
@@ -250,12 +251,21 @@ def replay_episode(
         replay = ReplayEpisode(episode_id, steps, store.escalation_rows(episode_id=episode_id))
         env = loaded.new_environment()
         message: str | None = None
+        judgement: Judgement | None = None
+        recorded_judge = judge_options(run)
         ended = "answered"
         started = time.perf_counter()
         try:
             toolbox = make_toolbox(env.tools, replay, env, transactions=transactions)
             try:
-                message = built.run(task, toolbox, seed=trial.seed if trial else 0).message
+                seed = trial.seed if trial else 0
+                out = built.run(task, toolbox, seed=seed)
+                message = out.message
+                if task.nl_assertions and recorded_judge is not None:
+                    # The grades on record, for the same conversation (a judge never asked).
+                    judgement = OpenAIJudge(**recorded_judge).judge(
+                        task, trial_conversation(task, out), session=replay, seed=seed
+                    )
                 replay.finish()
             except Diverged:
                 ended = "diverged"
@@ -273,6 +283,7 @@ def replay_episode(
         finally:
             env.close()
         notes.append(f"re-ran in {time.perf_counter() - started:.3f} s")
+        verdict = with_assertions(base_verdict, task, judgement).to_dict()
         return ReplayReport(
             episode_id=episode_id,
             task_id=episode.task_id,

@@ -204,6 +204,19 @@ def check_secret_servers(
     """
     if trust or not secrets:
         return
+    recorded_judge = run.config.get("judge")
+    if secrets.get("judge_api_key") and isinstance(recorded_judge, dict):
+        judge_server = str(recorded_judge.get("base_url") or "").rstrip("/")
+        if judge_server and judge_server != os.environ.get("HARNESS_JUDGE_BASE_URL", "").rstrip(
+            "/"
+        ):
+            raise ConfigurationError(
+                f"run {run.run.id} in {run.where} records its judge's server as {judge_server}; a "
+                "run folder does not choose where your key goes, so HARNESS_JUDGE_API_KEY was "
+                f"not given back and nothing was sent: name that server yourself "
+                f"(HARNESS_JUDGE_BASE_URL={judge_server}), or trust the folder's configuration "
+                "(`--trust-agent`, trust_agent=True)"
+            )
     stored = dict(run.config.get("agent_options") or {})
     for key in secrets:
         if key not in stored or key not in _SECRET_SERVERS:
@@ -222,6 +235,19 @@ def check_secret_servers(
             f"{server}), or trust the folder's agent configuration (`--trust-agent`, "
             "trust_agent=True)"
         )
+
+
+def judge_options(run: OpenRun, secrets: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The options of the run's judge as it recorded them, its key given back by the caller
+    (``judge_api_key``); None when the run had no judge."""
+    stored = run.config.get("judge")
+    if not isinstance(stored, dict):
+        return None
+    options = {k: v for k, v in stored.items() if v != REDACTED}
+    key = (secrets or {}).get("judge_api_key")
+    if key and stored.get("api_key") == REDACTED:
+        options["api_key"] = key
+    return options
 
 
 def agent_options(run: OpenRun, secrets: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -375,6 +401,7 @@ def worker_spec(
         transactions=bool(run.config.get("transactions", True)),
         limits=RunLimits.from_config(run.config),
         binding=run_binding(run.config, run.evidence),
+        judge=judge_options(run, secrets),
     )
 
 

@@ -63,6 +63,9 @@ class RunSpec:
             (:class:`~harness.store.witness.Witness`); None: none.
         binding: the digests of the run's configuration and evidence that every trial's
             episode records (:func:`~harness.store.chain.run_binding`); None: none.
+        judge: the options of the judge that grades tasks' natural-language assertions
+            (:class:`~harness.agents.judge.OpenAIJudge`, its key included, never written to
+            the folder); None: no judge.
     """
 
     suite: str
@@ -78,6 +81,7 @@ class RunSpec:
     limits: RunLimits | None = None
     witness: str | None = None
     binding: Mapping[str, str] | None = None
+    judge: Mapping[str, Any] | None = None
 
     def with_lease(self, seconds: float) -> RunSpec:
         """This spec with episode leases of at most ``seconds``."""

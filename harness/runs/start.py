@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from .._version import __version__
 from ..agents import Agent, recorded_spec, registry
+from ..agents.judge import OpenAIJudge
 from ..errors import ConfigurationError, StoreError
 from ..faults import FaultPlan, load_faults
 from ..policy import Policy
@@ -201,6 +202,7 @@ def run_trials(
     max_in_flight: int | None = None,
     rate_limit: str | Rate | None = None,
     token_limit: str | Rate | None = None,
+    judge: dict[str, Any] | None = None,
 ) -> RunResult:
     """Run every task of ``suite`` as ``trials`` isolated trials.
 
@@ -211,6 +213,11 @@ def run_trials(
             (:class:`~harness.agents.AgentSpec`; the run records it, so ``harness resume`` can
             build it again), or an agent object (resumed only from Python, with ``agent=``).
         agent_options: options for a named agent (e.g. ``{"error_rate": 0.1}``).
+        judge: the options of a judge model on an OpenAI-compatible server that grades the
+            tasks' natural-language assertions (``Task.nl_assertions``), as
+            :class:`~harness.agents.judge.OpenAIJudge` takes them (``model``, ``base_url``,
+            ``api_key``...; the key is never recorded). Without one, a task with assertions
+            cannot pass, and the run's evidence names it (``unjudged_tasks``).
         trials: trials per task.
         workers: processes running trials in parallel.
         seed: the run's seed; each trial's seed derives from it, the task and the trial index.
@@ -297,6 +304,8 @@ def run_trials(
                 "give a built-in name or module:Class, not an agent object"
             )
         agent_obj = agent
+    judge_options = None if judge is None else dict(judge)
+    judge_obj = None if judge_options is None else OpenAIJudge(**judge_options)
     wanted = None if tasks is None else list(tasks)
     if wanted is not None:
         unknown = sorted(set(wanted) - {t.id for t in loaded.tasks})
@@ -331,6 +340,11 @@ def run_trials(
             evidence["faults"] = plan.describe()
         if limit is not None:
             evidence["max_agent_errors"] = limit.limit
+        if judge_obj is not None:
+            evidence["judge"] = judge_obj.config()
+        unjudged = [t.id for t in selected if t.nl_assertions and judge_obj is None]
+        if unjudged:
+            evidence["unjudged_tasks"] = unjudged
         if limits is not None:
             evidence["limits"] = limits.to_config()
         write_json(folder, EVIDENCE_FILE, evidence)
@@ -351,6 +365,8 @@ def run_trials(
         }
         if limits is not None:
             config["limits"] = limits.to_config()
+        if judge_options is not None:
+            config["judge"] = redact(judge_options)
         spec = RunSpec(
             suite=str(loaded.path),
             agent=agent if isinstance(agent, str) else None,
@@ -363,6 +379,7 @@ def run_trials(
             transactions=transactions,
             limits=limits,
             binding=run_binding(config, evidence),
+            judge=judge_options,
         )
         jobs = [
             Job(t.id, i, trial_seed(seed, t.id, i), "auto") for i in range(trials) for t in selected
@@ -375,7 +392,7 @@ def run_trials(
             workers=workers,
             concurrency=concurrency,
             address=address,
-            in_process=lambda: Worker(spec, suite=loaded, agent=agent_obj),
+            in_process=lambda: Worker(spec, suite=loaded, agent=agent_obj, judge=judge_obj),
         )
         return carry_out(
             RunRecord(opened, run_id, loaded.name, config, evidence),

@@ -19,9 +19,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._json import dumps, loads
+from .._json import canonical, dumps, loads
 from ..action import Action
 from ..agents import Agent, registry
+from ..agents.judge import Judge, Judgement, OpenAIJudge
 from ..episode import Episode
 from ..errors import EndpointDown, Escalated, HarnessError, ModelServerError, StoreError
 from ..faults import WorkerCrash
@@ -29,7 +30,7 @@ from ..store import EpisodeStatus, EscalationStatus, SigningKey, Store, TrialRow
 from ..store.records import trial_failures, trial_steps
 from ..store.signing import sign_episode
 from ..store.witness import Witness
-from ..suite import Suite, Task, load_suite
+from ..suite import HELD_FOR_APPROVAL, Suite, Task, load_suite
 from .judge import (
     AGENT_ERROR,
     Reference,
@@ -38,6 +39,8 @@ from .judge import (
     premature_end,
     reference_outcome,
     trial_class,
+    trial_conversation,
+    with_assertions,
 )
 from .layout import attempt_id, episode_id
 from .limits import RunGate, RunLimits
@@ -189,10 +192,17 @@ class Worker:
         suite: the suite already loaded in this process (it keeps the reference outcomes it
             computed); default: loaded from ``spec.suite``.
         agent: the agent object to use (default: built from ``spec.agent`` and its options).
+        judge: the judge of tasks' natural-language assertions (default: built from
+            ``spec.judge``; none when it is None).
     """
 
     def __init__(
-        self, spec: RunSpec, *, suite: Suite | None = None, agent: Agent | None = None
+        self,
+        spec: RunSpec,
+        *,
+        suite: Suite | None = None,
+        agent: Agent | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.spec = spec
         self.suite = (
@@ -206,6 +216,9 @@ class Worker:
                 )
             agent = registry.create(spec.agent, **spec.agent_options)
         self.agent = agent
+        if judge is None and spec.judge is not None:
+            judge = OpenAIJudge(**spec.judge)
+        self.judge = judge
         # (PEM: a key object cannot be sent to a worker process.)
         key = spec.signing_key
         witness = None if spec.witness is None else Witness(spec.witness)
@@ -271,6 +284,7 @@ class Worker:
         injector = None if self.faults is None else self.faults.injector(env, task_id, trial, eid)
         message, infra, meta = "", False, {}
         agent_error: str | None = None
+        judgement: Judgement | None = None
         down: EndpointDown | None = None
         try:
             mark = env.state.mark()
@@ -300,13 +314,26 @@ class Worker:
 
             ep = episode(resume=resume)
             toolbox = make_toolbox(env.tools, ep, env, transactions=self.transactions)
+            # The decisions the task records for held calls, each answering one held call.
+            recorded = Counter((name, bound) for name, bound, _ in reference.approvals)
             while True:
                 try:
                     with ep:
                         out = self.agent.run(task, toolbox, seed=seed)
                         message, meta = out.message, out.meta
+                        if task.nl_assertions and self.judge is not None:
+                            # Inside the episode: the grades are remembered with its record.
+                            judgement = self.judge.judge(
+                                task, trial_conversation(task, out), session=ep, seed=seed
+                            )
                 except Escalated:
-                    pass
+                    if self._answer_held(task, reference, eid, recorded):
+                        # Decided as the task records: resume, and the agent starts its turn
+                        # over (its calls before the held one are answered from the record),
+                        # as after a person's decision and `harness resume`.
+                        ep = episode(resume=True)
+                        toolbox = make_toolbox(env.tools, ep, env, transactions=self.transactions)
+                        continue
                 except EndpointDown as exc:
                     down = exc
                 except StoreError:
@@ -357,6 +384,7 @@ class Worker:
                 if self.transactions
                 else bare_writes(bare_calls(self.store.log(eid)), env.tools),
             )
+            verdict = with_assertions(verdict, task, judgement)
             failures = Counter(c.kind for c in toolbox.calls if c.kind)
             if agent_error is not None:
                 failures[AGENT_ERROR] += 1
@@ -438,6 +466,24 @@ class Worker:
         if self.signing_key is not None:
             sign_episode(self.store, eid, self.signing_key)
         return result
+
+    def _answer_held(
+        self, task: Task, reference: Reference, eid: str, recorded: Counter[tuple[str, str]]
+    ) -> bool:
+        """Decide the episode's held calls that the task records a decision for (the same
+        action with the same arguments, as the reference replay's held call bound them), as
+        the task's approver: each recorded decision answers one held call. True when no call
+        is left waiting for a person."""
+        pending = self.store.escalation_rows(EscalationStatus.PENDING, episode_id=eid)
+        for row in pending:
+            bound = (row.action, canonical(loads(row.args)))
+            approval = reference.approval(*bound)
+            if row.failure_class != HELD_FOR_APPROVAL or approval is None or not recorded[bound]:
+                continue
+            recorded[bound] -= 1
+            approval.resolve(self.store, row.id, task.id, signing_key=self.signing_key)
+        left = self.store.escalation_rows(EscalationStatus.PENDING, episode_id=eid)
+        return bool(pending) and not left
 
 
 _TRACEBACK_CHARS = 20_000
