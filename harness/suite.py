@@ -78,9 +78,12 @@ __all__ = [
 ]
 
 TASK_FORMAT_VERSION = 1
-BUILTIN_SUITES: Final = ("retail", "configs")
+BUILTIN_SUITES: Final = ("retail", "airline", "configs")
 """The suites that ship with harness, loadable by name (:func:`builtin_suite`)."""
-BUILTIN_ENVIRONMENTS = {"retail": "harness.domains.retail.environment:RetailEnvironment"}
+BUILTIN_ENVIRONMENTS = {
+    "retail": "harness.domains.retail.environment:RetailEnvironment",
+    "airline": "harness.domains.airline.environment:AirlineEnvironment",
+}
 """tau2 domain -> the built-in environment a tau2 ``tasks.json`` of that domain runs on."""
 # The verifier a suite uses unless its manifest names another (``"verifier": "module:function"``).
 DEFAULT_VERIFIER = "harness.verifiers:verify"
@@ -90,6 +93,7 @@ VERIFIER_GROUP: Final = "harness.verifiers"
 """The entry-point group a package registers verifiers in (``"verifier": "<name>"``)."""
 BUILTIN_ENVIRONMENT_NAMES: Final = {
     "retail": "harness.domains.retail.environment:RetailEnvironment",
+    "airline": "harness.domains.airline.environment:AirlineEnvironment",
     "configs": "harness.domains.configs.environment:ConfigsEnvironment",
 }
 """The built-in environments by name (registered in ``harness.environments`` too; this copy
@@ -587,8 +591,8 @@ class Suite:
     ``environment`` is accepted when it is
 
     - a name without a colon: an environment registered under the entry-point group
-      ``harness.environments`` (:data:`ENVIRONMENT_GROUP`; harness registers ``retail`` and
-      ``configs``), or
+      ``harness.environments`` (:data:`ENVIRONMENT_GROUP`; harness registers ``retail``,
+      ``airline`` and ``configs``), or
     - ``module:Class`` where ``module`` (or its top package) is a file ``<module>.py`` or a
       package ``<module>/__init__.py`` in the suite's own folder (a task file's folder): it is
       imported from there as a package of that folder, without ``sys.path`` or PYTHONPATH (its
