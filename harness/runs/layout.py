@@ -44,7 +44,6 @@ __all__ = [
     "OpenRun",
     "OpenStore",
     "attempt_id",
-    "attempt_of",
     "check_database",
     "check_recorded_password",
     "current_trials",
@@ -109,14 +108,9 @@ def earlier_attempts(rows: Iterable[TrialRow]) -> list[TrialRow]:
     return [r for r in rows if id(r) not in kept]
 
 
-def attempt_of(episode: str) -> int:
-    """Which attempt of its trial an episode is (:func:`attempt_id`; 0: the first)."""
-    _, sep, n = episode.rpartition("~")
-    return int(n) if sep and n.isdigit() else 0
-
-
 def _attempt(row: TrialRow) -> int:
-    return attempt_of(row.episode_id)
+    _, sep, n = row.episode_id.rpartition("~")
+    return int(n) if sep and n.isdigit() else 0
 
 
 def store_url(folder: Path) -> str:
