@@ -121,7 +121,7 @@ def test_task_digest_follows_content():
     assert a.digest != b.digest and a.digest == hx.Task(id="x", instruction="do it").digest
 
 
-@pytest.mark.parametrize("name", ["retail", "configs"])
+@pytest.mark.parametrize("name", ["retail", "airline", "configs"])
 def test_builtin_suite_loads_by_name(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A built-in suite loads by its name from a folder with no such path in it."""
     monkeypatch.chdir(tmp_path)
@@ -136,7 +136,7 @@ def test_unknown_suite_name_lists_the_builtins(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(tmp_path)
     assert builtin_suite("nope") is None
     with pytest.raises(
-        hx.SuiteError, match=r"'nope' is neither .* built-in suite \(retail, configs\)"
+        hx.SuiteError, match=r"'nope' is neither .* built-in suite \(retail, airline, configs\)"
     ):
         hx.load_suite("nope")
 
@@ -285,7 +285,7 @@ def test_environments_load_by_registered_name(tmp_path: Path, monkeypatch: pytes
     """`"environment": "retail"` is the built-in registered under harness.environments; a
     name another package registers loads; an unregistered name is refused, listing them."""
     registered = {ep.name for ep in entry_points(group=suite_module.ENVIRONMENT_GROUP)}
-    assert {"retail", "configs"} <= registered
+    assert {"retail", "airline", "configs"} <= registered
     retail = builtin_suite("retail")
     assert retail is not None
     suite = tmp_path / "retail"

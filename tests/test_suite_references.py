@@ -239,7 +239,7 @@ def test_loading_writes_nothing_beside_the_suite(tmp_path: Path, monkeypatch: py
     assert list(scratch.iterdir()) == []
 
 
-@pytest.mark.parametrize("name", ["retail", "configs"])
+@pytest.mark.parametrize("name", ["retail", "airline", "configs"])
 def test_builtin_suites_replay_every_reference(name: str):
     """Every reference action of the built-in suites runs on a fresh environment."""
     loaded = hx.load_suite(name)

@@ -17,15 +17,17 @@ import inspect
 import json
 import operator
 import os
+import sqlite3
+import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pydantic import Field, create_model
 
 import harness as hx
-from harness.domains.base import FolderEnvironment
+from harness.domains.base import FolderEnvironment, OccurrenceKeys, delegate
 from harness.domains.records import Record, Tables, dry_run
 
 if TYPE_CHECKING:
@@ -33,7 +35,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Tau2Environment",
+    "Tau2Tools",
     "UpstreamError",
+    "build_actions",
     "calculate",
     "load_tool_defs",
     "upstream_error",
@@ -96,6 +100,136 @@ def calculate(expression: str, error: type[UpstreamError]) -> str:
         return str(round(float(value), 2))
     except (SyntaxError, ArithmeticError) as exc:
         raise error(str(exc)) from exc
+
+
+class Tau2Tools:
+    """What every tau2 domain's tools have: one SQLite connection, upstream's two generic tools
+    (``calculate`` and ``transfer_to_human_agents``) and the domain's tool list.
+
+    A subclass sets :attr:`TOOL_TYPES` and :attr:`ERROR`, and gets the generic tools as its
+    own methods (their qualified name is the subclass's, so a call that does not fit the
+    signature reads as upstream's: ``RetailTools.calculate() missing 1 required ...``).
+
+    Args:
+        conn: A connection opened with ``isolation_level=None``
+            (:func:`harness.domains.records.connect` opens one). Write tools open their own
+            transaction (``BEGIN IMMEDIATE``), or a savepoint when the caller already has one.
+
+    Raises:
+        ValueError: If the connection manages transactions itself (``isolation_level`` set).
+    """
+
+    TOOL_TYPES: ClassVar[Mapping[str, str]]
+    """Every tool with upstream's ``ToolType`` (what :func:`upstream_error` knows as tools)."""
+    ERROR: ClassVar[type[UpstreamError]] = UpstreamError
+    """The domain's error, raised with upstream's message."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("calculate", "transfer_to_human_agents"):
+            if name not in cls.__dict__:
+                setattr(cls, name, _as_method_of(cls, getattr(Tau2Tools, name)))
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        if conn.isolation_level is not None:
+            raise ValueError(
+                f"{type(self).__name__} needs a connection opened with isolation_level=None "
+                "(harness.domains.records.connect opens one)"
+            )
+        self.conn = conn
+
+    def calculate(self, expression: str) -> str:
+        """Calculate the result of a mathematical expression.
+
+        Args:
+            expression: The expression to calculate, such as '2 + 2'. It may contain numbers,
+                the operators +, -, * and /, parentheses and spaces.
+
+        Returns:
+            The result, rounded to 2 decimals, as a string.
+
+        Raises:
+            UpstreamError: (the domain's ``ERROR``) other characters, or not a valid
+                expression.
+        """
+        return calculate(expression, self.ERROR)
+
+    def transfer_to_human_agents(self, summary: str) -> str:
+        """Transfer the user to a human agent, with a summary of the user's issue.
+
+        Only transfer if the user explicitly asks for a human agent, or if the user's issue
+        cannot be solved with the policy and the available tools.
+
+        Args:
+            summary: A summary of the user's issue.
+
+        Returns:
+            A message saying the user has been transferred to a human agent.
+        """
+        return "Transfer successful"
+
+
+def _as_method_of(cls: type, function: Any) -> Any:
+    """A copy of ``function`` whose qualified name (the code's too, which Python's argument
+    errors use) is ``cls``'s."""
+    qualname = f"{cls.__name__}.{function.__name__}"
+    copied = types.FunctionType(
+        function.__code__.replace(co_qualname=qualname),
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+    copied.__kwdefaults__ = function.__kwdefaults__
+    copied.__doc__ = function.__doc__
+    copied.__annotations__ = dict(function.__annotations__)
+    copied.__module__ = cls.__module__
+    copied.__qualname__ = qualname
+    return copied
+
+
+def build_actions(
+    tools: Any,
+    state: Any,
+    *,
+    names: Sequence[str],
+    scope: Callable[[Any, str], Callable[[Any], list[str]]],
+    preconditions: Mapping[str, Sequence[Callable[[hx.Context], bool]]],
+    postconditions: Mapping[str, Sequence[Callable[[hx.Context], bool]]],
+    recovered: Callable[[Any, str], Callable[[hx.Context], Any]],
+    database: Tables,
+) -> dict[str, hx.Action[..., Any]]:
+    """Turn each write tool of ``tools`` into a transactional action.
+
+    Each action has upstream's name, arguments and docstring (it calls ``tools.<name>``,
+    looked up at each call), the scope ``scope(state, name)``, the checks, one compensation
+    that writes back the before-row of every row it changed
+    (:meth:`harness.domains.records.Tables.restore_before`), the result read back when an
+    answer is lost (``recovered(tools, name)``), and an occurrence-numbered idempotency key
+    (:class:`harness.domains.base.OccurrenceKeys`): upstream runs a repeated call again, and
+    so do these actions.
+
+    Returns:
+        ``{tool name: action}`` for ``names``.
+    """
+    occurrences = OccurrenceKeys()
+
+    def compensate(ctx: hx.Context) -> None:
+        database.restore_before(tools.conn, ctx)
+
+    actions: dict[str, hx.Action[..., Any]] = {}
+    for name in names:
+        act: hx.Action[..., Any] = hx.Action(
+            delegate(tools, name), writes=scope(state, name), idempotency_key=occurrences.key
+        )
+        for check in preconditions[name]:
+            act.precondition(check)
+        for check in postconditions[name]:
+            act.postcondition(check)
+        act.compensation(compensate)
+        act.recover(recovered(tools, name))
+        actions[name] = act
+    return actions
 
 
 def upstream_error(tools: Any, name: str, arguments: Mapping[str, Any]) -> str | None:

@@ -21,6 +21,7 @@ from harness.domains.retail import RetailEnvironment, db
 from harness.domains.retail.actions import PRECONDITIONS, restore_before
 from harness.domains.retail.tools import READ_TOOLS, WRITE_TOOLS, RetailError, RetailTools
 from harness.testing import FakeClock, Flaky
+from tests.domains.tau2_reference import Fresh, Rows, replay, replay_as_gold, stored_rows
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2-retail"
 GOLD_JSON = REFERENCE / "gold.json"
@@ -34,69 +35,21 @@ FAILED = (hx.PreconditionFailed, hx.ActionFailed, RetailError)
 # -- fixtures and helpers ----------------------------------------------------------------------
 
 
-Rows = dict[str, dict[str, tuple[Any, ...]]]
-
-
 def _rows(env: RetailEnvironment) -> Rows:
-    """Every row as stored (JSON columns as text), by table and key, in rowid order: cheap to
-    read, and equal only if nothing was written."""
-    rows: Rows = {}
-    for table in db.TABLES:
-        names = db.column_names(table)
-        key = names.index(db.PRIMARY_KEYS[table])
-        cursor = env.state.connection.execute(
-            f"SELECT {', '.join(names)} FROM {table} ORDER BY rowid"
-        )
-        rows[table] = {row[key]: tuple(row) for row in cursor}
-    return rows
-
-
-class Fresh:
-    """A fresh environment's export and stored rows (every fresh copy is identical)."""
-
-    def __init__(self) -> None:
-        with RetailEnvironment() as env:
-            self.export = env.export()
-            self.rows = _rows(env)
-
-    def changes(self, env: RetailEnvironment) -> dict[str, Any]:
-        """``db.changes(fresh export, env.export())``, decoding only the rows whose stored text
-        differs (a row stored identically exports identically); the fidelity test checks this
-        equals the full computation on every gold task."""
-        before: Export = {}
-        after: Export = {}
-        for table, rows in _rows(env).items():
-            old = self.rows[table]
-            keys = [k for k, row in rows.items() if old.get(k) != row]
-            keys += [k for k in old if k not in rows]
-            before[table] = {k: self.export[table][k] for k in keys if k in old}
-            after[table] = {
-                k: {c: v for c, v in db.decode(table, rows[k]).items() if v is not None}
-                for k in keys
-                if k in rows
-            }
-        return db.changes(before, after)
+    """Every row as stored (JSON columns as text), by table and key, in rowid order."""
+    return stored_rows(env, db.DATABASE)
 
 
 @pytest.fixture(scope="module")
 def fresh() -> Fresh:
     """The export and rows of a fresh environment."""
-    return Fresh()
+    return Fresh(RetailEnvironment)
 
 
 @pytest.fixture(scope="module")
 def pristine(fresh: Fresh) -> Export:
     """The export of a fresh environment."""
     return fresh.export
-
-
-@pytest.fixture(scope="module")
-def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[hx.Store]:
-    """One store for the many replay episodes (each has its own id); opening a store per
-    episode would cost more than the episode."""
-    store = hx.Store(f"sqlite:///{tmp_path_factory.mktemp('logs') / 'harness.db'}", create=True)
-    yield store
-    store.close()
 
 
 @pytest.fixture
@@ -142,18 +95,7 @@ def _gold() -> list[Any]:
 
 def _replay(env: RetailEnvironment, task: dict[str, Any]) -> tuple[list[bool], list[Any]]:
     """Call each reference action through ``env.tools``; failures are ok=false, then go on."""
-    oks: list[bool] = []
-    results: list[Any] = []
-    for action in task["actions"]:
-        try:
-            results.append(env.tools[action["name"]](**action["arguments"]))
-            oks.append(True)
-        except FAILED as error:
-            if isinstance(error, hx.ActionFailed):
-                assert error.decision == "continue", error
-            results.append(None)
-            oks.append(False)
-    return oks, results
+    return replay(env, task, FAILED)
 
 
 def _inject_transient_faults(env: RetailEnvironment, *, after: bool) -> list[str]:
@@ -221,13 +163,7 @@ def test_replay_through_harness_matches_upstream(
     """Replaying a task's reference actions as transactions fails, returns and changes exactly
     what tau2's own tools did."""
     with RetailEnvironment() as env:
-        with _episode(env, shared_store) as ep:
-            oks, results = _replay(env, task)
-        assert ep.outcome == "committed"
-        assert oks == [a["ok"] for a in task["actions"]]
-        for action, result in zip(task["actions"], results, strict=True):
-            if "result" in action:
-                assert result == action["result"], action["name"]
+        replay_as_gold(env, task, shared_store, FAILED)
         after = env.export()
         assert (
             db.changes_fingerprint(db.changes(fresh.export, after)) == (task["changes_fingerprint"])

@@ -31,23 +31,13 @@ from harness.domains.retail import POLICY, RetailEnvironment
 from harness.domains.retail.actions import PRECONDITIONS
 from harness.domains.retail.tools import RetailError, RetailTools, upstream_error
 from harness.testing import FakeClock
+from tests.domains.tau2_reference import Reference
 from tests.domains.test_retail_actions import Shop, _cases, _put, _rows
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2-retail"
-NO_REFERENCE = f"reference data absent: {REFERENCE} (the shared folder beside the repository)"
-needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason=NO_REFERENCE)
-
-
-def _reference(name: str) -> Any:
-    return json.loads((REFERENCE / name).read_text(encoding="utf-8"))
-
-
-def _params(name: str, ident: str) -> list[Any]:
-    """One test parameter per record of a reference file (one skipped one when it is absent)."""
-    if not (REFERENCE / name).exists():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_REFERENCE))]
-    records = _reference(name)
-    return [pytest.param(r, id=ident.format(i=i, **r)) for i, r in enumerate(records)]
+RETAIL = Reference("retail")
+REFERENCE = RETAIL.folder
+needs_reference = RETAIL.needed
+_reference, _params = RETAIL.load, RETAIL.params
 
 
 @pytest.fixture

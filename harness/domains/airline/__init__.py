@@ -10,7 +10,7 @@ authors, MIT) with the three edits tau2 made to it, and reproduces upstream's re
 """
 
 from harness.domains.airline.actions import build_actions
-from harness.domains.airline.db import DATABASE, changes, changes_fingerprint
+from harness.domains.airline.db import DATABASE
 from harness.domains.airline.environment import POLICY, TOOL_DEFS, AirlineEnvironment
 from harness.domains.airline.tools import (
     READ_TOOLS,
@@ -19,6 +19,7 @@ from harness.domains.airline.tools import (
     AirlineTools,
     upstream_error,
 )
+from harness.domains.records import changes, changes_fingerprint
 
 __all__ = [
     "DATABASE",

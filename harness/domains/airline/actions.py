@@ -24,12 +24,15 @@ transaction needs:
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from pydantic import BaseModel
 
 import harness as hx
+from harness.domains import tau2
 from harness.domains.airline.db import DATABASE, Record, reservation_flight
 from harness.domains.airline.models import FlightInfo, Passenger, Payment
 from harness.domains.airline.tools import (
@@ -40,7 +43,6 @@ from harness.domains.airline.tools import (
     new_certificate_ids,
     new_reservation_ids,
 )
-from harness.domains.base import OccurrenceKeys, delegate
 
 __all__ = ["POSTCONDITIONS", "PRECONDITIONS", "build_actions"]
 
@@ -477,9 +479,15 @@ def _rows_as_expected(ctx: hx.Context, table: str) -> bool:
             expected = _expected_user(ctx, before)
         else:
             expected = _expected_flight(ctx, before)
-        if ctx.after.get(key) != expected:
+        if _typed(ctx.after.get(key)) != _typed(expected):
             return False
     return True
+
+
+def _typed(record: Record | None) -> str:
+    """A record as JSON text, so an integer never passes for a float (``100`` for ``100.0``):
+    upstream's amounts keep their type, and so must ours."""
+    return json.dumps(record, sort_keys=True)
 
 
 def reservation_as_upstream_leaves_it(ctx: hx.Context) -> bool:
@@ -516,40 +524,6 @@ POSTCONDITIONS: Final[Mapping[str, tuple[Check, ...]]] = {
 # -- building ----------------------------------------------------------------------------------
 
 
-def build_actions(tools: AirlineTools, state: Any) -> dict[str, hx.Action[..., Any]]:
-    """Turn each airline write tool into a transactional action.
-
-    Args:
-        tools: The plain tools; the actions call its methods (looked up at each call).
-        state: The state adapter over the same database (an :class:`hx.SQLState` whose
-            connection ``tools`` writes through); scopes are resolved against it.
-
-    Returns:
-        ``{tool name: action}`` for the six write tools, each with upstream's name, arguments
-        and docstring, its scope, preconditions, postconditions, compensation and key.
-    """
-    occurrences = OccurrenceKeys()
-
-    def compensate(ctx: hx.Context) -> None:
-        DATABASE.restore_before(tools.conn, ctx)
-
-    actions: dict[str, hx.Action[..., Any]] = {}
-    for name in WRITE_TOOLS:
-        act: hx.Action[..., Any] = hx.Action(
-            delegate(tools, name),
-            writes=_scope(state, name),
-            idempotency_key=occurrences.key,
-        )
-        for check in PRECONDITIONS[name]:
-            act.precondition(check)
-        for check in POSTCONDITIONS[name]:
-            act.postcondition(check)
-        act.compensation(compensate)
-        act.recover(_recovered_result(tools, name))
-        actions[name] = act
-    return actions
-
-
 def _recovered_result(tools: AirlineTools, name: str) -> Callable[[hx.Context], Any]:
     """What a write returns, read back when its answer was lost (as upstream returns it)."""
 
@@ -565,3 +539,16 @@ def _recovered_result(tools: AirlineTools, name: str) -> Callable[[hx.Context], 
 
     recovered.__name__ = f"{name}_from_state"
     return recovered
+
+
+# build_actions(tools, state): each of the six write tools as an action with upstream's name,
+# arguments and docstring, its scope, preconditions, postconditions, compensation and key.
+build_actions: Final = functools.partial(
+    tau2.build_actions,
+    names=WRITE_TOOLS,
+    scope=_scope,
+    preconditions=PRECONDITIONS,
+    postconditions=POSTCONDITIONS,
+    recovered=_recovered_result,
+    database=DATABASE,
+)

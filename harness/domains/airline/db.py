@@ -17,15 +17,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Final
 
-from harness.domains.records import (
-    Column,
-    Record,
-    Tables,
-    changes,
-    changes_fingerprint,
-    json_column,
-    text_column,
-)
+from harness.domains.records import Column, Record, Tables, json_column, text_column
 
 __all__ = [
     "DATABASE",
@@ -33,17 +25,16 @@ __all__ = [
     "PRIMARY_KEYS",
     "TABLES",
     "Record",
-    "changes",
-    "changes_fingerprint",
     "reservation_flight",
     "shape",
 ]
 
-_json, _text = json_column, text_column
-
 
 def _int(name: str) -> Column:
     return Column(name, "INTEGER")
+
+
+_json, _text = json_column, text_column
 
 
 TABLES: Final[Mapping[str, tuple[Column, ...]]] = {

@@ -33,26 +33,24 @@ CabinClass = Literal["business", "economy", "basic_economy"]
 Insurance = Literal["yes", "no"]
 
 
-class FlightInfo(BaseModel):
-    """A flight of a booking or an update, as the agent names it."""
+# FlightInfo, Passenger and Payment appear in the tools' parameter schemas, where pydantic would
+# show a docstring as the model's description; upstream's have none, so neither do these.
 
+
+class FlightInfo(BaseModel):  # a flight of a booking or an update, as the agent names it
     flight_number: str = Field(description="Flight number, such as 'HAT001'.")
     date: str = Field(
         description="The date for the flight in the format 'YYYY-MM-DD', such as '2024-05-01'."
     )
 
 
-class Passenger(BaseModel):
-    """A passenger of a reservation."""
-
+class Passenger(BaseModel):  # a passenger of a reservation
     first_name: str = Field(description="Passenger's first name")
     last_name: str = Field(description="Passenger's last name")
     dob: str = Field(description="Date of birth in YYYY-MM-DD format")
 
 
-class Payment(BaseModel):
-    """A payment of a reservation (negative: a refund)."""
-
+class Payment(BaseModel):  # a payment of a reservation (negative: a refund)
     payment_id: str = Field(description="Unique identifier for the payment")
     amount: int = Field(description="Payment amount in dollars")
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sqlite3
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
@@ -46,7 +45,7 @@ from harness.domains.airline.models import (
     Reservation,
 )
 from harness.domains.records import writing
-from harness.domains.tau2 import UpstreamError, calculate, upstream_error
+from harness.domains.tau2 import Tau2Tools, UpstreamError, upstream_error
 
 __all__ = [
     "AIRPORTS",
@@ -143,28 +142,13 @@ def _models(values: Any, model: type[BaseModel]) -> Any:
     return values
 
 
-class AirlineTools:
-    """All the tools of the airline domain, over one SQLite connection.
-
-    Args:
-        conn: A connection opened with ``isolation_level=None``
-            (:func:`harness.domains.records.connect` opens one). Write tools open their own
-            transaction (``BEGIN IMMEDIATE``), or a savepoint when the caller already has one.
-
-    Raises:
-        ValueError: If the connection manages transactions itself (``isolation_level`` set).
-    """
+class AirlineTools(Tau2Tools):
+    """All the tools of the airline domain, over one SQLite connection (with the generic
+    ``calculate`` and ``transfer_to_human_agents`` of :class:`Tau2Tools`, which says what
+    connection it takes)."""
 
     TOOL_TYPES: ClassVar[Mapping[str, str]] = TOOL_TYPES
-    """Every tool with upstream's ``ToolType`` (what :func:`upstream_error` knows as tools)."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        if conn.isolation_level is not None:
-            raise ValueError(
-                "AirlineTools needs a connection opened with isolation_level=None "
-                "(harness.domains.records.connect opens one)"
-            )
-        self.conn = conn
+    ERROR: ClassVar[type[UpstreamError]] = AirlineError
 
     # -- storage and upstream's private helpers (same messages) ----------------------------------
 
@@ -278,37 +262,6 @@ class AirlineTools:
             reservation["payment_history"].append(payment)
             if user["payment_methods"][payment_id]["source"] == "gift_card":
                 self._put("users", user)
-
-    # -- generic tools ---------------------------------------------------------------------------
-
-    def calculate(self, expression: str) -> str:
-        """Calculate the result of a mathematical expression.
-
-        Args:
-            expression: The expression to calculate, such as '2 + 2'. It may contain numbers,
-                the operators +, -, * and /, parentheses and spaces.
-
-        Returns:
-            The result, rounded to 2 decimals, as a string.
-
-        Raises:
-            AirlineError: If the expression contains other characters or is not valid.
-        """
-        return calculate(expression, AirlineError)
-
-    def transfer_to_human_agents(self, summary: str) -> str:
-        """Transfer the user to a human agent, with a summary of the user's issue.
-
-        Only transfer if the user explicitly asks for a human agent, or if the user's issue
-        cannot be solved with the policy and the available tools.
-
-        Args:
-            summary: A summary of the user's issue.
-
-        Returns:
-            A message saying the user has been transferred to a human agent.
-        """
-        return "Transfer successful"
 
     # -- read tools ------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ compensation).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections import Counter
@@ -32,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import harness as hx
-from harness.domains.base import OccurrenceKeys, delegate
+from harness.domains import tau2
 from harness.domains.retail.db import DATABASE, Record
 from harness.domains.retail.tools import WRITE_TOOLS, RetailTools
 
@@ -644,40 +645,6 @@ def restore_before(conn: sqlite3.Connection, ctx: hx.Context) -> None:
 # -- building ----------------------------------------------------------------------------------
 
 
-def build_actions(tools: RetailTools, state: Any) -> dict[str, hx.Action[..., Record]]:
-    """Turn each retail write tool into a transactional action.
-
-    Args:
-        tools: The plain tools; the actions call its methods (looked up at each call).
-        state: The state adapter over the same database (an :class:`hx.SQLState` whose
-            connection ``tools`` writes through); scopes are resolved against it.
-
-    Returns:
-        ``{tool name: action}`` for the seven write tools, each with upstream's name, arguments
-        and docstring, its scope, preconditions, postconditions, compensation and key.
-    """
-    occurrences = OccurrenceKeys()
-
-    def compensate(ctx: hx.Context) -> None:
-        restore_before(tools.conn, ctx)
-
-    actions: dict[str, hx.Action[..., Record]] = {}
-    for name in WRITE_TOOLS:
-        act: hx.Action[..., Record] = hx.Action(
-            delegate(tools, name),
-            writes=_scope(state, name),
-            idempotency_key=occurrences.key,
-        )
-        for check in PRECONDITIONS[name]:
-            act.precondition(check)
-        for check in POSTCONDITIONS[name]:
-            act.postcondition(check)
-        act.compensation(compensate)
-        act.recover(_recovered_record(tools, name))
-        actions[name] = act
-    return actions
-
-
 def _recovered_record(tools: RetailTools, name: str) -> Callable[[hx.Context], Record]:
     """The record a write returns, read back when its answer was lost (as upstream returns it)."""
 
@@ -688,3 +655,16 @@ def _recovered_record(tools: RetailTools, name: str) -> Callable[[hx.Context], R
 
     recovered.__name__ = f"{name}_from_state"
     return recovered
+
+
+# build_actions(tools, state): each of the seven write tools as an action with upstream's name,
+# arguments and docstring, its scope, preconditions, postconditions, compensation and key.
+build_actions: Final = functools.partial(
+    tau2.build_actions,
+    names=WRITE_TOOLS,
+    scope=_scope,
+    preconditions=PRECONDITIONS,
+    postconditions=POSTCONDITIONS,
+    recovered=_recovered_record,
+    database=DATABASE,
+)

@@ -27,14 +27,13 @@ tell what upstream would answer a call: the words the agent is shown when the ha
 from __future__ import annotations
 
 import json
-import sqlite3
 import unicodedata
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from harness.domains.records import writing
 from harness.domains.retail.db import DATABASE, Record
-from harness.domains.tau2 import UpstreamError, calculate, upstream_error
+from harness.domains.tau2 import Tau2Tools, UpstreamError, upstream_error
 
 __all__ = [
     "READ_TOOLS",
@@ -114,8 +113,9 @@ def _find_item(order: Record, item_id: str) -> Record | None:
     return next((item for item in order["items"] if item["item_id"] == item_id), None)
 
 
-class RetailTools:
-    """All the tools of the retail domain, over one SQLite connection.
+class RetailTools(Tau2Tools):
+    """All the tools of the retail domain, over one SQLite connection (with the generic
+    ``calculate`` and ``transfer_to_human_agents`` of :class:`Tau2Tools`).
 
     Args:
         conn: A connection opened with ``isolation_level=None`` (see
@@ -128,15 +128,7 @@ class RetailTools:
     """
 
     TOOL_TYPES: ClassVar[Mapping[str, str]] = TOOL_TYPES
-    """Every tool with upstream's ``ToolType`` (what :func:`upstream_error` knows as tools)."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        if conn.isolation_level is not None:
-            raise ValueError(
-                "RetailTools needs a connection opened with isolation_level=None "
-                "(harness.domains.retail.db.connect opens one)"
-            )
-        self.conn = conn
+    ERROR: ClassVar[type[UpstreamError]] = RetailError
 
     # -- transactions and storage -------------------------------------------------------------
 
@@ -209,37 +201,6 @@ class RetailTools:
         for item_id in item_ids:
             if item_ids.count(item_id) > all_item_ids.count(item_id):
                 raise RetailError(message.format(item_id=item_id))
-
-    # -- generic tools -------------------------------------------------------------------------
-
-    def calculate(self, expression: str) -> str:
-        """Calculate the result of a mathematical expression.
-
-        Args:
-            expression: The expression to calculate, such as '2 + 2'. It may contain numbers,
-                the operators +, -, * and /, parentheses and spaces.
-
-        Returns:
-            The result, rounded to 2 decimals, as a string.
-
-        Raises:
-            RetailError: If the expression contains other characters or is not valid.
-        """
-        return calculate(expression, RetailError)
-
-    def transfer_to_human_agents(self, summary: str) -> str:
-        """Transfer the user to a human agent, with a summary of the user's issue.
-
-        Only transfer if the user explicitly asks for a human agent, or if the user's issue
-        cannot be solved with the policy and the available tools.
-
-        Args:
-            summary: A summary of the user's issue.
-
-        Returns:
-            A message saying the user has been transferred to a human agent.
-        """
-        return "Transfer successful"
 
     # -- read tools ----------------------------------------------------------------------------
 
