@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from .._json import loads_or
 from .._version import __version__
@@ -508,6 +508,139 @@ TAU2_TERMINATIONS = frozenset(
 """tau2's ``TerminationReason`` values."""
 
 
+# tau2's tool types (``@is_tool(ToolType...)`` in src/tau2/domains/{retail,airline}/tools.py at
+# commit a2c0247): a tool not named here reads (the domains' get_, find_, list_ and search_).
+_TAU2_TOOL_TYPES: Final[Mapping[str, str]] = {
+    **dict.fromkeys(
+        (
+            "cancel_pending_order",
+            "exchange_delivered_order_items",
+            "modify_pending_order_address",
+            "modify_pending_order_items",
+            "modify_pending_order_payment",
+            "modify_user_address",
+            "return_delivered_order_items",
+            "book_reservation",
+            "cancel_reservation",
+            "send_certificate",
+            "update_reservation_baggages",
+            "update_reservation_flights",
+            "update_reservation_passengers",
+        ),
+        "write",
+    ),
+    "calculate": "generic",
+    "transfer_to_human_agents": "generic",
+    "think": "think",
+}
+
+_REWARDED_ENDS: Final = ("user_stop", "agent_stop")
+
+
+def _action_checks(messages: list[dict[str, Any]], gold: list[Any]) -> list[dict[str, Any]]:
+    """tau2's ``ActionEvaluator``: for each gold action, whether some tool call of the
+    conversation (the agent's or the user's) matches it (``Action.compare_with_tool_call``: the
+    same name, and the same values of ``compare_args``, or of every argument the call gave)."""
+    calls = [
+        c
+        for m in messages
+        if m.get("role") in ("assistant", "user")
+        for c in m.get("tool_calls") or []
+        if isinstance(c, dict)
+    ]
+
+    def matches(action: dict[str, Any], call: dict[str, Any]) -> bool:
+        if action.get("name") != call.get("name"):
+            return False
+        given = call.get("arguments")
+        arguments: dict[str, Any] = given if isinstance(given, dict) else {}
+        compare = action.get("compare_args")
+        keys = list(arguments) if compare is None else list(compare)
+        if not keys:
+            return True
+        wanted = action.get("arguments")
+        expected: dict[str, Any] = wanted if isinstance(wanted, dict) else {}
+        return {k: v for k, v in arguments.items() if k in keys} == {
+            k: v for k, v in expected.items() if k in keys
+        }
+
+    checks = []
+    for action in gold:
+        if not isinstance(action, dict):
+            continue
+        matched = any(matches(action, call) for call in calls)
+        checks.append(
+            {
+                "action": action,
+                "action_match": matched,
+                "action_reward": 1.0 if matched else 0.0,
+                "tool_type": _TAU2_TOOL_TYPES.get(str(action.get("name")), "read"),
+            }
+        )
+    return checks
+
+
+def _tau2_reward_info(
+    reward: float,
+    basis: list[str],
+    info: dict[str, Any],
+    termination: str,
+    checks: Mapping[str, Any],
+    messages: list[dict[str, Any]],
+    raw: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """A trial's ``reward_info`` as tau2's ``evaluate_simulation`` writes it: for a
+    conversation cut short, only the reward 0 and tau2's note (no checks, no basis); else the
+    database check, the action checks, the communicate checks and the judged assertions, with
+    the reward of each component of the task's basis (``reward_breakdown``)."""
+    if termination not in _REWARDED_ENDS:
+        note = f"Simulation terminated prematurely. Termination reason: {termination}"
+        return {"reward": 0.0, "reward_basis": None, "info": {"note": note, **info}}
+    out: dict[str, Any] = {"reward": reward, "reward_basis": basis, "info": info}
+    breakdown: dict[str, float] = {}
+    state = checks.get("state_equality")
+    if isinstance(state, Mapping):
+        db_match = bool(state.get("passed"))
+        out["db_check"] = {"db_match": db_match, "db_reward": float(db_match)}
+        if "DB" in basis:
+            breakdown["DB"] = float(db_match)
+    criteria = (raw or {}).get("evaluation_criteria") or {}
+    gold = criteria.get("actions") if isinstance(criteria, Mapping) else None
+    if isinstance(gold, list) and gold:
+        out["action_checks"] = _action_checks(messages, gold)
+        if "ACTION" in basis:
+            breakdown["ACTION"] = float(all(c["action_match"] for c in out["action_checks"]))
+    elif "ACTION" in basis:
+        breakdown["ACTION"] = 1.0
+    outputs = checks.get("required_outputs")
+    if isinstance(outputs, Mapping):
+        compared = outputs.get("compared") or {}
+        missing = set(compared.get("missing") or [])
+        out["communicate_checks"] = [
+            {"info": text, "met": text not in missing, "justification": "substring check"}
+            for text in compared.get("required") or []
+        ]
+    if "COMMUNICATE" in basis:
+        said = out.get("communicate_checks") or []
+        breakdown["COMMUNICATE"] = float(all(c["met"] for c in said))
+    judged = checks.get(NL_CHECK)
+    compared = (judged.get("compared") or {}) if isinstance(judged, Mapping) else {}
+    if compared.get("judged"):
+        # As tau2's NLAssertionsEvaluator writes them: nl_assertion, met, justification.
+        out["nl_assertions"] = [
+            {k: a.get(k) for k in ("nl_assertion", "met", "justification")}
+            for a in compared.get("assertions") or []
+            if isinstance(a, dict)
+        ]
+    if "NL_ASSERTION" in basis:
+        graded = out.get("nl_assertions")
+        breakdown["NL_ASSERTION"] = (
+            float(bool(judged and judged.get("passed"))) if graded is not None or judged else 1.0
+        )
+    out["reward_breakdown"] = breakdown
+    return out
+
+
 def _termination(row: TrialRow, meta: dict[str, Any]) -> str:
     if row.infra_error:
         return "infrastructure_error"
@@ -734,7 +867,7 @@ def tau2_results(
         start = row.created_at - row.duration
         reward = 1.0 if row.passed and not row.infra_error else 0.0
         verdict = loads_or(row.verdict, {})
-        checks = {c.get("name"): c for c in verdict.get("checks", []) if isinstance(c, dict)}
+        checks = {str(c.get("name")): c for c in verdict.get("checks", []) if isinstance(c, dict)}
         basis = (raw.get(row.task_id, {}).get("evaluation_criteria") or {}).get("reward_basis")
         if basis is None:
             basis = (task and tau2_reward_basis(task)) or ["DB"]
@@ -742,26 +875,10 @@ def tau2_results(
         agent_cost, user_cost = _costs(messages, meta)
         info = _harness_info(row)
         info["usage"] = _tokens(messages, meta)
-        reward_info: dict[str, Any] = {"reward": reward, "reward_basis": basis, "info": info}
-        if "state_equality" in checks:
-            db_match = bool(checks["state_equality"].get("passed"))
-            reward_info["db_check"] = {"db_match": db_match, "db_reward": float(db_match)}
-        outputs = checks.get("required_outputs")
-        if outputs is not None:
-            missing = set((outputs.get("compared") or {}).get("missing") or [])
-            reward_info["communicate_checks"] = [
-                {"info": text, "met": text not in missing, "justification": "substring check"}
-                for text in (outputs.get("compared") or {}).get("required") or []
-            ]
-        judged = checks.get(NL_CHECK)
-        graded = (judged.get("compared") or {}).get("assertions") if judged else None
-        if judged is not None and (judged.get("compared") or {}).get("judged"):
-            # As tau2's NLAssertionsEvaluator writes them: nl_assertion, met, justification.
-            reward_info["nl_assertions"] = [
-                {k: a.get(k) for k in ("nl_assertion", "met", "justification")}
-                for a in graded or []
-                if isinstance(a, dict)
-            ]
+        termination = _termination(row, meta)
+        reward_info = _tau2_reward_info(
+            reward, basis, info, termination, checks, messages, raw.get(row.task_id)
+        )
         simulations.append(
             {
                 "id": row.episode_id,
@@ -770,7 +887,7 @@ def tau2_results(
                 "start_time": _iso(start),
                 "end_time": _iso(row.created_at),
                 "duration": row.duration,
-                "termination_reason": _termination(row, meta),
+                "termination_reason": termination,
                 "agent_cost": agent_cost,
                 "user_cost": user_cost,
                 "reward_info": reward_info,

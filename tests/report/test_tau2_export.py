@@ -613,3 +613,102 @@ def test_the_real_verify_trajs_checks(tau2_run: Path, tmp_path: Path) -> None:
     theirs = {t.id: t for t in registry.get_tasks_loader("retail")("base")}
     for task in results.tasks:
         assert get_pydantic_hash(task) == get_pydantic_hash(theirs[task.id])
+
+
+# --- tau2's compute_metrics figures on the export -------------------------------------------
+
+# tau2's WRITE tools in retail (``@is_tool(ToolType.WRITE)`` in src/tau2/domains/retail/
+# tools.py at a2c0247); GENERIC: calculate, transfer_to_human_agents; THINK: think; READ: the rest.
+TAU2_WRITES = {
+    "cancel_pending_order",
+    "exchange_delivered_order_items",
+    "modify_pending_order_address",
+    "modify_pending_order_items",
+    "modify_pending_order_payment",
+    "modify_user_address",
+    "return_delivered_order_items",
+}
+TAU2_NOT_READ = TAU2_WRITES | {"calculate", "transfer_to_human_agents", "think"}
+
+
+def tau2_action_metrics(simulations: list[dict[str, Any]]) -> dict[str, int]:
+    """tau2's ``compute_metrics`` action and DB counts (src/tau2/metrics/agent_metrics.py at
+    a2c0247), re-stated over an exported file's simulations: ``partial_action_reward`` of each
+    simulation's ``action_checks`` by tool type, and its ``db_check``."""
+    out = dict.fromkeys(
+        ("read", "read_correct", "write", "write_correct", "db_match", "db_not_checked"), 0
+    )
+    for sim in simulations:
+        if sim.get("termination_reason") == "infrastructure_error":
+            continue
+        info = sim.get("reward_info") or {}
+        for check in info.get("action_checks") or []:
+            kind = check["tool_type"]
+            if kind in ("read", "write"):
+                out[kind] += 1
+                out[f"{kind}_correct"] += bool(check["action_match"])
+        db = info.get("db_check")
+        if db is None:
+            out["db_not_checked"] += 1
+        else:
+            out["db_match"] += bool(db["db_match"])
+    return out
+
+
+@needs_data
+def test_tau2_metrics_read_the_same_action_and_db_figures(tau2_run: Path, tmp_path: Path):
+    """The scripted agent calls every gold action: tau2's metrics on the export count each of
+    them, read and write as tau2 types them, all correct, and every database matched; the
+    reward breakdown gives each component of the basis."""
+    path = export_run(tau2_run, "tau2", tmp_path / "t2.json", trust=True)
+    data = json.loads(path.read_text())
+    gold = {t["id"]: t["evaluation_criteria"]["actions"] for t in json.loads(TASKS.read_text())}
+    reads = sum(
+        sum(a["name"] not in TAU2_NOT_READ for a in gold[s["task_id"]]) for s in data["simulations"]
+    )
+    writes = sum(
+        sum(a["name"] in TAU2_WRITES for a in gold[s["task_id"]]) for s in data["simulations"]
+    )
+    assert (reads, writes) == (2 * (4 + 5 + 4), 2 * (1 + 1 + 0))
+    assert tau2_action_metrics(data["simulations"]) == {
+        "read": reads,
+        "read_correct": reads,
+        "write": writes,
+        "write_correct": writes,
+        "db_match": 6,
+        "db_not_checked": 0,
+    }
+    for sim in data["simulations"]:
+        info = sim["reward_info"]
+        assert info["reward_breakdown"] == {"DB": 1.0, "NL_ASSERTION": 1.0}
+        assert [c["action"] for c in info["action_checks"]] == gold[sim["task_id"]]
+    _, ok, error = check_format(path)
+    assert ok, error
+
+
+class CutShortAgent(ConversingAgent):
+    """As :class:`ConversingAgent`, its conversation ended by max_steps."""
+
+    def run(self, task: HarnessTask, toolbox: Toolbox, *, seed: int) -> AgentOutput:
+        out = super().run(task, toolbox, seed=seed)
+        return AgentOutput(
+            message=out.message, meta={**out.meta, "termination_reason": "max_steps"}
+        )
+
+
+@needs_data
+def test_a_conversation_cut_short_has_no_checks_as_in_tau2(tmp_path: Path) -> None:
+    """tau2 notes "Simulation terminated prematurely" and checks nothing: no db_check, no
+    basis, so its metrics count the database as not checked."""
+    result = run_trials(TASKS, agent=CutShortAgent(), trials=1, logs=tmp_path / "logs", tasks=["0"])
+    path = export_run(result.folder, "tau2", tmp_path / "t2.json", trust=True)
+    _, ok, error = check_format(path)
+    assert ok, error
+    (sim,) = json.loads(path.read_text())["simulations"]
+    info = sim["reward_info"]
+    assert info["reward"] == 0.0 and info["reward_basis"] is None
+    assert info["info"]["note"] == (
+        "Simulation terminated prematurely. Termination reason: max_steps"
+    )
+    assert "db_check" not in info and "action_checks" not in info
+    assert tau2_action_metrics([sim])["db_not_checked"] == 1
