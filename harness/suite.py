@@ -30,13 +30,22 @@ import textwrap
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, cast, runtime_checkable
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from ._json import canonical, digest
 from .action import Action
@@ -49,10 +58,11 @@ from .errors import (
     HarnessError,
     InvalidArguments,
     PreconditionFailed,
+    Rejected,
     SuiteError,
 )
 from .policy import Decision, FailureClass, Policy, Retry
-from .store import Store
+from .store import Escalation, SigningKey, Store
 from .transaction import observed_changes
 
 __all__ = [
@@ -61,6 +71,7 @@ __all__ = [
     "BUILTIN_SUITES",
     "ENVIRONMENT_GROUP",
     "VERIFIER_GROUP",
+    "Approval",
     "Environment",
     "FieldCheck",
     "Reference",
@@ -163,12 +174,80 @@ class Verifier(Protocol):
     ) -> Verification: ...
 
 
+class Approval(BaseModel):
+    """The decision a person gives a reference call that is held for approval, as the task
+    records it (``"approval"`` beside a reference action's name and arguments).
+
+    The reference replay answers the held call with it, and so does a trial whose agent makes
+    the same call (same tool, same arguments): the decision is recorded as this person's, with
+    a reason saying which task recorded it.
+
+    Attributes:
+        by: who decides (recorded as the decision's author).
+        decision: ``approve`` (the call runs), ``reject`` (it does not; the agent is told) or
+            ``edit`` (it runs with the arguments in ``edit``).
+        reason: why, in words (optional).
+        edit: the arguments the call runs with instead; given with ``edit`` only.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    by: str = Field(min_length=1)
+    decision: Literal["approve", "reject", "edit"]
+    reason: str = ""
+    edit: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _edit_goes_with_edit(self) -> Approval:
+        if self.decision == "edit" and self.edit is None:
+            raise ValueError(
+                "decision 'edit' needs edit: the call's arguments, in full, that it runs "
+                'with instead, e.g. "edit": {"account": "a", "amount": 50}'
+            )
+        if self.decision != "edit" and self.edit is not None:
+            raise ValueError(
+                f"edit is given only with decision 'edit', not {self.decision!r}: remove edit, "
+                "or say decision 'edit'"
+            )
+        return self
+
+    def resolve(
+        self,
+        store: Store,
+        escalation_id: str,
+        task_id: str,
+        *,
+        signing_key: SigningKey | None = None,
+    ) -> Escalation:
+        """Record this decision on ``escalation_id`` (a held call of task ``task_id``), as
+        this person's, with a reason saying the task recorded it."""
+        reason = f"recorded in task {task_id!r}" + (f": {self.reason}" if self.reason else "")
+        return store.resolve(
+            escalation_id,
+            self.decision,
+            by=self.by,
+            reason=reason,
+            edit=self.edit,
+            signing_key=signing_key,
+        )
+
+
 class ToolCall(BaseModel):
-    """One tool call: a name and its arguments."""
+    """One tool call: a name and its arguments, and, for a call held for a person's approval,
+    the decision the task records for it (:class:`Approval`)."""
 
     model_config = ConfigDict(frozen=True)
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    approval: Approval | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_approval(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A call without a recorded approval reads as it did before approvals existed (its
+        # task keeps the digest runs recorded).
+        data = handler(self)
+        if self.approval is None and isinstance(data, dict):
+            data.pop("approval", None)
+        return data
 
 
 class FieldCheck(BaseModel):
@@ -246,8 +325,9 @@ def suite_schema() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A reference action that did not run as written: which one, why, and whether it was a
-    write (a mutating action), whose refusal changes the expected state."""
+    """A reference action that did not run as written: which one, why, and whether it fails
+    a load (``write``): a write (a mutating action), whose refusal changes the expected state,
+    or a call whose recorded approval is never used, which would mislead."""
 
     index: int
     tool: str
@@ -268,11 +348,23 @@ class Reference:
         writes: the writes that committed: (action, canonical arguments), in order.
         refused: the reference actions that did not run (for a suite loaded with its
             references checked, reads only: a refused write is an error there).
+        approvals: the decisions the task records for its held calls, each as the held call
+            bound it: (action, canonical arguments, decision). A trial's held call with the
+            same action and arguments is answered with it.
     """
 
     changes: dict[str, Any]
     writes: list[tuple[str, str]]
     refused: list[Refusal]
+    approvals: list[tuple[str, str, Approval]] = dataclass_field(default_factory=list)
+
+    def approval(self, action: str, arguments: str) -> Approval | None:
+        """The recorded decision for a held call of ``action`` with ``arguments`` (canonical
+        JSON, as its escalation binds them); None: the task records none."""
+        for name, bound, approval in self.approvals:
+            if (name, bound) == (action, arguments):
+                return approval
+        return None
 
 
 # How reference actions are replayed: no retries and no waiting, and every failure goes on to
@@ -327,12 +419,22 @@ def _call_problem(tools: Mapping[str, Any], call: ToolCall, environment: str) ->
             f"{', '.join(sorted(tools)) or 'none'}: name one of them, or add the tool to the "
             "environment's tools"
         )
-    errors = _argument_errors(call.name, tool, call.arguments)
-    if errors:
-        return (
-            f"arguments {sorted(call.arguments)} do not fit the tool's schema: "
-            f"{'; '.join(errors)}; give the arguments of {_signature(call.name, tool)}"
-        )
+    given = [("arguments", call.arguments)]
+    if call.approval is not None:
+        if not isinstance(tool, Action):
+            return (
+                f"approval: {call.name!r} is a read (a plain function), which is never held for "
+                "a person's approval: remove the approval"
+            )
+        if call.approval.edit is not None:
+            given.append(("approval.edit: arguments", call.approval.edit))
+    for what, arguments in given:
+        errors = _argument_errors(call.name, tool, arguments)
+        if errors:
+            return (
+                f"{what} {sorted(arguments)} do not fit the tool's schema: "
+                f"{'; '.join(errors)}; give the arguments of {_signature(call.name, tool)}"
+            )
     return None
 
 
@@ -356,6 +458,100 @@ def _refusal(exc: Exception) -> str:
         "The reference actions define the task's expected state: fix this action or the ones "
         "before it"
     )
+
+
+HELD_FOR_APPROVAL: Final = "approval"
+"""The failure class of a call held for a person's approval before it runs."""
+
+
+def _unanswered(exc: Escalated) -> str:
+    """Why a reference call held for approval, with no decision recorded, is refused."""
+    return (
+        f"it is {exc.reason.rstrip('.')}, and the task records no decision for it, so the "
+        "reference path would wait for a person. Record the decision it gets beside the "
+        'call\'s name and arguments, e.g. "approval": {"by": "supervisor", "decision": '
+        '"approve"} (docs/suites.md, section Approvals)'
+    )
+
+
+class _ReferenceReplay:
+    """One task's reference actions called in order, as an agent would call them, in the
+    episode that is open; a call held for approval whose decision the task records stops the
+    pass, so that the decision is recorded and the episode resumed (:meth:`Suite._replay_task`).
+
+    Attributes:
+        answered: the reference calls a recorded decision answered: index -> their arguments
+            as the escalation bound them (canonical JSON).
+        writes, refused: what the last pass committed and refused.
+    """
+
+    def __init__(self, task: Task, tools: Mapping[str, Any], environment: str) -> None:
+        self.task = task
+        self.tools = tools
+        self.environment = environment
+        self.answered: dict[int, str] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.refused: list[Refusal] = []
+
+    def run(self) -> tuple[int, str] | None:
+        """One pass; the held call to answer (its index and escalation), or None: done."""
+        self.writes, self.refused = [], []
+        for i, call in enumerate(self.task.reference_actions):
+            problem = _call_problem(self.tools, call, self.environment)
+            tool = self.tools.get(call.name)
+            ran = call.arguments
+            if problem is None:
+                try:
+                    _run(tool, call.arguments)
+                except Escalated as exc:
+                    if exc.failure_class != HELD_FOR_APPROVAL or i in self.answered:
+                        problem = _refusal(exc)
+                    elif call.approval is None:
+                        problem = _unanswered(exc)
+                    else:
+                        return i, exc.escalation_id
+                except Rejected as exc:
+                    if call.approval is None or call.approval.decision != "reject":
+                        problem = _refusal(exc)
+                    else:
+                        continue  # (rejected as recorded: not done, and not refused)
+                except Exception as exc:
+                    problem = _refusal(exc)
+                else:
+                    if call.approval is not None and call.approval.edit is not None:
+                        ran = call.approval.edit
+            if problem is not None:
+                write = isinstance(tool, Action) and tool.mutating
+                self.refused.append(Refusal(i, call.name, problem, write))
+            elif isinstance(tool, Action) and tool.mutating:
+                # As the transaction log records a call: validated, defaults filled in.
+                values = tool.call_values(tool.validate_mapping(dict(ran)))
+                self.writes.append((call.name, canonical(values)))
+        return None
+
+    def reference(self, changes: dict[str, Any]) -> Reference:
+        """The outcome, with a refusal for each recorded decision no held call used."""
+        refused = {r.index for r in self.refused}
+        unused = [
+            Refusal(
+                i,
+                call.name,
+                "its approval is recorded, but the call is not held for a person's approval "
+                "when the reference actions are replayed, so the decision would never be "
+                "used: remove the approval from the task, or give the action the approval "
+                "rule that holds this call (@hx.action(approval=...))",
+                True,
+            )
+            for i, call in enumerate(self.task.reference_actions)
+            if call.approval is not None and i not in self.answered and i not in refused
+        ]
+        approvals = [
+            (call.name, self.answered[i], call.approval)
+            for i, call in enumerate(self.task.reference_actions)
+            if call.approval is not None and i in self.answered
+        ]
+        refusals = sorted([*self.refused, *unused], key=lambda r: r.index)
+        return Reference(changes, self.writes, refusals, approvals)
 
 
 def _remove_store(store: Store, folder: tempfile.TemporaryDirectory[str]) -> None:
@@ -725,34 +921,31 @@ class Suite:
         env = self.new_environment()
         try:
             mark = env.state.mark()
-            writes: list[tuple[str, str]] = []
-            refused: list[Refusal] = []
-            episode = Episode(
-                state=env.state,
-                store=store,
-                policy=REPLAY_POLICY,
-                clock=FakeClock(),
-                task_id=task.id,
-            )
-            with episode:
-                for i, call in enumerate(task.reference_actions):
-                    problem = _call_problem(env.tools, call, self.environment)
-                    tool = env.tools.get(call.name)
-                    if problem is None:
-                        try:
-                            _run(tool, call.arguments)
-                        except Exception as exc:
-                            problem = _refusal(exc)
-                    if problem is not None:
-                        write = isinstance(tool, Action) and tool.mutating
-                        refused.append(Refusal(i, call.name, problem, write))
-                    elif isinstance(tool, Action) and tool.mutating:
-                        # As the transaction log records a call: validated, defaults filled in.
-                        values = tool.call_values(tool.validate_mapping(dict(call.arguments)))
-                        writes.append((call.name, canonical(values)))
+            replay = _ReferenceReplay(task, env.tools, self.environment)
+            episode_id: str | None = None
+            while True:  # (once more for each held call a recorded decision answers)
+                episode = Episode(
+                    state=env.state,
+                    store=store,
+                    policy=REPLAY_POLICY,
+                    clock=FakeClock(),
+                    task_id=task.id,
+                    episode_id=episode_id,
+                    resume=episode_id is not None,
+                )
+                episode_id = episode.id
+                with episode:
+                    held = replay.run()
+                if held is None:
+                    break
+                index, escalation_id = held
+                approval = task.reference_actions[index].approval
+                assert approval is not None
+                decided = approval.resolve(store, escalation_id, task.id)
+                replay.answered[index] = canonical(decided.args)
             changes = {k: after for k, (_, after) in observed_changes(env.state, mark).items()}
             env.state.release(mark)
-            return Reference(changes, writes, refused)
+            return replay.reference(changes)
         finally:
             env.close()
 
@@ -897,7 +1090,17 @@ def _check_schema(path: Path, data: Any, schema: dict[str, Any]) -> None:
 
 def _validate_task_file(path: Path, data: Any) -> list[Task]:
     _check_schema(path, data, task_schema())
-    tasks = [Task.model_validate(t) for t in data["tasks"]]
+    tasks = []
+    for i, raw in enumerate(data["tasks"]):
+        try:
+            tasks.append(Task.model_validate(raw))
+        except ValidationError as exc:  # (what the schema cannot say: an edit without edit)
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            message = str(err["msg"]).removeprefix("Value error, ")
+            raise SuiteError(
+                f"{path}: task {raw.get('id') or '#' + str(i)!r}: field {field}: {message}"
+            ) from None
     seen: set[str] = set()
     for t in tasks:
         if t.id in seen:

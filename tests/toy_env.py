@@ -57,8 +57,6 @@ class ToyEnvironment:
 
 def write_suite(folder: Any, steps: list[int]) -> Any:
     """A suite folder whose task i needs steps[i] writes (plus one read each)."""
-    import json
-
     tasks = []
     for i, n in enumerate(steps):
         actions = [{"name": "look", "arguments": {"name": "a"}}]
@@ -73,16 +71,21 @@ def write_suite(folder: Any, steps: list[int]) -> Any:
                 "reference_actions": actions,
             }
         )
+    return write_files(folder, "toy", "tests.toy_env:ToyEnvironment", tasks)
+
+
+def write_files(
+    folder: Any, name: str, environment: str, tasks: list[dict[str, Any]], **options: Any
+) -> Any:
+    """A suite folder: its manifest (named ``name``, on ``environment`` built with
+    ``options``) and ``tasks.json`` with ``tasks``."""
+    import json
+
     folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"name": name, "version": "1", "environment": environment}
+    options_field = {"environment_options": options} if options else {}
     (folder / "suite.json").write_text(
-        json.dumps(
-            {
-                "name": "toy",
-                "version": "1",
-                "environment": "tests.toy_env:ToyEnvironment",
-                "tasks": ["tasks.json"],
-            }
-        )
+        json.dumps({**manifest, **options_field, "tasks": ["tasks.json"]})
     )
     (folder / "tasks.json").write_text(
         json.dumps({"format": "harness.tasks", "version": 1, "tasks": tasks})

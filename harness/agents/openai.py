@@ -82,7 +82,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._json import digest
 from ..action import ContextExecutor
@@ -128,6 +128,7 @@ __all__ = [
     "TRANSFER_TOOL",
     "OpenAIAgent",
     "OpenAIUser",
+    "SimulationFailed",
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -1020,6 +1021,7 @@ class OpenAIAgent(_ChatEndpoint):
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_tool_argument_bytes: int = DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
+        simulation_errors: Literal["tau2", "fail"] = "tau2",
     ) -> None:
         if max_turns < 1:
             raise ConfigurationError("OpenAIAgent: max_turns and attempts must be >= 1")
@@ -1058,6 +1060,13 @@ class OpenAIAgent(_ChatEndpoint):
             )
         self.max_steps = max_steps
         self.max_errors = max_errors
+        if simulation_errors not in ("tau2", "fail"):
+            raise ConfigurationError(
+                f"OpenAIAgent(simulation_errors={simulation_errors!r}): give 'tau2' (a "
+                "conversation tau2 would fail is run again, then an infrastructure error) or "
+                "'fail' (the trial fails as the agent's)"
+            )
+        self.simulation_errors = simulation_errors
         self.user = self._build_user(
             user,
             user_model=user_model,
@@ -1090,6 +1099,7 @@ class OpenAIAgent(_ChatEndpoint):
             config["user"] = self.user.config()
             config["max_steps"] = self.max_steps
             config["max_errors"] = self.max_errors
+            config["simulation_errors"] = self.simulation_errors
         return config
 
     # --- the loop ---
@@ -1368,6 +1378,16 @@ class OpenAIAgent(_ChatEndpoint):
             termination_reason=reason,
             stop_reason=reason,
         )
+        failed = _simulation_error(reason, meta)
+        if failed is not None and self.simulation_errors == "tau2":
+            error = SimulationFailed(
+                f"tau2 fails this simulation ({failed}): it runs the conversation again, up to "
+                "4 attempts, then records an infrastructure error its metrics exclude "
+                "(agent option simulation_errors='fail' counts it as the agent's failure)",
+                url=self.base_url,
+            )
+            error.agent_meta = meta
+            raise error
         said = [
             m["content"]
             for m in trajectory[1:]
@@ -1520,6 +1540,25 @@ class OpenAIAgent(_ChatEndpoint):
             "model_call", request_digest, lambda: list(self._complete(client, body))
         )
         return dict(response), int(attempts)
+
+
+class SimulationFailed(ModelServerError):
+    """A conversation tau2-bench's own runner would have failed with an exception (a message
+    with no text and no tool call, tool-call arguments that do not parse): an infrastructure
+    error of this attempt, which the run tries again at once (tau2: up to 4 attempts)."""
+
+    retry_at_once = True
+
+
+def _simulation_error(reason: str | None, meta: Mapping[str, Any]) -> str | None:
+    """Why tau2 would have failed this conversation (None: it would not have)."""
+    if reason == "agent_error":
+        return "the agent's message had no text and no tool call"
+    if reason == "user_error":
+        return "the user's message had no text"
+    if meta.get("malformed_tool_calls"):
+        return f"{meta['malformed_tool_calls']} tool call(s) whose arguments do not parse"
+    return None
 
 
 class OpenAIUser(_ChatEndpoint):

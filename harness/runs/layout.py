@@ -44,6 +44,7 @@ __all__ = [
     "OpenRun",
     "OpenStore",
     "attempt_id",
+    "attempt_of",
     "check_database",
     "check_recorded_password",
     "current_trials",
@@ -108,9 +109,14 @@ def earlier_attempts(rows: Iterable[TrialRow]) -> list[TrialRow]:
     return [r for r in rows if id(r) not in kept]
 
 
-def _attempt(row: TrialRow) -> int:
-    _, sep, n = row.episode_id.rpartition("~")
+def attempt_of(episode: str) -> int:
+    """Which attempt of its trial an episode is (:func:`attempt_id`; 0: the first)."""
+    _, sep, n = episode.rpartition("~")
     return int(n) if sep and n.isdigit() else 0
+
+
+def _attempt(row: TrialRow) -> int:
+    return attempt_of(row.episode_id)
 
 
 def store_url(folder: Path) -> str:

@@ -42,7 +42,7 @@ from .judge import (
     trial_conversation,
     with_assertions,
 )
-from .layout import attempt_id, episode_id
+from .layout import attempt_id, attempt_of, episode_id
 from .limits import RunGate, RunLimits
 from .rebuild import apply_changes, recorded_changes
 from .spec import Job, RunSpec
@@ -75,6 +75,9 @@ class TrialResult:
             trial failed as the agent's error (its traceback is in the trial's agent meta).
         failure: why it failed, ``(class, detail)`` (:func:`~harness.runs.judge.classify_trial`);
             None when it passed.
+        attempt: which attempt of the trial this is (0: the first).
+        again: its infrastructure error is one to try again at once (a conversation tau2's
+            runner would have failed).
     """
 
     task_id: str
@@ -91,6 +94,8 @@ class TrialResult:
     usage: dict[str, float] = field(default_factory=dict)
     agent_error: str | None = None
     failure: tuple[str, str] | None = None
+    attempt: int = 0
+    again: bool = False
 
     @classmethod
     def from_row(cls, row: TrialRow) -> TrialResult:
@@ -155,6 +160,10 @@ def retryable(row: TrialRow) -> bool:
     meta = loads(row.agent_meta or "{}")
     return not (isinstance(meta, dict) and meta.get("interruption") == "planned")
 
+
+AT_ONCE = 4
+"""How many attempts a trial gets at once when its conversation failed as tau2's runner fails
+one (tau2-bench's ``max_retries`` 3, plus the first)."""
 
 MAX_ATTEMPTS = 100
 """The most attempts of one trial a run keeps (each resume makes at most one more)."""
@@ -273,7 +282,15 @@ class Worker:
             if state in ("done", "pending"):
                 return None
             with self.gate:
-                return self._trial(job, eid, resume=state == "resume")
+                result = self._trial(job, eid, resume=state == "resume")
+                # A conversation tau2's runner would have failed is run again at once, in a new
+                # attempt, as tau2 runs a simulation again (up to 4 attempts in all).
+                while result.infra_error and result.again and result.attempt + 1 < AT_ONCE:
+                    state, eid = trial_state(self.store, trial_id)
+                    if state != "retry":
+                        break
+                    result = self._trial(job, eid, resume=False)
+                return result
 
     def _trial(self, job: Job, eid: str, *, resume: bool) -> TrialResult:
         task_id, trial, seed = job.task_id, job.trial, job.seed
@@ -347,6 +364,8 @@ class Worker:
                     # as the agent's success or failure either.
                     infra = isinstance(exc, ModelServerError)
                     meta = {**_partial_meta(exc), "error": _said(exc)}
+                    if getattr(exc, "retry_at_once", False):
+                        meta["retry_at_once"] = True
                 except WorkerCrash as crash:
                     # An injected worker death: resume the episode from its records, as a
                     # restarted worker would, and let the agent start its turn over.
@@ -418,6 +437,8 @@ class Worker:
             duration=time.perf_counter() - started,
             usage=trial_usage(meta),
             agent_error=agent_error,
+            attempt=attempt_of(eid),
+            again=infra and bool(meta.get("retry_at_once")),
             failure=classify_trial(
                 passed=passed,
                 infra_error=infra,

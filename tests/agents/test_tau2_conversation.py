@@ -13,6 +13,7 @@ The agent's model is a FakeChatServer; the user is scripted or a second fake ser
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -283,10 +284,28 @@ def test_max_errors_ends_an_agent_whose_calls_fail(suite: Any, task: Task, store
 
 
 def test_an_empty_agent_reply_is_an_agent_error(suite: Any, task: Task, store: hx.Store) -> None:
-    """A reply with neither text nor a tool call ends the conversation as agent_error."""
+    """A reply with neither text nor a tool call ends the conversation as agent_error: read
+    strictly (simulation_errors='fail'), the conversation ends there, as the agent's failure."""
     script = after_greeting(text_reply(""))
-    output, _, _, _ = converse(suite, task, script, ScriptedUser(["Hi."]), store)
+    output, _, _, _ = converse(
+        suite, task, script, ScriptedUser(["Hi."]), store, simulation_errors="fail"
+    )
     assert output.meta["termination_reason"] == "agent_error" and not output.claimed_success
+
+
+def test_by_default_an_empty_reply_fails_the_simulation_as_tau2s_runner_does(
+    suite: Any, task: Task, store: hx.Store
+) -> None:
+    """tau2's runner raises on such a message: by default the conversation raises
+    SimulationFailed, an infrastructure error carrying the conversation so far."""
+    from harness.agents.openai import SimulationFailed
+
+    script = after_greeting(text_reply(""))
+    with pytest.raises(SimulationFailed, match="no text and no tool call") as raised:
+        converse(suite, task, script, ScriptedUser(["Hi."]), store)
+    assert raised.value.agent_meta["termination_reason"] == "agent_error"
+    with pytest.raises(hx.ConfigurationError, match="simulation_errors"):
+        converse(suite, task, script, ScriptedUser(["Hi."]), store, simulation_errors="lenient")
 
 
 def test_the_llm_user_converses_on_a_tau2_task(suite: Any, task: Task, store: hx.Store) -> None:
@@ -388,3 +407,65 @@ def test_a_recorded_conversation_replays_without_either_server(
     assert result.passed and not result.infra_error and asked[1] == 2
     report = replay_episode(run.folder, result.episode_id, trust=True)
     assert report.ok and report.divergence is None and report.replayed == report.steps
+
+
+def _run_empty_first(tmp_path: Path, task: Task, empties: int, *extra: str) -> Any:
+    """`harness run` of one tau2 task whose agent's server answers its first ``empties``
+    conversations with an empty reply, and the later ones as the task's reference does."""
+    from harness.cli import main as cli
+
+    replay = ReplayPolicy([task])
+    seen: list[int] = []
+
+    def policy(request: dict[str, Any]) -> dict[str, Any]:
+        if sum(1 for m in request["messages"] if m["role"] == "assistant") == 1:
+            seen.append(1)  # the first model call of a conversation
+        if len(seen) <= empties:
+            return text_reply("")
+        return replay(request)
+
+    with FakeChatServer(policy) as server:
+        result = CliRunner().invoke(
+            cli,
+            [
+                *("run", str(TAU2_TASKS), "--agent", "openai", "--base-url", server.base_url),
+                *("--model", "fake", "--user", "scripted", "--task", task.id, "--trials", "1"),
+                *("--logs", str(tmp_path), *extra),
+            ],
+        )
+    assert "run folder:" in result.output, result.output
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    store = hx.Store(f"sqlite:///{folder / 'harness.db'}")
+    rows = sorted(store.trial_rows(), key=lambda r: r.episode_id)
+    store.close()
+    return rows, len(seen)
+
+
+def test_a_failed_simulation_runs_again_at_once_as_tau2_runs_it(task: Task, tmp_path: Path):
+    """Two empty replies, then a good conversation: attempts 0 and 1 are infrastructure errors
+    kept in the record, attempt 2 passes, all in one run; the trial counts as passed."""
+    rows, conversations = _run_empty_first(tmp_path, task, 2)
+    assert conversations == 3
+    assert [(r.episode_id.rpartition("~")[2] if "~" in r.episode_id else "0") for r in rows] == [
+        "0",
+        "1",
+        "2",
+    ]
+    assert [r.infra_error for r in rows] == [True, True, False]
+    assert rows[-1].passed
+    assert "tau2 fails this simulation" in json.loads(rows[0].agent_meta)["error"]
+
+
+def test_four_failed_simulations_end_as_an_infrastructure_error(task: Task, tmp_path: Path):
+    rows, conversations = _run_empty_first(tmp_path, task, 100)
+    assert conversations == 4 and len(rows) == 4
+    assert all(r.infra_error and not r.passed for r in rows)
+
+
+def test_the_strict_reading_counts_it_as_the_agents_failure(task: Task, tmp_path: Path):
+    rows, conversations = _run_empty_first(
+        tmp_path, task, 100, "--agent-option", "simulation_errors=fail"
+    )
+    assert conversations == 1 and len(rows) == 1
+    assert not rows[0].infra_error and not rows[0].passed
+    assert json.loads(rows[0].agent_meta)["termination_reason"] == "agent_error"
