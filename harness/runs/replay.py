@@ -25,8 +25,9 @@ from ..errors import (
     Escalated,
     HarnessError,
     InvalidArguments,
+    Rejected,
 )
-from ..store import EpisodeStatus, EscalationRow, Store, TxnStatus
+from ..store import EpisodeStatus, EscalationRow, EscalationStatus, Store, TxnStatus
 from .judge import judge, reference_outcome, trial_conversation, with_assertions
 from .layout import open_run
 from .rebuild import apply_changes, recorded_changes
@@ -89,6 +90,9 @@ class ReplayEpisode:
         assert row is not None
         if row.decision == "escalate":
             esc = self._escalations.get(row.id)
+            if esc is not None and esc.status == EscalationStatus.REJECTED:
+                # A person rejected it: on resume, the agent was told so, and went on.
+                raise Rejected(action.name, esc.resolved_by or "?", esc.resolution_reason or "")
             self.outcome = EpisodeStatus.ESCALATED
             raise Escalated(
                 esc.id if esc else "?", action.name, row.failure_class or "", row.reason or ""

@@ -35,7 +35,7 @@ def test_the_scripted_agent_passes_every_trial_with_the_recorded_decisions(tmp_p
     """Each held call is decided as the task records it, by its person, in the run's record
     (signed): every trial passes, every approved or edited effect ran exactly once in each
     trial and a rejected one never; the run verifies with the public key, a resume has nothing
-    to do, and each trial replays against its record."""
+    to do, and each trial replays against its record to its end."""
     ledger = tmp_path / "ledger.txt"
     suite = approval_suite(tmp_path / "suite", TASKS, ledger=str(ledger))
     code, _ = run_cli("keygen", str(tmp_path / "key"))
@@ -81,7 +81,8 @@ def test_the_scripted_agent_passes_every_trial_with_the_recorded_decisions(tmp_p
         code, out = run_cli(
             "replay", str(folder), "--episode", row.episode_id, "--suite", str(suite)
         )
-        assert code == 0 and "no divergence" in out, out
+        # (a rejected call too: the agent was told so and went on, as recorded)
+        assert code == 0 and "no divergence" in out and "it ended answered" in out, out
     assert ran(ledger) == expected
 
 
