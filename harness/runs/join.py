@@ -180,7 +180,8 @@ def work_run(
         tasks = list(config.get("tasks") or [t.id for t in loaded.tasks])
         trials = int(config.get("trials") or 1)
         seed = int(config.get("seed") or 0)
-        jobs, _ = trial_plan(store, row.id, tasks, trials, seed)
+        scheme = str(config.get("seeds") or "harness")
+        jobs, _ = trial_plan(store, row.id, tasks, trials, seed, scheme)
         out = WorkResult(row.id, run.where, notes=notes)
         if not jobs:
             return out
@@ -240,6 +241,6 @@ def work_run(
         finally:
             if own:
                 sigint.restore()
-        left, _ = trial_plan(store, row.id, tasks, trials, seed)
+        left, _ = trial_plan(store, row.id, tasks, trials, seed, scheme)
         out.left = [episode_id(row.id, j.task_id, j.trial) for j in left]
         return out

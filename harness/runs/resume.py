@@ -33,7 +33,7 @@ from .layout import OpenRun, episode_id, open_run
 from .lifecycle import AgentErrorLimit, RunRecord, RunResult, carry_out
 from .limits import RunLimits
 from .spec import Job, RunSpec, key_for_workers
-from .start import REDACTED, ExecutorName, trial_seed
+from .start import REDACTED, ExecutorName, seeding
 from .worker import TrialResult, Worker, trial_state
 
 __all__ = [
@@ -358,19 +358,20 @@ def signing_notes(store: Store, run_id: str, key: SigningKey | None) -> list[str
 
 
 def trial_plan(
-    store: Store, run_id: str, tasks: list[str], trials: int, seed: int
+    store: Store, run_id: str, tasks: list[str], trials: int, seed: int, scheme: str = "harness"
 ) -> tuple[list[Job], dict[str, tuple[str, str]]]:
     """What each trial of the run needs now: its state and the episode of its attempt, by trial
     id (:func:`~harness.runs.worker.trial_state`), and the jobs of those left to run (mode
     ``auto``: decided again under each trial's lease)."""
     jobs: list[Job] = []
     plan: dict[str, tuple[str, str]] = {}
+    seed_of = seeding(scheme, seed, trials)
     for i in range(trials):
         for task_id in tasks:
             eid = episode_id(run_id, task_id, i)
             plan[eid] = trial_state(store, eid)
             if plan[eid][0] not in ("done", "pending"):
-                jobs.append(Job(task_id, i, trial_seed(seed, task_id, i), "auto"))
+                jobs.append(Job(task_id, i, seed_of(task_id, i), "auto"))
     return jobs, plan
 
 
@@ -495,7 +496,9 @@ def resume_run(
             max_agent_errors = run.evidence.get("max_agent_errors")
         limit = AgentErrorLimit.of(max_agent_errors)
         out = ResumeResult(RunResult(run_id, run.folder, loaded.name, trials, []), notes=notes)
-        jobs, plan = trial_plan(store, run_id, tasks, trials, seed)
+        # (A run recorded before seed schemes seeded every trial the harness's way.)
+        scheme = str(config.get("seeds") or "harness")
+        jobs, plan = trial_plan(store, run_id, tasks, trials, seed, scheme)
         states = {eid: state for eid, (state, _) in plan.items()}
         for state, attempt in plan.values():
             if state == "done":

@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import os
 import platform
+import random
 import re
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from .._version import __version__
 from ..agents import Agent, recorded_spec, registry
@@ -48,11 +49,13 @@ from .worker import TrialResult, Worker
 
 __all__ = [
     "REDACTED",
+    "SEED_SCHEMES",
     "RunResult",
     "evidence_record",
     "harness_commit",
     "redact",
     "run_trials",
+    "seeding",
     "trial_seed",
 ]
 
@@ -72,6 +75,28 @@ def trial_seed(seed: int, task_id: str, trial: int) -> int:
     """A trial's seed: stable across runs, workers and orderings."""
     h = hashlib.sha256(f"{seed}:{task_id}:{trial}".encode()).digest()
     return int.from_bytes(h[:8], "big") % (2**31)
+
+
+SEED_SCHEMES: Final = ("harness", "tau2")
+"""How a run seeds its trials: ``harness`` (:func:`trial_seed`, one seed per task and trial)
+or ``tau2`` (tau2-bench's runner: ``random.seed(seed)``, then one ``randint(0, 1000000)`` per
+trial, the same for every task), which runs of tau2 tasks use so that a trial's seed is the
+one tau2 gives it."""
+
+
+def seeding(scheme: str, seed: int, trials: int) -> Callable[[str, int], int]:
+    """The seed of ``(task id, trial)`` under ``scheme`` (:data:`SEED_SCHEMES`).
+
+    Raises:
+        ConfigurationError: an unknown scheme.
+    """
+    if scheme == "tau2":
+        rng = random.Random(seed)
+        per_trial = [rng.randint(0, 1_000_000) for _ in range(trials)]
+        return lambda _task_id, trial: per_trial[trial]
+    if scheme == "harness":
+        return lambda task_id, trial: trial_seed(seed, task_id, trial)
+    raise ConfigurationError(f"seed scheme {scheme!r}: give one of {', '.join(SEED_SCHEMES)}")
 
 
 def _tool_versions(suite: Suite) -> dict[str, str]:
@@ -305,6 +330,8 @@ def run_trials(
             )
         agent_obj = agent
     judge_options = None if judge is None else dict(judge)
+    # Tasks from tau2's files get the seeds tau2's runner gives its trials.
+    scheme = "tau2" if loaded.tasks and all(t.source == "tau2" for t in loaded.tasks) else "harness"
     judge_obj = None if judge_options is None else OpenAIJudge(**judge_options)
     wanted = None if tasks is None else list(tasks)
     if wanted is not None:
@@ -362,6 +389,7 @@ def run_trials(
             "seed": seed,
             "tasks": [t.id for t in selected],
             "transactions": transactions,
+            "seeds": scheme,
         }
         if limits is not None:
             config["limits"] = limits.to_config()
@@ -381,9 +409,8 @@ def run_trials(
             binding=run_binding(config, evidence),
             judge=judge_options,
         )
-        jobs = [
-            Job(t.id, i, trial_seed(seed, t.id, i), "auto") for i in range(trials) for t in selected
-        ]
+        seed_of = seeding(scheme, seed, trials)
+        jobs = [Job(t.id, i, seed_of(t.id, i), "auto") for i in range(trials) for t in selected]
         # One worker, or an agent object: trials run here, on the suite already loaded (its
         # reference outcomes computed once) and the agent already built.
         where = executor_for(

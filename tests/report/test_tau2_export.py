@@ -712,3 +712,57 @@ def test_a_conversation_cut_short_has_no_checks_as_in_tau2(tmp_path: Path) -> No
     )
     assert "db_check" not in info and "action_checks" not in info
     assert tau2_action_metrics([sim])["db_not_checked"] == 1
+
+
+@needs_data
+def test_trials_of_tau2_tasks_get_the_seeds_tau2s_runner_gives_them(tau2_run: Path, tmp_path: Path):
+    """tau2's runner seeds Python's random with the run's seed and draws one seed per trial,
+    the same for every task; the export carries each trial's seed and the run's."""
+    import random
+
+    rng = random.Random(0)  # as random.seed(0), the run's seed (run_trials' default)
+    expected = [rng.randint(0, 1000000) for _ in range(2)]
+    path = export_run(tau2_run, "tau2", tmp_path / "t2.json", trust=True)
+    data = json.loads(path.read_text())
+    assert data["info"]["seed"] == 0
+    for sim in data["simulations"]:
+        assert sim["seed"] == expected[sim["trial"]], sim["task_id"]
+    config = json.loads(
+        CliRunner().invoke(main, ["report", str(tau2_run), "--json", "--allow-unverified"]).output
+    )["config"]
+    assert config["seeds"] == "tau2"
+
+
+@needs_data
+def test_a_resumed_tau2_run_keeps_tau2s_seeds(tmp_path: Path):
+    """Stopped after its first trial, then resumed: every trial has the seed tau2 gives it."""
+    import random
+
+    from harness.runs import resume_run
+
+    def stop(_result: object) -> None:
+        raise KeyboardInterrupt
+
+    first = run_trials(
+        TASKS,
+        agent="scripted",
+        trials=2,
+        seed=5,
+        logs=tmp_path / "logs",
+        tasks=["0", "6"],
+        progress=stop,
+    )
+    assert first.interrupted and first.folder is not None
+    resume_run(first.folder, suite=TASKS)
+    rng = random.Random(5)
+    expected = [rng.randint(0, 1000000) for _ in range(2)]
+    store = hx_store(first.folder)
+    seeds = {(r.task_id, r.trial): r.seed for r in store.trial_rows()}
+    store.close()
+    assert seeds == {(t, i): expected[i] for t in ("0", "6") for i in range(2)}
+
+
+def hx_store(folder: Path) -> Any:
+    import harness as hx
+
+    return hx.Store(folder / "harness.db")
