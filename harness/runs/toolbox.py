@@ -103,12 +103,24 @@ def _run_bare(
         value = tool.fn(**arguments)
         if inspect.iscoroutine(value):
             value = asyncio.run(value)
-    except TypeError as exc:
-        error = f"invalid arguments for {tool.name!r}: {exc}"
-        return ToolResult(False, error=error, kind="invalid"), exc
     except Exception as exc:  # the tool's own error is the answer, as tau2 gives it
-        return ToolResult(False, error=f"{exc}", kind="tool_error"), exc
+        # Arguments that do not fit the function: tau2's environment answers those with
+        # Python's words too (``Error: RetailTools.cancel_pending_order() got an unexpected
+        # keyword argument 'x'``), with no prefix of ours.
+        kind = "invalid" if isinstance(exc, TypeError) and not _fits(tool.fn, arguments) else None
+        return ToolResult(False, error=f"{exc}", kind=kind or "tool_error"), exc
     return ToolResult(True, value), None
+
+
+def _fits(fn: Any, arguments: dict[str, Any]) -> bool:
+    """Whether ``arguments`` bind to ``fn``'s signature (True when it has none to read)."""
+    try:
+        inspect.signature(fn).bind(**arguments)
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 class BareToolbox(RecordingToolbox):

@@ -215,3 +215,30 @@ def test_harness_run_no_transactions_records_a_bare_run(tmp_path: Path) -> None:
         store.close()
     evidence = json.loads((folder / "evidence.json").read_text())
     assert evidence["transactions"] is False
+
+
+def test_a_bare_call_with_arguments_that_do_not_fit_reads_as_tau2s(
+    tmp_path: Path, retail: Suite
+) -> None:
+    """tau2's environment answers a call whose arguments do not fit the tool with Python's own
+    words (``Error: RetailTools.cancel_pending_order() got an unexpected keyword argument``), and
+    so does a bare toolbox: no harness prefix in what the agent reads."""
+    from harness.runs.toolbox import make_toolbox
+
+    env = retail.new_environment()
+    try:
+        with hx.Episode(state=env.state, store=tmp_path / "h.db") as ep:
+            box = make_toolbox(env.tools, ep, env, transactions=False)
+            result = box.call(
+                "cancel_pending_order", {"order_id": "#W0000000", "reason": "x", "extra": 1}
+            )
+            missing = box.call("cancel_pending_order", {"order_id": "#W0000000"})
+    finally:
+        env.close()
+    assert not result.ok and result.kind == "invalid"
+    assert result.as_text() == (
+        "Error: RetailTools.cancel_pending_order() got an unexpected keyword argument 'extra'"
+    )
+    assert missing.as_text() == (
+        "Error: RetailTools.cancel_pending_order() missing 1 required positional argument: 'reason'"
+    )
