@@ -23,8 +23,13 @@ from ._special import (
 INTERVAL_METHODS: Mapping[str, str] = {
     "wilson": "Wilson score interval for a binomial proportion",
     "clopper-pearson": "Clopper-Pearson (exact binomial) interval",
-    "wilson-neff-t": "Wilson score interval at the effective number of tasks, Student-t quantile",
-    "clopper-pearson-tasks": "Clopper-Pearson with each task as one Bernoulli draw (sparse suites)",
+    "wilson-neff-padded": "Wilson score interval at the effective number of tasks, the task "
+    "variance padded by 0.3 of a pseudo-task at 0 and at 1 (suites whose task values are not all "
+    "0 or 1)",
+    "wilson-neff-t": "Wilson score interval at the effective number of tasks, Student-t quantile "
+    "(the per-run intervals under paired differences and the null model)",
+    "clopper-pearson-tasks": "Clopper-Pearson with each task as one Bernoulli draw (suites whose "
+    "task values are all 0 or 1, e.g. pass^k at k = n)",
     "wilson-neff-t-clustered": "wilson-neff-t with a cluster-robust standard error",
     "clopper-pearson-clustered": "clopper-pearson-tasks at the clusters' effective task count",
     "mover-t-hull": "hull of Newcombe's paired MOVER interval and the paired t interval",
@@ -34,6 +39,13 @@ INTERVAL_METHODS: Mapping[str, str] = {
 # Below this many tasks' worth of successes (or failures) the task-level variance is too poorly
 # estimated to trust: the coverage simulation fails at 2 and holds at 3 and 5.
 _SPARSE_MASS = 5.0
+
+# Pseudo-tasks added to the task-level sum of squares of a suite interval, half at 0 and half at
+# 1 in effect (``_PSEUDO_TASKS * (m^2 + (1 - m)^2)``): they widen the interval most where few
+# tasks carry the mean (an estimate near 0 or 1, a small suite), where the sample variance is
+# least reliable. Tuned on benchmarks/interval_coverage.py's tuning grid (0.15 undercovers,
+# 0.3 holds) and checked on its held-out grid.
+_PSEUDO_TASKS = 0.3
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,7 +283,49 @@ def _task_bounds(
     return _Bounds(value=m, low=low, high=high, se=np.sqrt(se2), n_eff=n_eff, sparse=sparse)
 
 
+def _padded_bounds(x: FloatArray, cap: FloatArray, confidence: float) -> _Bounds:
+    """Interval for the mean of per-task values in [0, 1] (one row of ``x`` per suite), unclustered.
+
+    Rows whose values are all 0 or 1 get Clopper-Pearson on ``T`` Bernoulli draws (``sparse``
+    is True for them); the others a Wilson score interval, normal quantile, at
+    ``n_eff = m(1 - m) T (T - 1) / (sum of squares + pseudo-tasks)``, kept in ``[T, cap]``.
+    """
+    n_tasks = x.shape[-1]
+    m = x.mean(axis=-1)
+    ss = np.sum((x - m[..., None]) ** 2, axis=-1)
+    se2 = ss / max(n_tasks - 1, 1) / n_tasks
+    binary = np.all((x == 0.0) | (x == 1.0), axis=-1)
+    # m^2 + (1 - m)^2 >= 1/2: with pseudo-tasks the padded sum of squares is never 0.
+    padded = ss + _PSEUDO_TASKS * (m * m + (1.0 - m) ** 2)
+    top = np.maximum(np.broadcast_to(cap, m.shape), float(n_tasks))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n_eff = m * (1.0 - m) * n_tasks * max(n_tasks - 1, 1) / padded
+    n_eff = np.clip(np.where(padded > 0.0, n_eff, top), n_tasks, top)
+    n_eff = np.where(binary, float(n_tasks), n_eff)
+    low, high = np.empty_like(m), np.empty_like(m)
+    dense = ~binary
+    if dense.any():
+        low[dense], high[dense] = _wilson_bounds(m[dense], n_eff[dense], _z(confidence))
+    if binary.any():
+        count = np.round(n_tasks * m[binary])
+        low[binary], high[binary] = _cp_bounds(
+            count, np.full(count.shape, float(n_tasks)), confidence
+        )
+    low, high = np.minimum(low, m), np.maximum(high, m)
+    return _Bounds(value=m, low=low, high=high, se=np.sqrt(se2), n_eff=n_eff, sparse=binary)
+
+
+def _suite_bounds(
+    x: FloatArray, cap: FloatArray, confidence: float, clusters: _Clusters | None
+) -> _Bounds:
+    """A suite's task-level interval: padded Wilson or Clopper-Pearson, or the clustered one."""
+    if clusters is None:
+        return _padded_bounds(x, cap, confidence)
+    return _task_bounds(x, cap, confidence, clusters)
+
+
 def _method(sparse: bool, clustered: bool) -> str:
+    """The method ``_suite_bounds`` took for one suite (``sparse``: its ``_Bounds.sparse``)."""
     if clustered:
         return "clopper-pearson-clustered" if sparse else "wilson-neff-t-clustered"
-    return "clopper-pearson-tasks" if sparse else "wilson-neff-t"
+    return "clopper-pearson-tasks" if sparse else "wilson-neff-padded"

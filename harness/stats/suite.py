@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from ._special import FloatArray, IntArray, _check_confidence, _first_bad, _whole
 from .estimators import _comb_ratio
-from .intervals import Estimate, _clusters, _method, _task_bounds
+from .intervals import Estimate, _clusters, _method, _suite_bounds
 
 # --------------------------------------------------------------------------------------------
 # Suite estimates.
@@ -59,7 +59,7 @@ def _suite_estimate(
     values: FloatArray, trials: IntArray, k: int, confidence: float, clusters: Any
 ) -> Estimate:
     groups = None if clusters is None else _clusters(clusters, len(values))
-    b = _task_bounds(values[None, :], np.array(float(trials.sum())), confidence, groups)
+    b = _suite_bounds(values[None, :], np.array(float(trials.sum())), confidence, groups)
     sparse = bool(b.sparse[0])
     return Estimate(
         value=float(b.value[0]),
@@ -174,7 +174,7 @@ def suite_pass_hat_k_batch(
     values = _comb_ratio(s, n, np.full(s.shape, kk, dtype=np.int64)).reshape(-1, n_tasks)
     cap = n.reshape(-1, n_tasks).sum(axis=-1).astype(np.float64)
     groups = None if clusters is None else _clusters(clusters, n_tasks)
-    b = _task_bounds(values, cap, conf, groups)
+    b = _suite_bounds(values, cap, conf, groups)
     shape = s.shape[:-1]
     return b.value.reshape(shape), b.low.reshape(shape), b.high.reshape(shape)
 
@@ -325,8 +325,8 @@ def suite_curve(
     hat, at = _curve_values(s, n, kk)
     groups = None if clusters is None else _clusters(clusters, len(s))
     cap = np.array(float(n.sum()))
-    bh = _task_bounds(hat, cap, conf, groups)
-    ba = _task_bounds(at, cap, conf, groups)
+    bh = _suite_bounds(hat, cap, conf, groups)
+    ba = _suite_bounds(at, cap, conf, groups)
     clustered = groups is not None
     return SuiteCurve(
         ks=kk,
