@@ -66,6 +66,7 @@ from .openai import (
 )
 
 __all__ = [
+    "JUDGE_DEFAULT_BASE_URL",
     "JUDGE_SYSTEM_PROMPT",
     "AssertionCheck",
     "Judge",
@@ -106,6 +107,10 @@ JUDGE_SYSTEM_PROMPT = (
     "        }\n"
     "        "
 )
+
+
+JUDGE_DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+"""The judge's server when none is named (vLLM's port, as the agent's)."""
 
 
 def conversation_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -212,6 +217,8 @@ def read_grades(content: Any, assertions: Sequence[str]) -> tuple[AssertionCheck
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         raise ValueError('the reply is not an object with a "results" list')
+    if assertions and not results:
+        raise ValueError("the reply grades none of the assertions")
     graded: list[tuple[str, bool, str]] = []
     for i, result in enumerate(results):
         met = result.get("metExpectation") if isinstance(result, dict) else None

@@ -23,7 +23,7 @@ from ..report.html import render_html as render_report_html
 from ..report.model import Report
 from ..report.templating import environment
 from ..runs.judge import trial_class
-from ..runs.layout import open_store
+from ..runs.layout import current_trials, open_store
 from ..store import TrialRow, TxnStatus, VerifyReport
 from .model import timeline
 
@@ -100,10 +100,14 @@ def render_report(report: Report, *, all_k: bool = False) -> str:
     """
     with open_store(report.folder) as opened:
         episodes = {e.id: e for e in opened.store.episodes(opened.run_id)}
+        # Each trial's last attempt, as the report counts it (under exclude, no infrastructure
+        # error): the filter's counts add up to the report's, and a cell opens its attempt.
+        rows = current_trials(opened.store.trial_rows(opened.run_id))
         trials = tuple(
             trial_page(timeline(opened.store, episodes[row.episode_id], row), row)
-            for row in opened.store.trial_rows(opened.run_id)
+            for row in rows
             if row.episode_id in episodes
+            and not (report.infra_policy == "exclude" and row.infra_error)
         )
     style = Markup(_env.get_template("episode.css.j2").render())
     return render_report_html(report, pages=TrialPages(trials, style), all_k=all_k)

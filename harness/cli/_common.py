@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from ..agents.judge import JUDGE_DEFAULT_BASE_URL
 from ..errors import ConfigurationError, HarnessError
 from ..runs.layout import open_run, open_store
 from ..runs.resume import resume_line
@@ -284,7 +285,7 @@ def judge_settings(model: str | None, base_url: str | None) -> dict[str, Any] | 
                 param_hint="'--judge-model'",
             )
         return None
-    options: dict[str, Any] = {"model": model, "base_url": base_url or OPENAI_DEFAULT_BASE_URL}
+    options: dict[str, Any] = {"model": model, "base_url": base_url or JUDGE_DEFAULT_BASE_URL}
     if env.get("HARNESS_JUDGE_API_KEY"):
         options["api_key"] = env["HARNESS_JUDGE_API_KEY"]
     return options

@@ -580,6 +580,28 @@ def _action_checks(messages: list[dict[str, Any]], gold: list[Any]) -> list[dict
     return checks
 
 
+def _communicate_checks(
+    messages: list[dict[str, Any]], required: list[str]
+) -> list[dict[str, Any]]:
+    """tau2's ``CommunicateEvaluator``: each required text is met when an assistant message
+    holds it (case-insensitive, the message read without commas), with tau2's justification."""
+    said = [
+        m["content"]
+        for m in messages
+        if m.get("role") == "assistant" and isinstance(m.get("content"), str) and m["content"]
+    ]
+    out = []
+    for info in required:
+        found = next((c for c in said if info.lower() in c.lower().replace(",", "")), None)
+        justification = (
+            f"Information '{info}' not communicated."
+            if found is None
+            else f"Information '{info}' communicated in the message:\n '{found}'"
+        )
+        out.append({"info": info, "met": found is not None, "justification": justification})
+    return out
+
+
 def _tau2_reward_info(
     reward: float,
     basis: list[str],
@@ -614,12 +636,10 @@ def _tau2_reward_info(
         breakdown["ACTION"] = 1.0
     outputs = checks.get("required_outputs")
     if isinstance(outputs, Mapping):
-        compared = outputs.get("compared") or {}
-        missing = set(compared.get("missing") or [])
-        out["communicate_checks"] = [
-            {"info": text, "met": text not in missing, "justification": "substring check"}
-            for text in compared.get("required") or []
-        ]
+        required = (outputs.get("compared") or {}).get("required") or []
+        out["communicate_checks"] = _communicate_checks(messages, [str(r) for r in required])
+    if "ENV_ASSERTION" in basis:
+        breakdown["ENV_ASSERTION"] = 1.0  # (tau2's reward with no environment assertion)
     if "COMMUNICATE" in basis:
         said = out.get("communicate_checks") or []
         breakdown["COMMUNICATE"] = float(all(c["met"] for c in said))

@@ -137,10 +137,17 @@ class AssessedVerdict:
         return data
 
 
-def with_assertions(verdict: Verification, task: Task, judgement: Judgement | None) -> Verification:
+def with_assertions(
+    verdict: Verification,
+    task: Task,
+    judgement: Judgement | None,
+    *,
+    unjudged: str = "no judge was given (harness run --judge-model)",
+) -> Verification:
     """``verdict`` with the check of ``task``'s natural-language assertions (the verdict as it
-    is when the task has none). Without a judgement (no judge was given) the check fails: a
-    task that cannot be fully judged is never passed."""
+    is when the task has none). Without a judgement the check fails, ``unjudged`` saying why
+    (no judge was given, the judge failed, the conversation was cut short): a task that cannot
+    be fully judged is never passed."""
     if not task.nl_assertions:
         return verdict
     if judgement is None:
@@ -150,7 +157,7 @@ def with_assertions(verdict: Verification, task: Task, judgement: Judgement | No
             "compared": {
                 "judged": False,
                 "assertions": list(task.nl_assertions),
-                "reason": "no judge was given (harness run --judge-model)",
+                "reason": unjudged,
             },
         }
     else:

@@ -23,6 +23,7 @@ from typing import Any
 
 from .._version import __version__
 from ..agents import Agent, is_agent_spec, recorded_spec, registry
+from ..agents.judge import JUDGE_DEFAULT_BASE_URL
 from ..errors import ConfigurationError, HarnessError, SuiteError
 from ..policy import Policy, Retry
 from ..store import SigningKey, Store
@@ -205,15 +206,23 @@ def check_secret_servers(
     if trust or not secrets:
         return
     recorded_judge = run.config.get("judge")
-    if secrets.get("judge_api_key") and isinstance(recorded_judge, dict):
+    if (
+        secrets.get("judge_api_key")
+        and isinstance(recorded_judge, dict)
+        and recorded_judge.get("api_key") == REDACTED  # (no key recorded: none is given back)
+    ):
         judge_server = str(recorded_judge.get("base_url") or "").rstrip("/")
-        if judge_server and judge_server != os.environ.get("HARNESS_JUDGE_BASE_URL", "").rstrip(
-            "/"
-        ):
+        named = {
+            JUDGE_DEFAULT_BASE_URL.rstrip("/"),
+            os.environ.get("HARNESS_JUDGE_BASE_URL", "").rstrip("/"),
+        }
+        proxy = recorded_judge.get("proxy")
+        if judge_server not in named or proxy:
+            where = f"{judge_server} through the proxy {proxy}" if proxy else judge_server
             raise ConfigurationError(
-                f"run {run.run.id} in {run.where} records its judge's server as {judge_server}; a "
-                "run folder does not choose where your key goes, so HARNESS_JUDGE_API_KEY was "
-                f"not given back and nothing was sent: name that server yourself "
+                f"run {run.run.id} in {run.where} records its judge's server as {where}; a run "
+                "folder does not choose where your key goes, so HARNESS_JUDGE_API_KEY was not "
+                "given back and nothing was sent: name that server yourself "
                 f"(HARNESS_JUDGE_BASE_URL={judge_server}), or trust the folder's configuration "
                 "(`--trust-agent`, trust_agent=True)"
             )

@@ -284,12 +284,15 @@ class Worker:
             with self.gate:
                 result = self._trial(job, eid, resume=state == "resume")
                 # A conversation tau2's runner would have failed is run again at once, in a new
-                # attempt, as tau2 runs a simulation again (up to 4 attempts in all).
-                while result.infra_error and result.again and result.attempt + 1 < AT_ONCE:
+                # attempt, as tau2 runs a simulation again: up to 4 attempts each time the trial
+                # is taken up (a resume gives it 4 more, as a new tau2 run would).
+                made = 1
+                while result.infra_error and result.again and made < AT_ONCE:
                     state, eid = trial_state(self.store, trial_id)
                     if state != "retry":
                         break
                     result = self._trial(job, eid, resume=False)
+                    made += 1
                 return result
 
     def _trial(self, job: Job, eid: str, *, resume: bool) -> TrialResult:
@@ -302,6 +305,7 @@ class Worker:
         message, infra, meta = "", False, {}
         agent_error: str | None = None
         judgement: Judgement | None = None
+        answered = False
         down: EndpointDown | None = None
         try:
             mark = env.state.mark()
@@ -338,7 +342,14 @@ class Worker:
                     with ep:
                         out = self.agent.run(task, toolbox, seed=seed)
                         message, meta = out.message, out.meta
-                        if task.nl_assertions and self.judge is not None:
+                        answered = True
+                        # A conversation cut short earns nothing whatever it said: tau2 does not
+                        # judge it, and neither is the judge asked here.
+                        if (
+                            task.nl_assertions
+                            and self.judge is not None
+                            and premature_end(out.meta) is None
+                        ):
                             # Inside the episode: the grades are remembered with its record.
                             judgement = self.judge.judge(
                                 task, trial_conversation(task, out), session=ep, seed=seed
@@ -363,7 +374,9 @@ class Worker:
                     # refuses (wrong model, bad key) is a configuration the run must not count
                     # as the agent's success or failure either.
                     infra = isinstance(exc, ModelServerError)
-                    meta = {**_partial_meta(exc), "error": _said(exc)}
+                    # After the agent answered (the judge failed), its own record is kept.
+                    kept = meta if answered and isinstance(meta, dict) else _partial_meta(exc)
+                    meta = {**kept, "error": _said(exc)}
                     if getattr(exc, "retry_at_once", False):
                         meta["retry_at_once"] = True
                 except WorkerCrash as crash:
@@ -403,7 +416,9 @@ class Worker:
                 if self.transactions
                 else bare_writes(bare_calls(self.store.log(eid)), env.tools),
             )
-            verdict = with_assertions(verdict, task, judgement)
+            verdict = with_assertions(
+                verdict, task, judgement, unjudged=_unjudged(self.judge, answered, meta)
+            )
             failures = Counter(c.kind for c in toolbox.calls if c.kind)
             if agent_error is not None:
                 failures[AGENT_ERROR] += 1
@@ -511,6 +526,17 @@ _TRACEBACK_CHARS = 20_000
 
 
 _MESSAGE_CHARS = 4_000
+
+
+def _unjudged(judge: Judge | None, answered: bool, meta: Any) -> str:
+    """Why a trial with natural-language assertions has no grades (when it has none)."""
+    if judge is None:
+        return "no judge was given (harness run --judge-model)"
+    if not answered:
+        return "the agent did not finish its turn, so the judge was not asked"
+    if isinstance(meta, dict) and meta.get("error"):
+        return f"the judge failed: {meta['error']}"
+    return "the conversation was cut short, so the judge was not asked (as in tau2)"
 
 
 def _said(exc: BaseException) -> str:

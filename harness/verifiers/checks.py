@@ -108,9 +108,13 @@ def field_checks(state: Any, checks: Sequence[FieldCheck]) -> list[CheckResult]:
     return out
 
 
-def required_outputs(message: str, outputs: Sequence[str]) -> CheckResult:
-    """Every required output appears in the final message (case-insensitive substring)."""
-    text = message.lower()
+def required_outputs(
+    message: str, outputs: Sequence[str], *, ignore_commas: bool = False
+) -> CheckResult:
+    """Every required output appears in the final message (case-insensitive substring);
+    ``ignore_commas`` reads the message without its commas, as tau2-bench reads it
+    (``$1,628`` says ``1628``)."""
+    text = message.lower().replace(",", "") if ignore_commas else message.lower()
     missing = [o for o in outputs if o.lower() not in text]
     return CheckResult(
         "required_outputs", not missing, {"required": list(outputs), "missing": missing}
@@ -135,6 +139,8 @@ def verify(
     checks = [state_equality(actual, expected)]
     checks.extend(field_checks(state, task.checks))
     if task.required_outputs:
-        checks.append(required_outputs(message, task.required_outputs))
+        checks.append(
+            required_outputs(message, task.required_outputs, ignore_commas=task.source == "tau2")
+        )
     partial = partial_credit(steps) if task.partial_credit == "steps" else None
     return Verdict(all(c.passed for c in checks), partial, checks)

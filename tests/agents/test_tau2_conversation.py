@@ -469,3 +469,37 @@ def test_the_strict_reading_counts_it_as_the_agents_failure(task: Task, tmp_path
     assert conversations == 1 and len(rows) == 1
     assert not rows[0].infra_error and not rows[0].passed
     assert json.loads(rows[0].agent_meta)["termination_reason"] == "agent_error"
+
+
+def test_a_resume_gives_the_trial_four_more_attempts(task: Task, tmp_path: Path):
+    """As a new tau2 run would: four attempts in the run, then four more on resume."""
+    import socket
+
+    from harness.cli import main as cli
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [
+        *("--agent", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "fake"),
+        *("--user", "scripted"),
+    ]
+    with FakeChatServer(lambda request: text_reply(""), port=port) as server:
+        result = CliRunner().invoke(
+            cli,
+            [
+                *("run", str(TAU2_TASKS), *args, "--task", task.id, "--trials", "1"),
+                *("--logs", str(tmp_path)),
+            ],
+        )
+        assert "run folder:" in result.output, result.output
+        (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+        first = len(server.requests)
+        resumed = CliRunner().invoke(cli, ["resume", str(folder), "--suite", str(TAU2_TASKS)])
+        assert resumed.exit_code in (0, 1), resumed.output
+        second = len(server.requests) - first
+    store = hx.Store(f"sqlite:///{folder / 'harness.db'}")
+    rows = store.trial_rows()
+    store.close()
+    assert first == second == 4  # one empty reply a conversation
+    assert len(rows) == 8 and all(r.infra_error for r in rows)

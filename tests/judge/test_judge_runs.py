@@ -203,3 +203,92 @@ def test_a_judge_key_goes_only_to_a_judge_server_you_name(
     monkeypatch.setenv("HARNESS_JUDGE_BASE_URL", judge_url)
     code = CliRunner().invoke(main, ["resume", str(folder), "--json", "--suite", str(suite)])
     assert code.exit_code == 0, code.output
+
+
+class CutShortAgent:
+    """A conversation that ended at max_steps, having done the task's writes."""
+
+    name = "cut-short"
+
+    def config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def run(self, task: Any, toolbox: Any, *, seed: int) -> Any:
+        from harness.agents.base import AgentOutput
+
+        for call in task.reference_actions:
+            toolbox.call(call.name, dict(call.arguments))
+        messages = [{"role": "assistant", "content": "working on it"}]
+        return AgentOutput(
+            message="working on it",
+            meta={"messages": messages, "termination_reason": "max_steps"},
+        )
+
+
+def test_a_conversation_cut_short_is_not_judged(suite: Path, tmp_path: Path):
+    """tau2 scores a conversation cut short 0 without asking its judge: so does the run, and
+    the trial is `cut short`, never an infrastructure error of the judge's."""
+    with FakeChatServer([text_reply("not json")]) as server:
+        result = run_trials(
+            suite,
+            agent=CutShortAgent(),
+            logs=tmp_path / "logs",
+            judge={"model": "judge-1", "base_url": server.base_url},
+        )
+        asked = len(server.requests)
+    assert asked == 0
+    (t0,) = [r for r in result.results if r.task_id == "t0"]
+    assert not t0.passed and not t0.infra_error
+    assert t0.failure is not None and t0.failure[0] == "cut short"
+
+
+def test_a_judge_that_fails_keeps_the_agents_record_and_says_so(suite: Path, tmp_path: Path):
+    """A reply that is not the JSON asked for: an infrastructure error of the trial (resume asks
+    again), the agent's own record kept, the verdict saying the judge failed."""
+    with FakeChatServer([text_reply("not json")]) as server:
+        result = run_trials(
+            suite,
+            agent="scripted",
+            logs=tmp_path / "logs",
+            judge={"model": "judge-1", "base_url": server.base_url},
+        )
+    (t0,) = [r for r in result.results if r.task_id == "t0"]
+    assert t0.infra_error and not t0.passed
+    store = hx.Store(result.folder / "harness.db")  # type: ignore[operator]
+    (row,) = [r for r in store.trial_rows() if r.task_id == "t0"]
+    store.close()
+    meta = json.loads(row.agent_meta)
+    assert meta["error"].startswith("JudgeReplyError:")
+    (check,) = [c for c in json.loads(row.verdict)["checks"] if c["name"] == "nl_assertions"]
+    assert check["compared"]["reason"].startswith("the judge failed: JudgeReplyError")
+
+
+def test_a_reply_that_grades_nothing_is_the_judges_failure():
+    with pytest.raises(ValueError, match="grades none"):
+        read_grades('{"results": []}', ["A"])
+
+
+def test_a_recorded_judge_proxy_gets_no_key_and_a_keyless_judge_needs_no_naming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A key goes nowhere a folder chose: not through a proxy it records either. A judge that
+    ran without a key is given none back, so resuming it needs no server named."""
+    plain = write_suite(tmp_path / "plain", [1])
+    with FakeChatServer(judge_policy(True)) as server:
+        url = server.base_url
+        proxied = run_trials(
+            plain,
+            agent="scripted",
+            logs=tmp_path / "a",
+            judge={"model": "j", "base_url": url, "api_key": "sk-j", "proxy": "http://127.0.0.1:9"},
+        )
+        keyless = run_trials(
+            plain, agent="scripted", logs=tmp_path / "b", judge={"model": "j", "base_url": url}
+        )
+    monkeypatch.setenv("HARNESS_JUDGE_API_KEY", "sk-j")
+    monkeypatch.setenv("HARNESS_JUDGE_BASE_URL", url)
+    refused = CliRunner().invoke(main, ["resume", str(proxied.folder), "--suite", str(plain)])
+    assert refused.exit_code == 2 and "through the proxy http://127.0.0.1:9" in refused.output
+    monkeypatch.delenv("HARNESS_JUDGE_BASE_URL")
+    fine = CliRunner().invoke(main, ["resume", str(keyless.folder), "--suite", str(plain)])
+    assert fine.exit_code == 0, fine.output

@@ -30,3 +30,16 @@ class EveryWayAgent(ScriptedAgent):
         else:
             return super().run(task, toolbox, seed=seed)
         return AgentOutput(message="done", claimed_success=True)
+
+
+class FirstAttemptDown(ScriptedAgent):
+    """The model server fails every trial's first attempt; later attempts do the task."""
+
+    name = "first-attempt-down"
+
+    def run(self, task: Any, toolbox: Any, *, seed: int) -> AgentOutput:
+        from harness.errors import ModelServerError
+
+        if "~" not in toolbox.episode.id:
+            raise ModelServerError("cannot reach the server", url="http://127.0.0.1:9/v1")
+        return super().run(task, toolbox, seed=seed)

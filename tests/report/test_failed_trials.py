@@ -188,3 +188,23 @@ def test_every_failed_trial_gets_one_known_class(given: dict[str, Any], cls: str
     else:
         assert found is not None and found[0] == cls and found[0] in TRIAL_CLASSES
         assert found[1]
+
+
+def test_the_html_report_shows_each_trials_last_attempt(tmp_path: Path):
+    """A trial whose first attempt was an infrastructure error and whose second passed is one
+    passed trial in the filter, and its grid cell opens the second attempt."""
+    from harness.runs import resume_run, run_trials
+
+    suite = write_suite(tmp_path / "suite", [1, 2])
+    agent = str(Path(__file__).with_name("failing_agents.py")) + ":FirstAttemptDown"
+    first = run_trials(suite, agent=agent, logs=tmp_path / "logs")
+    assert first.folder is not None and all(r.infra_error for r in first.results)
+    resume_run(first.folder, suite=suite, agent=agent)
+    page = tmp_path / "r.html"
+    code, out = run_cli("report", str(first.folder), "--html", str(page))
+    assert code == 0, out
+    html = page.read_text()
+    offered = dict(re.findall(r'value="([^"]+)"> [^(]+ \((\d+)\)', html))
+    assert offered == {"passed": "2"}
+    assert f'href="#episode-{first.folder.name}-t0-0~1"' in html
+    assert f'href="#episode-{first.folder.name}-t0-0"' not in html
