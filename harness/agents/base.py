@@ -9,7 +9,7 @@ adapts to, not a crash. Only an escalation ends the agent's turn.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -34,6 +34,7 @@ __all__ = [
     "Session",
     "ToolResult",
     "Toolbox",
+    "call_request",
     "environment_text",
     "registry",
 ]
@@ -93,6 +94,7 @@ class CallRecord:
     ok: bool
     kind: str | None
     write: bool
+    requestor: str = "assistant"
 
 
 class Session(Protocol):
@@ -141,6 +143,15 @@ def environment_text(
     return text
 
 
+def call_request(name: str, arguments: dict[str, Any], requestor: str) -> dict[str, Any]:
+    """What the episode remembers a call's answer under: the tool and its arguments, and for a
+    user's call its requestor (an agent's call reads as it did before users had tools)."""
+    request: dict[str, Any] = {"tool": name, "arguments": arguments}
+    if requestor != "assistant":
+        request["requestor"] = requestor
+    return request
+
+
 def _read_value(name: str, value: Any) -> Any:
     """What a read tool (a plain function) returned, as the JSON the agent reads; a value JSON
     cannot hold is refused as an action's result is (never shown as its ``repr``)."""
@@ -173,6 +184,13 @@ class Toolbox:
       shows the model the same words even though the state it would be computed from has
       moved on (or, in a replay, never moved).
 
+    The user may have tools too (tau2-bench's dual-control domains: the user acts on a device of
+    their own): ``environment.user_tools`` (tool name -> callable, as ``tools``) and, optionally,
+    ``environment.user_tool_defs()``, the definitions shown to the user's model. A user's call
+    is ``call(name, arguments, requestor="user")``: it runs in the same episode as the agent's
+    (a write as a transaction, a read recorded), is found among the user's tools only, and its
+    :class:`CallRecord` says ``requestor="user"``. :attr:`user_specs` lists the user's tools.
+
     Args:
         tools: tool name -> callable (actions run as transactions, others plainly).
         episode: the trial's episode (or a replay of it).
@@ -187,45 +205,80 @@ class Toolbox:
         self.environment = environment
         self.calls: list[CallRecord] = []
         self._specs: list[dict[str, Any]] | None = None
+        self._user_specs: list[dict[str, Any]] | None = None
 
-    def is_write(self, name: str) -> bool:
-        """Whether ``name`` is a tool that changes state."""
-        tool = self.tools.get(name)
+    @property
+    def user_tools(self) -> dict[str, Callable[..., Any]]:
+        """The user's tools (the environment's ``user_tools``; none when it has no such)."""
+        tools = getattr(self.environment, "user_tools", None)
+        return dict(tools) if isinstance(tools, Mapping) else {}
+
+    def tools_of(self, requestor: str) -> Mapping[str, Callable[..., Any]]:
+        """The tools ``requestor`` (``assistant`` or ``user``) may call.
+
+        Raises:
+            ConfigurationError: another requestor.
+        """
+        if requestor == "assistant":
+            return self.tools
+        if requestor == "user":
+            return self.user_tools
+        raise ConfigurationError(f"requestor {requestor!r}: give 'assistant' or 'user'")
+
+    def is_write(self, name: str, requestor: str = "assistant") -> bool:
+        """Whether ``name`` is a tool (of ``requestor``) that changes state."""
+        tool = self.tools_of(requestor).get(name)
         return isinstance(tool, Action) and tool.mutating
+
+    @property
+    def user_specs(self) -> list[dict[str, Any]]:
+        """Every tool of the user in OpenAI's function-calling format (the environment's
+        ``user_tool_defs()`` where it defines them)."""
+        if self._user_specs is None:
+            self._user_specs = self._build_specs(
+                self.user_tools, self._defined_specs("user_tool_defs")
+            )
+        return self._user_specs
 
     @property
     def specs(self) -> list[dict[str, Any]]:
         """Every tool in OpenAI's function-calling format."""
         if self._specs is None:
-            specs = []
-            defined = self._defined_specs()
-            for name, tool in self.tools.items():
-                if name in defined:
-                    specs.append(copy.deepcopy(defined[name]))
-                elif isinstance(tool, Action):
-                    specs.append(tool.openai_tool)
-                else:
-                    model, _, summary, _ = build_model(name, tool)
-                    schema = model.model_json_schema()
-                    schema.pop("title", None)
-                    for prop in schema.get("properties", {}).values():
-                        prop.pop("title", None)
-                    specs.append(
-                        {
-                            "type": "function",
-                            "function": {
-                                "name": name,
-                                "description": summary,
-                                "parameters": schema,
-                            },
-                        }
-                    )
-            self._specs = specs
+            self._specs = self._build_specs(self.tools, self._defined_specs())
         return self._specs
 
-    def _defined_specs(self) -> dict[str, dict[str, Any]]:
-        """The environment's own tool definitions by name (``tool_defs()``), if it has them."""
-        tool_defs = getattr(self.environment, "tool_defs", None)
+    @staticmethod
+    def _build_specs(
+        tools: Mapping[str, Callable[..., Any]], defined: Mapping[str, dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        specs = []
+        for name, tool in tools.items():
+            if name in defined:
+                specs.append(copy.deepcopy(defined[name]))
+            elif isinstance(tool, Action):
+                specs.append(tool.openai_tool)
+            else:
+                model, _, summary, _ = build_model(name, tool)
+                schema = model.model_json_schema()
+                schema.pop("title", None)
+                for prop in schema.get("properties", {}).values():
+                    prop.pop("title", None)
+                specs.append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": name,
+                            "description": summary,
+                            "parameters": schema,
+                        },
+                    }
+                )
+        return specs
+
+    def _defined_specs(self, hook: str = "tool_defs") -> dict[str, dict[str, Any]]:
+        """The environment's own tool definitions by name (``tool_defs()``, or the user's
+        ``user_tool_defs()``), if it has them."""
+        tool_defs = getattr(self.environment, hook, None)
         if not callable(tool_defs):
             return {}
         defined: dict[str, dict[str, Any]] = {}
@@ -234,7 +287,7 @@ class Toolbox:
             name = function.get("name") if isinstance(function, dict) else None
             if not isinstance(name, str):
                 raise ConfigurationError(
-                    f"{type(self.environment).__name__}.tool_defs() gave {spec!r}, not a tool "
+                    f"{type(self.environment).__name__}.{hook}() gave {spec!r}, not a tool "
                     'definition; return {"type": "function", "function": {"name": ..., '
                     '"description": ..., "parameters": {...}}} for each tool'
                 )
@@ -247,6 +300,7 @@ class Toolbox:
         arguments: dict[str, Any],
         result: ToolResult,
         error: BaseException | None,
+        requestor: str = "assistant",
     ) -> None:
         """Set ``result.text`` from the environment's ``tool_message`` hook, if it has one.
 
@@ -268,29 +322,42 @@ class Toolbox:
         def compute() -> str | None:
             return environment_text(self.environment, name, arguments, result, error)
 
-        refused_action = not result.ok and isinstance(self.tools.get(name), Action)
+        refused_action = not result.ok and isinstance(self.tools_of(requestor).get(name), Action)
         if refused_action and getattr(error, "decision", "continue") == "continue":
-            request = {"tool": name, "arguments": arguments}
+            request = call_request(name, arguments, requestor)
             result.text = self.episode.remember("tool_message", request, compute)
         else:
             result.text = compute()
 
-    def refuse(self, name: str, error: str, kind: str = "invalid") -> ToolResult:
+    def refuse(
+        self, name: str, error: str, kind: str = "invalid", requestor: str = "assistant"
+    ) -> ToolResult:
         """Record a call that never reached a tool (e.g. arguments that are not JSON)."""
         result = ToolResult(False, error=error, kind=kind)
-        self.calls.append(CallRecord(name, {}, False, kind, self.is_write(name)))
+        write = self.is_write(name, requestor)
+        self.calls.append(CallRecord(name, {}, False, kind, write, requestor))
         return result
 
-    def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
-        """Call a tool; refusals and failures come back as results, escalations propagate."""
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        requestor: str = "assistant",
+    ) -> ToolResult:
+        """Call a tool; refusals and failures come back as results, escalations propagate.
+
+        ``requestor="user"`` calls one of the user's tools (:attr:`user_tools`)."""
         arguments = dict(arguments or {})
-        tool = self.tools.get(name)
-        write = self.is_write(name)
+        tools = self.tools_of(requestor)
+        tool = tools.get(name)
+        write = self.is_write(name, requestor)
         error: BaseException | None = None
         if tool is None:
+            whose = "tools" if requestor == "assistant" else "the user's tools"
             result = ToolResult(
                 False,
-                error=f"unknown tool {name!r}; tools: {', '.join(sorted(self.tools))}",
+                error=f"unknown tool {name!r}; {whose}: {', '.join(sorted(tools))}",
                 kind="unknown_tool",
             )
         else:
@@ -301,7 +368,7 @@ class Toolbox:
                     value = _read_value(name, tool(**arguments))
                 result = ToolResult(True, value)
             except (Escalated, EpisodeClosed, ConfigurationError):
-                self.calls.append(CallRecord(name, arguments, False, "escalated", write))
+                self.calls.append(CallRecord(name, arguments, False, "escalated", write, requestor))
                 raise
             except Exception as exc:
                 error = exc
@@ -314,8 +381,8 @@ class Toolbox:
                     )
                 else:  # a read tool's own error is an answer for the agent
                     result = ToolResult(False, error=f"{exc}", kind="tool_error")
-        self.apply_tool_message(name, arguments, result, error)
-        self.calls.append(CallRecord(name, arguments, result.ok, result.kind, write))
+        self.apply_tool_message(name, arguments, result, error, requestor)
+        self.calls.append(CallRecord(name, arguments, result.ok, result.kind, write, requestor))
         return result
 
 

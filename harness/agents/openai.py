@@ -22,12 +22,24 @@ built from the ``user_*`` options), the agent runs tau2-bench's half-duplex conv
 - Then the user answers; the agent's reply goes to the tools when it calls any (all its calls
   run, and each result follows in the order of the calls), else to the user; after tool
   results the agent speaks again. The user sees the agent's text messages only.
-- Each of those is one step: a user message, an agent message, the results of one reply's
-  tool calls. An error is a tool result that failed (a refusal, an unknown tool, malformed
-  arguments). After every step that does not wait on tools, the conversation ends as
-  ``max_steps`` when ``max_steps`` steps were taken, and as ``too_many_errors`` when
-  ``max_errors`` errors were made (checked in that order, so the latter wins, and either
-  replaces a ``user_stop`` of the same step, as tau2's ``_check_termination`` does).
+- A user may have tools of its own (``environment.user_tools``: tau2's dual-control domains).
+  A user message that calls tools goes to the environment, not the agent (``Orchestrator.step``:
+  ``user_msg.is_tool_call()`` sends it to ``Role.ENV``); the calls run one after another
+  (``_execute_tool_calls``, each through ``Environment.get_response`` with
+  ``requestor="user"``, so on the user's tools), each result a ``tool`` message with
+  ``requestor: "user"``, and the results go back to the user (``to_role = from_role``), who
+  speaks again. The agent never sees that message nor its results; such a message never stops
+  the conversation (``UserSimulator.is_stop`` is false for a tool call). The user's calls go
+  through the same :class:`~harness.agents.base.Toolbox` and episode as the agent's
+  (``Toolbox.call(..., requestor="user")``): a write is a transaction, a read is recorded, and
+  a resumed or replayed trial gets the recorded results.
+- Each of those is one step: a user message, an agent message, the results of one message's
+  tool calls (the agent's or the user's). An error is a tool result that failed, whoever
+  made the call (a refusal, an unknown tool, malformed arguments). After every step that
+  does not wait on tools, the conversation ends as ``max_steps`` when ``max_steps`` steps
+  were taken, and as ``too_many_errors`` when ``max_errors`` errors were made (checked in
+  that order, so the latter wins, and either replaces a ``user_stop`` of the same step, as
+  tau2's ``_check_termination`` does).
 - A user message containing ``###STOP###``, ``###TRANSFER###`` or ``###OUT-OF-SCOPE###``
   ends it as ``user_stop``. tau2's text agent never stops by itself (``LLMAgent.is_stop`` is
   false): calling ``transfer_to_human_agents`` is a tool call like any other, whose result
@@ -98,6 +110,7 @@ from .base import AgentOutput, Session, Toolbox, ToolResult, registry
 from .endpoint import DOWN_AFTER, DOWN_FAILURES, endpoint
 from .user import (
     SIMULATION_GUIDELINES,
+    SIMULATION_GUIDELINES_TOOLS,
     STOP_TOKENS,
     User,
     UserTurn,
@@ -314,6 +327,37 @@ def _normalized_calls(raw: Any, turn: int) -> list[dict[str, Any]]:
             }
         )
     return calls
+
+
+def _user_calls(user: User, calls: Any) -> list[dict[str, Any]]:
+    """A user turn's tool calls in tau2's shape (``id``, ``name``, ``arguments``,
+    ``requestor="user"``; ``error`` when the arguments did not parse).
+
+    Raises:
+        ConfigurationError: the user gave something that is not a list of such calls.
+    """
+    if not calls:
+        return []
+    out = []
+    for i, call in enumerate(calls if isinstance(calls, list) else [calls]):
+        name = call.get("name") if isinstance(call, Mapping) else None
+        arguments = call.get("arguments") if isinstance(call, Mapping) else None
+        error = call.get("error") if isinstance(call, Mapping) else None
+        if not isinstance(name, str) or (error is None and not isinstance(arguments, Mapping)):
+            raise ConfigurationError(
+                f"user {user.name!r}: a UserTurn's tool_calls are "
+                f'{{"id": ..., "name": ..., "arguments": {{...}}}}, got {call!r}'
+            )
+        out.append(
+            {
+                "id": str(call.get("id") or f"user_call_{i}"),
+                "name": name,
+                "arguments": dict(arguments) if isinstance(arguments, Mapping) else None,
+                "requestor": "user",
+                **({"error": str(error)} if error is not None else {}),
+            }
+        )
+    return out
 
 
 def _now() -> str:
@@ -1281,14 +1325,20 @@ class OpenAIAgent(_ChatEndpoint):
                 "stop_token": None,
             }
         )
-        to_role, pending = "user", []  # pending: the tool calls of the agent's last reply
+        # pending: the tool calls of the last message, made by ``caller`` (agent or user)
+        to_role, pending, caller = "user", [], "assistant"
+        user_tools = {"tools": toolbox.user_specs} if toolbox.user_tools else {}
+        if user_tools:
+            meta["user_tool_calls"] = 0
         steps = errors = 0
         reason: str | None = None
         while reason is None:
             if to_role == "user":
                 asked = time.perf_counter()
                 try:
-                    turn = user.respond(task, list(trajectory), session=toolbox.episode, seed=seed)
+                    turn = user.respond(
+                        task, list(trajectory), session=toolbox.episode, seed=seed, **user_tools
+                    )
                 except ModelServerError as exc:
                     user_calls.append(_failed_call(exc, None, time.perf_counter() - asked))
                     raise
@@ -1297,12 +1347,17 @@ class OpenAIAgent(_ChatEndpoint):
                         f"user {user.name!r}: respond() must return a UserTurn, got "
                         f"{type(turn).__name__}"
                     )
+                pending = _user_calls(user, turn.tool_calls)
                 content = turn.content if isinstance(turn.content, str) else ""
                 trajectory.append(
                     {
                         "role": "user",
-                        "content": content,
-                        "tool_calls": None,
+                        "content": turn.content if pending else content,
+                        "tool_calls": [
+                            {k: c[k] for k in ("id", "name", "arguments", "requestor")}
+                            for c in pending
+                        ]
+                        or None,
                         "turn_idx": len(trajectory),
                         "timestamp": _now(),
                         "cost": turn.cost,
@@ -1311,13 +1366,16 @@ class OpenAIAgent(_ChatEndpoint):
                 )
                 user_calls.append(dict(turn.meta))
                 _add_usage(user_usage, turn.usage)
-                history.append({"role": "user", "content": content})
-                if not content.strip():
-                    reason = "user_error"
-                elif is_stop(content):
-                    reason = "user_stop"
-                    meta["stop_token"] = next(t for t in STOP_TOKENS if t in content)
-                to_role = "agent"
+                if pending:  # to the user's tools; the agent never sees this message
+                    to_role, caller = "env", "user"
+                else:
+                    history.append({"role": "user", "content": content})
+                    if not content.strip():
+                        reason = "user_error"
+                    elif is_stop(content):
+                        reason = "user_stop"
+                        meta["stop_token"] = next(t for t in STOP_TOKENS if t in content)
+                    to_role = "agent"
             elif to_role == "agent":
                 message, response = self._agent_turn(client, toolbox, history, seed, calls, usage)
                 said = message.get("content")
@@ -1340,11 +1398,32 @@ class OpenAIAgent(_ChatEndpoint):
                     entry["tool_calls"] = pending
                 history.append(entry)
                 if pending:
-                    to_role = "env"
+                    to_role, caller = "env", "assistant"
                 elif text is None or not text.strip():
                     reason = "agent_error"
                 else:
                     to_role = "user"
+            elif caller == "user":  # the user's calls run in order; results go to the user
+                meta["user_tool_calls"] += len(pending)
+                for call in pending:
+                    if call.get("error") is not None:
+                        meta["malformed_tool_calls"] += 1
+                        result = toolbox.refuse(call["name"], call["error"], requestor="user")
+                    else:
+                        result = toolbox.call(call["name"], call["arguments"], requestor="user")
+                    errors += not result.ok
+                    trajectory.append(
+                        {
+                            "id": call["id"],
+                            "role": "tool",
+                            "content": _as_text(result),
+                            "requestor": "user",
+                            "error": not result.ok,
+                            "turn_idx": len(trajectory),
+                            "timestamp": _now(),
+                        }
+                    )
+                to_role = "user"
             else:
                 results = self._call_tools(pending, toolbox, meta)
                 for call, result in zip(pending, results, strict=True):
@@ -1629,6 +1708,7 @@ class OpenAIUser(_ChatEndpoint):
         )
         self.temperature = temperature
         self.guidelines = SIMULATION_GUIDELINES if guidelines is None else guidelines
+        self.tools_guidelines = SIMULATION_GUIDELINES_TOOLS if guidelines is None else guidelines
         self.max_tokens = max_tokens
 
     def config(self) -> dict[str, Any]:
@@ -1646,32 +1726,49 @@ class OpenAIUser(_ChatEndpoint):
         }
 
     def request_body(
-        self, task: Task, messages: Sequence[Mapping[str, Any]], seed: int
+        self,
+        task: Task,
+        messages: Sequence[Mapping[str, Any]],
+        seed: int,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """The chat-completions request for the user's next message."""
+        """The chat-completions request for the user's next message (with the user's
+        ``tools`` offered, and tau2's guidelines for users with tools, when it has any)."""
+        guidelines = self.tools_guidelines if tools else self.guidelines
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [
-                {"role": "system", "content": user_system_prompt(task, self.guidelines)},
+                {"role": "system", "content": user_system_prompt(task, guidelines)},
                 *user_view(messages),
             ],
             "temperature": self.temperature,
             "seed": seed,
         }
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+            body["tool_choice"] = "auto"
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         return body
 
     def respond(
-        self, task: Task, messages: Sequence[Mapping[str, Any]], *, session: Session, seed: int
+        self,
+        task: Task,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        session: Session,
+        seed: int,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> UserTurn:
-        """The model's next message as the user, from the episode's record when it has it.
+        """The model's next message as the user, from the episode's record when it has it;
+        with ``tools`` (the user's tool definitions) the model may call them instead, each
+        call given back in tau2's shape with ``requestor="user"``.
 
         Raises:
             ModelServerError: the server kept failing (an infrastructure error).
             ModelRequestError: the server refused the request (4xx).
         """
-        body = self.request_body(task, messages, seed)
+        body = self.request_body(task, messages, seed, tools)
         request_digest = digest(body)
         started = time.perf_counter()
         response, attempts = session.remember(
@@ -1680,8 +1777,21 @@ class OpenAIUser(_ChatEndpoint):
         seconds = time.perf_counter() - started
         message, finish_reason = self._message(dict(response))
         content = message.get("content")
+        calls = []
+        for i, call in enumerate(_normalized_calls(message.get("tool_calls"), len(messages))):
+            function = call.get("function") or {}
+            arguments, problem = parse_arguments(function.get("arguments"))
+            calls.append(
+                {
+                    "id": call.get("id") or f"user_call_{i}",
+                    "name": function.get("name") or "",
+                    "arguments": arguments,
+                    **({"error": problem} if arguments is None else {}),
+                }
+            )
         return UserTurn(
-            content=content if isinstance(content, str) else "",
+            content=content if isinstance(content, str) else ("" if not calls else None),
+            tool_calls=calls or None,
             usage=_usage(response),
             cost=_cost(response),
             meta={

@@ -25,8 +25,18 @@ What is taken from tau2-bench (github.com/sierra-research/tau2-bench, commit
   ``StructuredUserInstructions.__str__``): :func:`scenario_text` writes the same text.
 - ``src/tau2/config.py``: the user's model runs at temperature 0.0; the orchestrator seeds it
   with the simulation's seed.
+- Users with tools (the telecom domain's user acts on their own phone): the user's model is
+  offered the user's tools and gets the guidelines for users with tools
+  (``data/tau2/user_simulator/simulation_guidelines_tools.md``,
+  :data:`SIMULATION_GUIDELINES_TOOLS`; ``get_global_user_sim_guidelines(use_tools=True)``).
+  A user message may call tools (``UserSimulator._generate_next_message`` gives each call
+  ``requestor="user"``); such a message never stops the conversation (``is_stop`` is false for
+  a tool call). The user's view keeps its own tool calls (as the ``assistant``'s, with their
+  text) and the results of its calls (``ToolMessage`` with ``requestor == "user"``), and still
+  leaves out the agent's tool calls and their results.
 
-tau2-bench's licence, for the text copied here (``SIMULATION_GUIDELINES``, ``SYSTEM_PROMPT``)::
+tau2-bench's licence, for the text copied here (``SIMULATION_GUIDELINES``,
+``SIMULATION_GUIDELINES_TOOLS``, ``SYSTEM_PROMPT``)::
 
     MIT License
 
@@ -53,6 +63,7 @@ tau2-bench's licence, for the text copied here (``SIMULATION_GUIDELINES``, ``SYS
 
 from __future__ import annotations
 
+import json
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +76,7 @@ from .base import Session
 __all__ = [
     "OUT_OF_SCOPE",
     "SIMULATION_GUIDELINES",
+    "SIMULATION_GUIDELINES_TOOLS",
     "STOP",
     "STOP_TOKENS",
     "SYSTEM_PROMPT",
@@ -124,6 +136,61 @@ SIMULATION_GUIDELINES = (
     "to the provided instructions and maintaining character consistency.\n"
 )
 """tau2-bench's global user simulation guidelines (the version for users without tools)."""
+
+# Copied from tau2-bench data/tau2/user_simulator/simulation_guidelines_tools.md (MIT, see
+# above), byte for byte (trailing spaces and the final newline included).
+SIMULATION_GUIDELINES_TOOLS = (
+    "# User Simulation Guidelines\n"
+    "\n"
+    "You are playing the role of a customer contacting a customer service representative "
+    "agent. \n"
+    "Your goal is to simulate realistic customer interactions while following specific "
+    "scenario instructions.\n"
+    "You have some tools to perform the actions on your end that might be requested by the "
+    "agent to diagnose and resolve your issue.\n"
+    "\n"
+    "## Core Principles\n"
+    "- Generate one message at a time, maintaining natural conversation flow.\n"
+    "- At each turn you can either:\n"
+    "    - Send a message to the agent.\n"
+    "    - Make a tool call to perform an action requested by the agent.\n"
+    "    - You cannot do both at the same time.\n"
+    "- Strictly follow the scenario instructions you have received.\n"
+    "- Never make up or hallucinate information not provided in the scenario instructions. "
+    "Information that is not provided in the scenario instructions should be considered "
+    "unknown or unavailable.\n"
+    "- Never make up the results of tool calls that the agent has requested, you must ground "
+    "your responses based on the results of tool calls if the agent has requested.\n"
+    "- If you made an error in a tool call and get an error message, fix the error and try "
+    "again.\n"
+    "- All the information you provide to the agent must be grounded in the information "
+    "provided in the scenario instructions or the results of tool calls.\n"
+    "- Avoid repeating the exact instructions verbatim. Use paraphrasing and natural language "
+    "to convey the same information\n"
+    "- Disclose information progressively. Wait for the agent to ask for specific information "
+    "before providing it.\n"
+    "- Only call a tool if the agent has requested it or if it is necessary to answer a "
+    "question the agent has asked. Ask clarifying questions if you do not know what action to "
+    "take.\n"
+    "- If the agent asks multiple actions to perform, state that you cannot perform multiple "
+    "actions at once, and ask the agent to instruct you one action at a time.\n"
+    "- Your messages when performing tool calls will not be displayed to the agent, only the "
+    "messages without tool calls will be displayed to the agent.\n"
+    "\n"
+    "## Task Completion\n"
+    "- The goal is to continue the conversation until the task is complete.\n"
+    "- If the instruction goal is satisified, generate the '###STOP###' token to end the "
+    "conversation.\n"
+    "- If you have been transferred to another agent, generate the '###TRANSFER###' token to "
+    "indicate the transfer. Only do this after the agent has clearly indicated that you are "
+    "being transferred.\n"
+    "- If you find yourself in a situation in which the scenario does not provide enough "
+    "information for you to continue the conversation, generate the '###OUT-OF-SCOPE###' "
+    "token to end the conversation.\n"
+    "Remember: The goal is to create realistic, natural conversations while strictly adhering "
+    "to the provided instructions and maintaining character consistency.\n"
+)
+"""tau2-bench's global user simulation guidelines for users with tools."""
 
 # Copied from tau2-bench src/tau2/user/user_simulator.py (MIT, see above).
 SYSTEM_PROMPT = """
@@ -212,17 +279,40 @@ def user_view(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The conversation as the user's model reads it (tau2's ``UserState.flip_roles``).
 
     ``messages`` is the conversation in tau2's shape (the agent's ``assistant`` messages, the
-    ``user``'s, the ``tool`` results). The user's own messages become ``assistant`` messages and
-    the agent's text messages ``user`` messages; the agent's tool calls and their results are
-    left out (the user never sees them).
+    ``user``'s, the ``tool`` results). The user's own messages become ``assistant`` messages
+    (with their tool calls, in OpenAI's shape, when the user called tools) and the agent's text
+    messages ``user`` messages; the results of the user's own calls (``requestor == "user"``)
+    are ``tool`` messages; the agent's tool calls and their results are left out (the user
+    never sees them).
     """
     view: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
         if role == "user":
-            view.append({"role": "assistant", "content": message.get("content")})
+            entry: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+            if message.get("tool_calls"):
+                entry["tool_calls"] = [
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {
+                            "name": call.get("name"),
+                            "arguments": json.dumps(call.get("arguments") or {}),
+                        },
+                    }
+                    for call in message["tool_calls"]
+                ]
+            view.append(entry)
         elif role == "assistant" and not message.get("tool_calls"):
             view.append({"role": "user", "content": message.get("content")})
+        elif role == "tool" and message.get("requestor") == "user":
+            view.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": message.get("id"),
+                    "content": message.get("content"),
+                }
+            )
     return view
 
 
@@ -231,17 +321,24 @@ class UserTurn:
     """What the user said, and what it cost.
 
     Attributes:
-        content: the message (a stop token in it ends the conversation, :func:`is_stop`).
+        content: the message (a stop token in it ends the conversation, :func:`is_stop`,
+            unless the message calls tools).
         usage: token counts the user's model reported (``prompt_tokens``,
             ``completion_tokens``), when it has one.
         cost: the cost the user's server reported, when it did.
         meta: anything else worth keeping (the model call's request digest, tries).
+        tool_calls: the user's own tool calls, in tau2's shape (``{"id", "name",
+            "arguments"}``, arguments a dict; a call without an id is numbered): they run on
+            the user's tools and their results come back to the user, not the agent. A call
+            with an ``"error"`` (and ``arguments`` None) is one whose arguments did not parse:
+            it is answered with that error and runs nothing.
     """
 
-    content: str
+    content: str | None
     usage: dict[str, int] | None = None
     cost: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @runtime_checkable
@@ -267,6 +364,11 @@ class User(Protocol):
     value the answer depends on that is not fixed by these (a model's answer) goes through
     ``session.remember(what, request, compute)``, so a resumed trial gets the same answer
     without asking again. Ending the conversation is saying one of :data:`STOP_TOKENS`.
+
+    In an environment whose user has tools (``environment.user_tools``), ``respond`` is also
+    given ``tools=``: the user's tool definitions in OpenAI's function-calling format. A turn
+    whose :attr:`UserTurn.tool_calls` is set calls them; their results come back to the user
+    (``tool`` messages with ``requestor == "user"`` in ``messages``), who speaks again.
     """
 
     name: str
@@ -283,12 +385,53 @@ class User(Protocol):
         ...
 
 
+Reply = str | dict[str, Any]
+"""One turn of a :class:`ScriptedUser`: a message, or ``{"tool_calls": [...]}`` (optionally
+with ``"content"``) calling the user's tools."""
+
+
+def _scripted_calls(reply: Mapping[str, Any], turn: int) -> list[dict[str, Any]]:
+    """A scripted turn's tool calls in tau2's shape, numbered by turn where they have no id.
+
+    Raises:
+        ConfigurationError: not a list of ``{"name": str, "arguments": dict}``.
+    """
+    calls = reply.get("tool_calls")
+    if not isinstance(calls, list) or not calls or set(reply) - {"tool_calls", "content"}:
+        raise ConfigurationError(
+            f"ScriptedUser: turn {turn} is {dict(reply)!r}; a turn calling tools is "
+            '{"tool_calls": [{"name": ..., "arguments": {...}}], "content": optional}'
+        )
+    out = []
+    for i, call in enumerate(calls):
+        if (
+            not isinstance(call, Mapping)
+            or not isinstance(call.get("name"), str)
+            or not isinstance(call.get("arguments", {}), Mapping)
+        ):
+            raise ConfigurationError(
+                f"ScriptedUser: turn {turn}'s call {i} is {call!r}; give "
+                '{"name": ..., "arguments": {...}}'
+            )
+        out.append(
+            {
+                "id": str(call.get("id") or f"user_call_{turn}_{i}"),
+                "name": call["name"],
+                "arguments": dict(call.get("arguments") or {}),
+            }
+        )
+    return out
+
+
 class ScriptedUser:
     """Says ``replies`` in order, one per turn, then ``then`` (``###STOP###``) for ever.
 
     Args:
         replies: what to say; default the task's ``instruction`` (a user who states the task
-            once, then stops).
+            once, then stops). A reply may instead call the user's tools
+            (``{"tool_calls": [{"name": "toggle_airplane_mode", "arguments": {}}]}``, with an
+            optional ``"content"``): the calls run on the user's tools, their results come back
+            to this user, and the next reply follows them.
         then: what to say once the replies are said.
 
     Which reply comes is the number of user messages already in the conversation, so a resumed
@@ -297,12 +440,17 @@ class ScriptedUser:
 
     name = "scripted"
 
-    def __init__(self, replies: Sequence[str] | None = None, *, then: str = STOP) -> None:
+    def __init__(self, replies: Sequence[Reply] | None = None, *, then: str = STOP) -> None:
         if replies is not None and (
-            isinstance(replies, str) or not all(isinstance(r, str) for r in replies)
+            isinstance(replies, str) or not all(isinstance(r, str | dict) for r in replies)
         ):
-            raise ConfigurationError("ScriptedUser(replies=...): give a list of strings")
+            raise ConfigurationError(
+                'ScriptedUser(replies=...): give a list of strings and {"tool_calls": [...]} turns'
+            )
         self.replies = None if replies is None else list(replies)
+        for turn, reply in enumerate(self.replies or ()):
+            if isinstance(reply, dict):
+                _scripted_calls(reply, turn)
         self.then = then
 
     def config(self) -> dict[str, Any]:
@@ -310,12 +458,25 @@ class ScriptedUser:
         return {"implementation": self.name, "replies": self.replies, "then": self.then}
 
     def respond(
-        self, task: Task, messages: Sequence[Mapping[str, Any]], *, session: Session, seed: int
+        self,
+        task: Task,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        session: Session,
+        seed: int,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> UserTurn:
         """The next reply of the script."""
-        replies = [task.instruction] if self.replies is None else self.replies
+        replies: list[Reply] = [task.instruction] if self.replies is None else self.replies
         said = sum(1 for m in messages if m.get("role") == "user")
-        return UserTurn(replies[said] if said < len(replies) else self.then)
+        reply = replies[said] if said < len(replies) else self.then
+        if isinstance(reply, dict):
+            content = reply.get("content")
+            return UserTurn(
+                content if isinstance(content, str) else None,
+                tool_calls=_scripted_calls(reply, said),
+            )
+        return UserTurn(reply)
 
 
 class UserRegistry:

@@ -20,7 +20,14 @@ from typing import Any
 
 from .._json import canonical, dumps, loads
 from ..action import Action, as_json
-from ..agents.base import CallRecord, Session, Toolbox, ToolResult, environment_text
+from ..agents.base import (
+    CallRecord,
+    Session,
+    Toolbox,
+    ToolResult,
+    call_request,
+    environment_text,
+)
 from ..episode.cursor import REMEMBERED
 from ..store import LogRow
 from ..transaction import observed_changes
@@ -73,22 +80,31 @@ class RecordingToolbox(Toolbox):
     result.
     """
 
-    def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        requestor: str = "assistant",
+    ) -> ToolResult:
         """Call a tool; reads are recorded (and answered from the record on resume)."""
         arguments = dict(arguments or {})
-        tool = self.tools.get(name)
+        tool = self.tools_of(requestor).get(name)
         if tool is not None and not isinstance(tool, Action):
             ran: list[ToolResult] = []
 
             def read() -> dict[str, Any]:
-                ran.append(Toolbox.call(self, name, arguments))
+                ran.append(Toolbox.call(self, name, arguments, requestor=requestor))
                 return _result_data(ran[0])
 
-            data = self.episode.remember("read", {"tool": name, "arguments": arguments}, read)
+            request = call_request(name, arguments, requestor)
+            data = self.episode.remember("read", request, read)
             if not ran:
-                self.calls.append(CallRecord(name, arguments, data["ok"], data["kind"], False))
+                self.calls.append(
+                    CallRecord(name, arguments, data["ok"], data["kind"], False, requestor)
+                )
             return _from_data(data)
-        result = super().call(name, arguments)
+        result = super().call(name, arguments, requestor=requestor)
         if self.episode.diverged is not None:
             raise self.episode.diverged
         return result
@@ -139,12 +155,18 @@ class BareToolbox(RecordingToolbox):
     as with :class:`RecordingToolbox`.
     """
 
-    def call(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        requestor: str = "assistant",
+    ) -> ToolResult:
         """Call a tool bare; the call and what it changed are recorded in the episode."""
         arguments = dict(arguments or {})
-        tool = self.tools.get(name)
+        tool = self.tools_of(requestor).get(name)
         if not isinstance(tool, Action):
-            return super().call(name, arguments)
+            return super().call(name, arguments, requestor=requestor)
         state: Any = getattr(self.environment, "state", None)
 
         def run() -> dict[str, Any]:
@@ -161,8 +183,10 @@ class BareToolbox(RecordingToolbox):
             result.text = self._message(name, arguments, result, error)
             return {**_result_data(result), "changes": changes}
 
-        data = self.episode.remember(BARE, {"tool": name, "arguments": arguments}, run)
-        self.calls.append(CallRecord(name, arguments, data["ok"], data["kind"], tool.mutating))
+        data = self.episode.remember(BARE, call_request(name, arguments, requestor), run)
+        self.calls.append(
+            CallRecord(name, arguments, data["ok"], data["kind"], tool.mutating, requestor)
+        )
         return _from_data(data)
 
     def _message(
@@ -191,6 +215,7 @@ class BareCall:
         tool, arguments: what was called.
         ok, content, error, kind: its result.
         text: the environment's words for it, when it chose them (``tool_message``).
+        requestor: who made it: ``assistant`` (the agent) or ``user`` (a user with tools).
         changes: what it changed: key -> value after (None: removed).
         ts: when it was recorded (Unix time).
     """
@@ -205,6 +230,7 @@ class BareCall:
     changes: dict[str, Any]
     ts: float
     text: str | None = None
+    requestor: str = "assistant"
 
 
 def bare_calls(log: Iterable[LogRow]) -> list[BareCall]:
@@ -229,6 +255,7 @@ def bare_calls(log: Iterable[LogRow]) -> list[BareCall]:
                 changes=dict(value.get("changes") or {}),
                 ts=row.ts,
                 text=value.get("text"),
+                requestor=str(request.get("requestor") or "assistant"),
             )
         )
     return out
