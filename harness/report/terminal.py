@@ -91,7 +91,10 @@ def render_summary(
         # The null model's method belongs with it: only the full report shows that.
         if full or name in curve:
             console.print(f"  [dim]{name}: {text}[/dim]")
-    console.print(_class_table(report))
+    if report.failed_trials:
+        console.print(_class_table(report))
+    else:
+        console.print(f"failed trials: none of {report.n_trials} counted trials failed")
     counts = Table(title="failed calls by class, and outcomes")
     counts.add_column("what")
     counts.add_column("count", justify="right")

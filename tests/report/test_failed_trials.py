@@ -208,3 +208,13 @@ def test_the_html_report_shows_each_trials_last_attempt(tmp_path: Path):
     assert offered == {"passed": "2"}
     assert f'href="#episode-{first.folder.name}-t0-0~1"' in html
     assert f'href="#episode-{first.folder.name}-t0-0"' not in html
+
+
+def test_a_run_with_no_failed_trial_says_so_in_a_line(tmp_path: Path):
+    suite = write_suite(tmp_path / "suite", [1, 2])
+    code, out = run_cli(
+        "run", str(suite), "--agent", "scripted", "--trials", "2", "--logs", str(tmp_path / "l")
+    )
+    assert code == 0, out
+    assert "failed trials: none of 4 counted trials failed" in out
+    assert "failed trials by class" not in out
