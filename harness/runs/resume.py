@@ -232,6 +232,14 @@ def check_secret_servers(
             continue
         options, variables = _SECRET_SERVERS[key]
         server = next((str(stored[o]) for o in options if stored.get(o)), None)
+        if stored.get("proxy"):
+            # Whatever the server, the key would travel through the proxy the folder names.
+            raise ConfigurationError(
+                f"run {run.run.id} in {run.where} records a proxy for its agent "
+                f"({stored['proxy']}); a run folder does not choose where your key goes, so "
+                f"{key} was not given back and nothing was sent: trust the folder's agent "
+                "configuration (`--trust-agent`, trust_agent=True) if that proxy is yours"
+            )
         if server is None:
             continue  # (the agent's default server)
         named = {str(os.environ.get(v, "")).rstrip("/") for v in variables} - {""}

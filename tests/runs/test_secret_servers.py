@@ -119,3 +119,29 @@ def test_trusting_the_folder_or_its_own_server_goes_on(
     )
     assert result.exit_code == 0, result.output
     assert all("authorization" not in h for h in other.headers[before:])
+
+
+def test_a_recorded_proxy_gets_no_key_even_for_a_server_you_name(
+    toy: Suite, servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key would travel through the proxy the folder records, whatever the server: resume
+    refuses to give it back unless the folder is trusted."""
+    honest, _ = servers
+    folder = stopped_run(toy, honest, tmp_path)
+    store = hx.Store(folder / "harness.db")
+    try:
+        (row,) = store.runs()
+        config = hx._json.loads(row.config)
+        config["agent_options"]["proxy"] = "http://127.0.0.1:9"
+        store.add(hx.store.RunRow(**{**row.model_dump(), "config": hx._json.dumps(config)}))
+    finally:
+        store.close()
+    monkeypatch.setenv("HARNESS_OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("HARNESS_OPENAI_BASE_URL", honest.base_url)
+    from harness.runs.layout import open_run
+    from harness.runs.resume import check_secret_servers
+
+    with open_run(folder) as run:
+        with pytest.raises(hx.ConfigurationError, match="records a proxy"):
+            check_secret_servers(run, {"api_key": KEY})
+        check_secret_servers(run, {"api_key": KEY}, trust=True)
