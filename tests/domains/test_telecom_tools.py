@@ -13,7 +13,11 @@ import pytest
 
 import harness as hx
 from harness.agents.base import Toolbox
-from harness.domains.telecom.environment import TelecomEnvironment, TelecomError
+from harness.domains.telecom.environment import (
+    TelecomEnvironment,
+    TelecomError,
+    evaluate_environment,
+)
 from harness.testing import FakeClock
 
 REFERENCE = json.loads((Path(__file__).parent / "telecom_tool_defs.json").read_text("utf-8"))
@@ -145,3 +149,25 @@ def test_a_payment_flows_from_the_agents_request_to_the_users_phone_and_back() -
     _plain(env, "make_payment")()
     assert env.backend._get_bill_by_id(bill_id).status == "Paid"
     assert env.user_backend.db.surroundings.payment_request is None
+
+
+def test_tau2s_environment_reward_over_every_small_task() -> None:
+    """Every task of tasks_small.json: its reference actions (by their requestors) on top of
+    its initialization actions earn tau2's environment reward 1.0 (the device assertions hold);
+    the state the initialization actions leave fails the assertions of every task that has
+    any to fix, and evaluating leaves the trial's databases as they were."""
+    tasks = json.loads(TASKS.read_text("utf-8"))
+    assert len(tasks) == 20
+    for task in tasks:
+        env = TelecomEnvironment()
+        env.initialize(task["initial_state"]["initialization_actions"])
+        untouched = evaluate_environment(task, env)
+        for action in task["evaluation_criteria"]["actions"] or []:
+            _plain(env, action["name"])(**action["arguments"])
+        before = env.export()
+        scored = evaluate_environment(task, env)
+        assert env.export() == before
+        assert scored["reward"] == 1.0, task["id"]
+        assert scored["reward_breakdown"]["ENV_ASSERTION"] == 1.0
+        if any(a["requestor"] == "user" for a in task["evaluation_criteria"]["actions"]):
+            assert untouched["reward"] == 0.0, task["id"]

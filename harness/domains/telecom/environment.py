@@ -17,6 +17,7 @@ environment does:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -44,6 +45,9 @@ __all__ = [
     "TelecomEnvironment",
     "TelecomError",
     "TelecomState",
+    "evaluate_environment",
+    "make_tool_call",
+    "run_env_assertion",
     "to_json_str",
     "upstream_tool_def",
 ]
@@ -370,3 +374,113 @@ def _argument_error(kit: ToolKitBase, name: str, arguments: Mapping[str, Any]) -
         except TypeError as error:
             return str(error)
     return None
+
+
+def _copy_of(environment: TelecomEnvironment) -> TelecomEnvironment:
+    """A new environment over deep copies of ``environment``'s two databases."""
+    copied = TelecomEnvironment.__new__(TelecomEnvironment)
+    copied.backend = TelecomTools(environment.backend.db.model_copy(deep=True))
+    copied.user_backend = TelecomUserTools(environment.user_backend.db.model_copy(deep=True))
+    copied.state = TelecomState(copied)
+    copied.actions, copied.tools, copied.user_tools = {}, {}, {}
+    return copied
+
+
+def make_tool_call(
+    environment: TelecomEnvironment,
+    name: str,
+    requestor: str = "assistant",
+    arguments: Mapping[str, Any] | None = None,
+) -> Any:
+    """Upstream's ``Environment.make_tool_call``: the tool of ``requestor``'s side, without
+    :meth:`~TelecomEnvironment.sync_tools` (upstream's note: "This does not call sync_tools").
+
+    Raises:
+        ValueError: Another requestor, or a name that is not a tool of that side, as upstream
+            words them.
+    """
+    if requestor == "user":
+        kit: ToolKitBase = environment.user_backend
+    elif requestor == "assistant":
+        kit = environment.backend
+    else:
+        raise ValueError(f"Invalid requestor: {requestor}")
+    if name not in type(kit).tool_names():
+        raise ValueError(f"Tool '{name}' not found.")
+    return getattr(kit, name)(**dict(arguments or {}))
+
+
+def run_env_assertion(environment: TelecomEnvironment, assertion: Mapping[str, Any]) -> bool:
+    """Upstream's ``run_env_assertion`` (without raising): the function's result (after
+    :meth:`~TelecomEnvironment.sync_tools`) equals ``assert_value``.
+
+    Raises:
+        ValueError: The function returned something other than a bool, as upstream words it.
+    """
+    func_name = str(assertion["func_name"])
+    result = environment.run_env_function_call(
+        str(assertion["env_type"]), func_name, assertion.get("arguments")
+    )
+    if not isinstance(result, bool):
+        raise ValueError(f"Function {func_name} returned {type(result)} instead of bool")
+    return bool(result == assertion.get("assert_value", True))
+
+
+def evaluate_environment(task: Mapping[str, Any], trial: TelecomEnvironment) -> dict[str, Any]:
+    """tau2's ``EnvironmentEvaluator.calculate_reward`` for a telecom task and a trial's end
+    state: the gold environment (fresh, the task's initialization actions, then its reference
+    actions by their requestors, as upstream runs them) against the trial's two databases by
+    hash, and the task's env assertions run on a copy of the trial's end state.
+
+    Args:
+        task: The task as tau2's ``tasks.json`` holds it.
+        trial: The trial's environment at the end of the conversation (left unchanged).
+
+    Returns:
+        tau2's ``RewardInfo`` fields: ``reward``, ``db_check`` (``db_match``, ``db_reward``),
+        ``env_assertions`` (each ``env_assertion``, ``met``, ``reward``), ``reward_basis`` and
+        ``reward_breakdown``.
+    """
+    criteria = task.get("evaluation_criteria")
+    if criteria is None:
+        return {"reward": 1.0, "info": {"note": "No evaluation criteria"}}
+    actions, assertions = criteria.get("actions"), criteria.get("env_assertions")
+    if actions is None and assertions is None:
+        return {
+            "reward": 1.0,
+            "db_check": {"db_match": True, "db_reward": 1.0},
+            "info": {"note": "No expected actions or env assertions"},
+        }
+    initial = task.get("initial_state") or {}
+    gold = TelecomEnvironment()
+    gold.initialize(initial.get("initialization_actions") or [])
+    for action in actions or []:
+        # upstream logs a failing gold action and goes on
+        with contextlib.suppress(Exception):
+            make_tool_call(
+                gold, action["name"], action.get("requestor", "assistant"), action["arguments"]
+            )
+    db_match = (gold.db_hash(), gold.user_db_hash()) == (trial.db_hash(), trial.user_db_hash())
+    db_reward = 1.0 if db_match else 0.0
+    predicted = _copy_of(trial)
+    checks = []
+    assertion_reward = 1.0
+    for assertion in assertions or []:
+        met = run_env_assertion(predicted, assertion)
+        checks.append({"env_assertion": dict(assertion), "met": met, "reward": 1.0 if met else 0.0})
+        assertion_reward *= 1.0 if met else 0.0
+    basis = list(criteria.get("reward_basis") or ["DB", "COMMUNICATE"])
+    reward, breakdown = 1.0, {}
+    if "DB" in basis:
+        breakdown["DB"] = db_reward
+        reward *= db_reward
+    if "ENV_ASSERTION" in basis:
+        breakdown["ENV_ASSERTION"] = assertion_reward
+        reward *= assertion_reward
+    return {
+        "reward": reward,
+        "db_check": {"db_match": db_match, "db_reward": db_reward},
+        "env_assertions": checks,
+        "reward_basis": basis,
+        "reward_breakdown": breakdown,
+    }
