@@ -89,11 +89,12 @@ __all__ = [
 ]
 
 TASK_FORMAT_VERSION = 1
-BUILTIN_SUITES: Final = ("retail", "airline", "configs")
+BUILTIN_SUITES: Final = ("retail", "airline", "configs", "telecom")
 """The suites that ship with harness, loadable by name (:func:`builtin_suite`)."""
 BUILTIN_ENVIRONMENTS = {
     "retail": "harness.domains.retail.environment:RetailEnvironment",
     "airline": "harness.domains.airline.environment:AirlineEnvironment",
+    "telecom": "harness.domains.telecom.environment:TelecomEnvironment",
 }
 """tau2 domain -> the built-in environment a tau2 ``tasks.json`` of that domain runs on."""
 # The verifier a suite uses unless its manifest names another (``"verifier": "module:function"``).
@@ -106,6 +107,7 @@ BUILTIN_ENVIRONMENT_NAMES: Final = {
     "retail": "harness.domains.retail.environment:RetailEnvironment",
     "airline": "harness.domains.airline.environment:AirlineEnvironment",
     "configs": "harness.domains.configs.environment:ConfigsEnvironment",
+    "telecom": "harness.domains.telecom.environment:TelecomEnvironment",
 }
 """The built-in environments by name (registered in ``harness.environments`` too; this copy
 answers when the installed package's metadata is older than the source)."""
@@ -239,14 +241,20 @@ class ToolCall(BaseModel):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     approval: Approval | None = None
+    requestor: Literal["assistant", "user"] = "assistant"
+    """Who makes the call: the agent (``assistant``) or, in an environment whose user has
+    tools of its own (``user_tools``), the user."""
 
     @model_serializer(mode="wrap")
     def _without_unset_approval(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A call without a recorded approval reads as it did before approvals existed (its
-        # task keeps the digest runs recorded).
+        # A call without a recorded approval, or made by the agent, reads as it did before
+        # approvals and users' calls existed (its task keeps the digest runs recorded).
         data = handler(self)
-        if self.approval is None and isinstance(data, dict):
-            data.pop("approval", None)
+        if isinstance(data, dict):
+            if self.approval is None:
+                data.pop("approval", None)
+            if self.requestor == "assistant":
+                data.pop("requestor", None)
         return data
 
 
@@ -275,6 +283,12 @@ class Task(BaseModel):
         nl_assertions: statements about the conversation a judge model must find met (tau2's
             ``nl_assertions``; Inspect's model-graded scorers): every one must be met for the
             trial to pass. A run without a judge cannot pass such a task, and says so.
+        initialization: calls that set the environment up before the agent starts (tau2's
+            ``initial_state.initialization_actions``: each ``{"env_type", "func_name",
+            "arguments"}``), run by an environment that has ``prepare(task)``.
+        env_assertions: tau2's assertions on the environment's end state (each
+            ``{"env_type", "func_name", "arguments", "assert_value"}``), checked by an
+            environment that has ``reward(task)``.
     """
 
     id: str
@@ -289,6 +303,8 @@ class Task(BaseModel):
     tags: list[str] = Field(default_factory=list)
     source: str = ""
     nl_assertions: list[str] = Field(default_factory=list)
+    initialization: list[dict[str, Any]] = Field(default_factory=list)
+    env_assertions: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def digest(self) -> str:
@@ -302,7 +318,11 @@ class Task(BaseModel):
 
 # Task fields added after tasks were first written, with their defaults: a task that leaves
 # one at its default keeps the digest it had (runs recorded before it still match).
-_LATER_DEFAULTS: Final[dict[str, Any]] = {"nl_assertions": []}
+_LATER_DEFAULTS: Final[dict[str, Any]] = {
+    "nl_assertions": [],
+    "initialization": [],
+    "env_assertions": [],
+}
 
 
 @cache
@@ -410,6 +430,13 @@ def _argument_errors(name: str, tool: Any, arguments: dict[str, Any]) -> list[st
     return []
 
 
+def _tools_of(env: Any, call: ToolCall) -> Mapping[str, Any]:
+    """The tools ``call``'s requestor may call in ``env`` (the user's: ``env.user_tools``)."""
+    if call.requestor == "user":
+        return cast("Mapping[str, Any]", getattr(env, "user_tools", None) or {})
+    return cast("Mapping[str, Any]", env.tools)
+
+
 def _call_problem(tools: Mapping[str, Any], call: ToolCall, environment: str) -> str | None:
     """What is wrong with a reference call before it runs: its tool, or its arguments."""
     tool = tools.get(call.name)
@@ -485,9 +512,16 @@ class _ReferenceReplay:
         writes, refused: what the last pass committed and refused.
     """
 
-    def __init__(self, task: Task, tools: Mapping[str, Any], environment: str) -> None:
+    def __init__(
+        self,
+        task: Task,
+        tools: Mapping[str, Any],
+        environment: str,
+        user_tools: Mapping[str, Any] | None = None,
+    ) -> None:
         self.task = task
         self.tools = tools
+        self.user_tools: Mapping[str, Any] = user_tools or {}
         self.environment = environment
         self.answered: dict[int, str] = {}
         self.writes: list[tuple[str, str]] = []
@@ -497,8 +531,9 @@ class _ReferenceReplay:
         """One pass; the held call to answer (its index and escalation), or None: done."""
         self.writes, self.refused = [], []
         for i, call in enumerate(self.task.reference_actions):
-            problem = _call_problem(self.tools, call, self.environment)
-            tool = self.tools.get(call.name)
+            tools = self.tools if call.requestor == "assistant" else self.user_tools
+            problem = _call_problem(tools, call, self.environment)
+            tool = tools.get(call.name)
             ran = call.arguments
             if problem is None:
                 try:
@@ -788,7 +823,7 @@ class Suite:
 
     - a name without a colon: an environment registered under the entry-point group
       ``harness.environments`` (:data:`ENVIRONMENT_GROUP`; harness registers ``retail``,
-      ``airline`` and ``configs``), or
+      ``airline``, ``configs`` and ``telecom``), or
     - ``module:Class`` where ``module`` (or its top package) is a file ``<module>.py`` or a
       package ``<module>/__init__.py`` in the suite's own folder (a task file's folder): it is
       imported from there as a package of that folder, without ``sys.path`` or PYTHONPATH (its
@@ -869,7 +904,7 @@ class Suite:
         try:
             for task in self.tasks:
                 for i, call in enumerate(task.reference_actions):
-                    problem = _call_problem(env.tools, call, self.environment)
+                    problem = _call_problem(_tools_of(env, call), call, self.environment)
                     if problem is not None:
                         raise SuiteError(
                             f"{self._file(task)}: "
@@ -918,10 +953,12 @@ class Suite:
         return self._store
 
     def _replay_task(self, task: Task, store: Store) -> Reference:
-        env = self.new_environment()
+        env = self.environment_for(task)
         try:
             mark = env.state.mark()
-            replay = _ReferenceReplay(task, env.tools, self.environment)
+            replay = _ReferenceReplay(
+                task, env.tools, self.environment, getattr(env, "user_tools", None)
+            )
             episode_id: str | None = None
             while True:  # (once more for each held call a recorded decision answers)
                 episode = Episode(
@@ -952,6 +989,19 @@ class Suite:
     def new_environment(self) -> Any:
         """A fresh, isolated environment for one trial."""
         return self._factory(**self.environment_options)
+
+    def environment_for(self, task: Task) -> Any:
+        """A fresh environment set up for ``task``: the environment's ``prepare(task)``, when
+        it has one, runs before anything else (tau2's initialization actions, say)."""
+        env = self.new_environment()
+        prepare = getattr(env, "prepare", None)
+        if callable(prepare):
+            try:
+                prepare(task)
+            except BaseException:
+                env.close()
+                raise
+        return env
 
     def task(self, task_id: str) -> Task:
         """The task with ``task_id``."""
@@ -1243,8 +1293,32 @@ class _Tau2Task:
                 "an object of argument names to values",
                 required=False,
             )
-            calls.append(ToolCall(name=name, arguments=arguments or {}))
+            requestor = self.field(
+                action,
+                f"{at}.requestor",
+                str,
+                "'assistant' or 'user'",
+                required=False,
+            )
+            if requestor not in (None, "assistant", "user"):
+                raise self.error(
+                    f"{at}.requestor", f"must be 'assistant' or 'user', not {requestor!r}"
+                )
+            calls.append(
+                ToolCall(name=name, arguments=arguments or {}, requestor=requestor or "assistant")
+            )
         return calls
+
+    def objects(self, obj: dict[str, Any], field: str, what: str) -> list[dict[str, Any]]:
+        """``obj``'s list of objects at ``field`` (none when null or absent)."""
+        values: list[Any] = self.field(obj, field, list, what, required=False) or []
+        for j, value in enumerate(values):
+            if not isinstance(value, dict):
+                raise self.error(f"{field}[{j}]", f"must be an object, not {_kind(value)}")
+            self.field(value, f"{field}[{j}].env_type", str, "'assistant' or 'user'")
+            self.field(value, f"{field}[{j}].func_name", str, "a string naming the function")
+            self.field(value, f"{field}[{j}].arguments", dict, "an object", required=False)
+        return [dict(value) for value in values]
 
     def basis(self, crit: dict[str, Any]) -> list[str]:
         """``evaluation_criteria.reward_basis`` (tau2's default when null or absent)."""
@@ -1281,6 +1355,17 @@ class _Tau2Task:
         basis = self.basis(crit)
         info = self.strings(crit, "evaluation_criteria.communicate_info", "a list of strings")
         judged = self.strings(crit, "evaluation_criteria.nl_assertions", "a list of strings")
+        assertions = self.objects(
+            crit, "evaluation_criteria.env_assertions", "a list of assertions on the environment"
+        )
+        initial = self.field(self.raw, "initial_state", dict, "an object or null", required=False)
+        setup = (
+            []
+            if initial is None
+            else self.objects(
+                initial, "initial_state.initialization_actions", "a list of function calls"
+            )
+        )
         return Task(
             id=self.id,
             instruction=instr if isinstance(instr, str) else instr["reason_for_call"],
@@ -1288,6 +1373,8 @@ class _Tau2Task:
             required_outputs=list(info or []) if "COMMUNICATE" in basis else [],
             nl_assertions=list(judged or []) if "NL_ASSERTION" in basis else [],
             user=instr if isinstance(instr, dict) else {},
+            initialization=setup,
+            env_assertions=assertions,
             tags=[f"{TAU2_INDEX_TAG}{self.index}", f"{TAU2_BASIS_TAG}{','.join(basis)}"],
             source="tau2",
         )

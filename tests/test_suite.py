@@ -121,7 +121,7 @@ def test_task_digest_follows_content():
     assert a.digest != b.digest and a.digest == hx.Task(id="x", instruction="do it").digest
 
 
-@pytest.mark.parametrize("name", ["retail", "airline", "configs"])
+@pytest.mark.parametrize("name", ["retail", "airline", "configs", "telecom"])
 def test_builtin_suite_loads_by_name(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A built-in suite loads by its name from a folder with no such path in it."""
     monkeypatch.chdir(tmp_path)
@@ -136,7 +136,8 @@ def test_unknown_suite_name_lists_the_builtins(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(tmp_path)
     assert builtin_suite("nope") is None
     with pytest.raises(
-        hx.SuiteError, match=r"'nope' is neither .* built-in suite \(retail, airline, configs\)"
+        hx.SuiteError,
+        match=r"'nope' is neither .* built-in suite \(retail, airline, configs, telecom\)",
     ):
         hx.load_suite("nope")
 

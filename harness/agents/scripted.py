@@ -11,7 +11,8 @@ __all__ = ["ScriptedAgent"]
 
 
 class ScriptedAgent:
-    """Calls the task's reference actions in order, then reports the required outputs."""
+    """Calls the task's reference actions in order, then reports the required outputs; a
+    reference call the user makes (``requestor`` ``user``) is made with the user's tools."""
 
     name = "scripted"
 
@@ -20,7 +21,7 @@ class ScriptedAgent:
 
     def run(self, task: Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
         for call in task.reference_actions:
-            toolbox.call(call.name, dict(call.arguments))
+            toolbox.call(call.name, dict(call.arguments), requestor=call.requestor)
         return AgentOutput(message=final_message(task), claimed_success=True)
 
 

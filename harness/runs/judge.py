@@ -24,10 +24,12 @@ from ..transaction import observed_changes
 __all__ = [
     "AGENT_ERROR",
     "NL_CHECK",
+    "REWARD_CHECK",
     "TRIAL_CLASSES",
     "AssessedVerdict",
     "FailedTrial",
     "Reference",
+    "RewardVerdict",
     "classify_trial",
     "committed_calls",
     "judge",
@@ -83,18 +85,52 @@ def judge(
     rows: Sequence[TransactionRow],
     message: str,
     bare: Sequence[tuple[str, str]] = (),
+    environment: Any = None,
 ) -> tuple[Verification, list[bool]]:
     """The suite's verdict on a trial's state (changed since ``mark``) and its required steps.
 
     ``bare``: the writes a trial with its tools called bare made without an error
     (:func:`~harness.runs.toolbox.bare_writes`), which count as committed ones do.
+    ``environment``: the trial's environment; one with ``reward(task)`` scores the trial
+    itself (tau2's environment reward), and the suite's verifier is not asked.
     """
-    actual = {k: after for k, (_, after) in observed_changes(state, mark).items()}
     steps = steps_done(reference, [*committed_calls(rows), *bare])
+    reward = getattr(environment, "reward", None)
+    if callable(reward):
+        return RewardVerdict(dict(reward(task)), partial_steps(task, steps)), steps
+    actual = {k: after for k, (_, after) in observed_changes(state, mark).items()}
     verdict = suite.verify(
         task, actual=actual, expected=reference.changes, message=message, state=state, steps=steps
     )
     return verdict, steps
+
+
+def partial_steps(task: Task, steps: Sequence[bool]) -> float | None:
+    """The fraction of the reference's writes the trial made (None: none, or not asked)."""
+    if task.partial_credit != "steps" or not steps:
+        return None
+    return sum(steps) / len(steps)
+
+
+REWARD_CHECK: Final = "environment_reward"
+"""The name of the verdict's check of an environment's own reward (``reward(task)``)."""
+
+
+@dataclass(frozen=True)
+class RewardVerdict:
+    """The verdict of an environment that scores a trial itself: it passes on reward 1.0;
+    ``info`` is what the environment reports (tau2's ``reward_info`` fields)."""
+
+    info: dict[str, Any]
+    partial: float | None
+
+    @property
+    def passed(self) -> bool:
+        return float(self.info.get("reward", 0.0)) == 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        check = {"name": REWARD_CHECK, "passed": self.passed, "compared": self.info}
+        return {"passed": self.passed, "partial": self.partial, "checks": [check]}
 
 
 NL_CHECK: Final = "nl_assertions"

@@ -233,7 +233,7 @@ def replay_episode(
         notes: list[str] = []
         # 1. The verifier against the recorded final state.
         reference = reference_outcome(loaded, task)
-        env = loaded.new_environment()
+        env = loaded.environment_for(task)
         try:
             mark = env.state.mark()
             apply_changes(env.state, recorded_changes(rows))
@@ -247,13 +247,14 @@ def replay_episode(
                 rows=rows,
                 message=trial.message if trial else "",
                 bare=bare_writes(bare, env.tools),
+                environment=env,
             )[0]
             env.state.release(mark)
         finally:
             env.close()
         # 2. The agent against the record.
         replay = ReplayEpisode(episode_id, steps, store.escalation_rows(episode_id=episode_id))
-        env = loaded.new_environment()
+        env = loaded.environment_for(task)
         message: str | None = None
         judgement: Judgement | None = None
         recorded_judge = judge_options(run)

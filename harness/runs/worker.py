@@ -300,7 +300,7 @@ class Worker:
         task = self.suite.task(task_id)
         reference = self.reference(task)
         started = time.perf_counter()
-        env = self.suite.new_environment()
+        env = self.suite.environment_for(task)
         injector = None if self.faults is None else self.faults.injector(env, task_id, trial, eid)
         message, infra, meta = "", False, {}
         agent_error: str | None = None
@@ -415,6 +415,7 @@ class Worker:
                 bare=[]
                 if self.transactions
                 else bare_writes(bare_calls(self.store.log(eid)), env.tools),
+                environment=env,
             )
             verdict = with_assertions(
                 verdict, task, judgement, unjudged=_unjudged(self.judge, answered, meta)

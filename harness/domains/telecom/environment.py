@@ -306,6 +306,30 @@ class TelecomEnvironment:
                 str(action["env_type"]), str(action["func_name"]), action.get("arguments")
             )
 
+    def prepare(self, task: Any) -> None:
+        """Set the environment up for a harness task before its trial (or its reference
+        replay): the task's ``initialization`` (tau2's initialization actions)."""
+        self.initialize(task.initialization)
+
+    def reward(self, task: Any) -> dict[str, Any]:
+        """tau2's environment reward for a harness task on this environment's end state
+        (:func:`evaluate_environment`, with the task's reward basis from its tags)."""
+        basis = next(
+            (t.partition(":")[2] for t in task.tags if t.startswith("tau2-reward-basis:")), ""
+        )
+        tau2_task = {
+            "initial_state": {"initialization_actions": list(task.initialization)},
+            "evaluation_criteria": {
+                "actions": [
+                    {"name": c.name, "arguments": dict(c.arguments), "requestor": c.requestor}
+                    for c in task.reference_actions
+                ],
+                "env_assertions": list(task.env_assertions),
+                "reward_basis": basis.split(",") if basis else None,
+            },
+        }
+        return evaluate_environment(tau2_task, self)
+
     @classmethod
     def tool_defs(cls) -> list[dict[str, Any]]:
         """The agent's tools as upstream hands them to an agent (a fresh copy)."""
