@@ -439,6 +439,7 @@ class Worker:
             if injector is not None:
                 injector.uninstall()
             env.close()
+        verdict_data = verdict.to_dict()  # (once: the result, the record and the row)
         result = TrialResult(
             task_id=task_id,
             trial=trial,
@@ -460,7 +461,7 @@ class Worker:
                 infra_error=infra,
                 outcome=str(outcome),
                 failures=failures,
-                verdict=verdict.to_dict(),
+                verdict=verdict_data,
                 meta=meta,
             ),
         )
@@ -477,7 +478,7 @@ class Worker:
                 "partial": verdict.partial,
                 "outcome": str(outcome),
                 "infra_error": infra,
-                "verdict": verdict.to_dict(),
+                "verdict": verdict_data,
             },
             TrialRow(
                 id=eid,
@@ -494,7 +495,7 @@ class Worker:
                 failures=dumps(result.failures),
                 steps=dumps(steps),
                 message=message[:4000],
-                verdict=dumps(verdict.to_dict()),
+                verdict=dumps(verdict_data),
                 agent_meta=dumps(meta),
                 duration=result.duration,
                 created_at=time.time(),
