@@ -242,13 +242,22 @@ def test_a_conversation_cut_short_is_not_judged(suite: Path, tmp_path: Path):
     assert t0.failure is not None and t0.failure[0] == "cut short"
 
 
+class FinishedAgent(CutShortAgent):
+    """As :class:`CutShortAgent`, its conversation ended by the user (so it is judged)."""
+
+    def run(self, task: Any, toolbox: Any, *, seed: int) -> Any:
+        out = super().run(task, toolbox, seed=seed)
+        out.meta["termination_reason"] = "user_stop"
+        return out
+
+
 def test_a_judge_that_fails_keeps_the_agents_record_and_says_so(suite: Path, tmp_path: Path):
     """A reply that is not the JSON asked for: an infrastructure error of the trial (resume asks
     again), the agent's own record kept, the verdict saying the judge failed."""
     with FakeChatServer([text_reply("not json")]) as server:
         result = run_trials(
             suite,
-            agent="scripted",
+            agent=FinishedAgent(),
             logs=tmp_path / "logs",
             judge={"model": "judge-1", "base_url": server.base_url},
         )
@@ -259,6 +268,9 @@ def test_a_judge_that_fails_keeps_the_agents_record_and_says_so(suite: Path, tmp
     store.close()
     meta = json.loads(row.agent_meta)
     assert meta["error"].startswith("JudgeReplyError:")
+    # What the agent returned is kept beside the error, not replaced by it.
+    assert meta["messages"] == [{"role": "assistant", "content": "working on it"}]
+    assert meta["termination_reason"] == "user_stop"
     (check,) = [c for c in json.loads(row.verdict)["checks"] if c["name"] == "nl_assertions"]
     assert check["compared"]["reason"].startswith("the judge failed: JudgeReplyError")
 
