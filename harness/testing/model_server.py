@@ -163,11 +163,11 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         fake = self.server.fake
-        fake._arrive()
+        fake._arrive(self)
         try:
             fake._handle(self, raw)
         finally:
-            fake._depart()
+            fake._depart(self)
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
@@ -320,15 +320,21 @@ class FakeChatServer:
         return [m for m in self.requests[request].get("messages", []) if m.get("role") == "tool"]
 
     # --- serving ---
-    def _arrive(self) -> None:
+    def _arrive(self, handler: BaseHTTPRequestHandler) -> None:
         with self._lock:
             self.arrived.append(time.time())
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            handler._hx_in_flight = True  # type: ignore[attr-defined]
 
-    def _depart(self) -> None:
+    def _depart(self, handler: BaseHTTPRequestHandler) -> None:
+        """The request is no longer in flight: once, before its answer is written (a client
+        that has read the answer may send its next request at once) or when it ends without
+        one."""
         with self._lock:
-            self.in_flight -= 1
+            if getattr(handler, "_hx_in_flight", False):
+                handler._hx_in_flight = False  # type: ignore[attr-defined]
+                self.in_flight -= 1
 
     def _send(
         self,
@@ -338,6 +344,7 @@ class FakeChatServer:
         headers: dict[str, str] | None = None,
     ) -> None:
         data = json.dumps(body).encode("utf-8")
+        self._depart(handler)
         try:
             handler.send_response(status)
             handler.send_header("Content-Type", "application/json")
