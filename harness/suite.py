@@ -244,17 +244,33 @@ class ToolCall(BaseModel):
     requestor: Literal["assistant", "user"] = "assistant"
     """Who makes the call: the agent (``assistant``) or, in an environment whose user has
     tools of its own (``user_tools``), the user."""
+    compare_args: list[str] | None = None
+    """The arguments a trial's call must give the same values of to count as this one
+    (tau2's ``compare_args``): None compares every argument the trial's call gave, an empty
+    list only the tool's name. Read by an environment that scores tau2's ``ACTION`` reward."""
+
+    def matches(self, name: str, arguments: Mapping[str, Any]) -> bool:
+        """Whether a call of ``name`` with ``arguments`` counts as this one, as tau2's
+        ``Action.compare_with_tool_call`` decides: the same tool, and the same values of
+        :attr:`compare_args` (None: of every argument the call gave)."""
+        if name != self.name:
+            return False
+        keys = list(arguments) if self.compare_args is None else self.compare_args
+        given = {k: v for k, v in arguments.items() if k in keys}
+        return given == {k: v for k, v in self.arguments.items() if k in keys}
 
     @model_serializer(mode="wrap")
     def _without_unset_approval(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A call without a recorded approval, or made by the agent, reads as it did before
-        # approvals and users' calls existed (its task keeps the digest runs recorded).
+        # A call without a recorded approval, made by the agent, comparing every argument,
+        # reads as it did before these existed (its task keeps the digest runs recorded).
         data = handler(self)
         if isinstance(data, dict):
             if self.approval is None:
                 data.pop("approval", None)
             if self.requestor == "assistant":
                 data.pop("requestor", None)
+            if self.compare_args is None:
+                data.pop("compare_args", None)
         return data
 
 
@@ -288,7 +304,7 @@ class Task(BaseModel):
             "arguments"}``), run by an environment that has ``prepare(task)``.
         env_assertions: tau2's assertions on the environment's end state (each
             ``{"env_type", "func_name", "arguments", "assert_value"}``), checked by an
-            environment that has ``reward(task)``.
+            environment that has ``reward(task, calls)``.
     """
 
     id: str
@@ -1304,8 +1320,22 @@ class _Tau2Task:
                 raise self.error(
                     f"{at}.requestor", f"must be 'assistant' or 'user', not {requestor!r}"
                 )
+            compare = self.field(
+                action,
+                f"{at}.compare_args",
+                list,
+                "a list of argument names, or null to compare every argument",
+                required=False,
+            )
+            if compare is not None and not all(isinstance(k, str) for k in compare):
+                raise self.error(f"{at}.compare_args", "must list argument names (strings)")
             calls.append(
-                ToolCall(name=name, arguments=arguments or {}, requestor=requestor or "assistant")
+                ToolCall(
+                    name=name,
+                    arguments=arguments or {},
+                    requestor=requestor or "assistant",
+                    compare_args=compare,
+                )
             )
         return calls
 

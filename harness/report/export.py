@@ -36,18 +36,16 @@ from typing import Any, Final, Literal, cast
 
 from .._json import loads_or
 from .._version import __version__
-from ..agents.base import Session, Toolbox, ToolResult
-from ..episode.cursor import REMEMBERED
+from ..agents.base import Session, Toolbox
 from ..errors import HarnessError
-from ..runs.judge import NL_CHECK
+from ..runs.calls import episode_calls
+from ..runs.judge import NL_CHECK, REWARD_CHECK
 from ..runs.layout import OpenRun, open_run
 from ..runs.output import finite, json_text, write_output
 from ..runs.resume import run_suite
-from ..runs.toolbox import BARE
 from ..stats import InfraPolicy
-from ..store import Store, TransactionRow, TrialRow
+from ..store import TrialRow
 from ..store.records import trial_failures, trial_steps
-from ..store.statuses import APPLIED
 from ..suite import TAU2_BASIS_TAG, TAU2_INDEX_TAG, Suite, Task, is_builtin_suite
 
 __all__ = [
@@ -111,82 +109,6 @@ def suite_left_out(run: str | Path, *, suite: str | Path | None, trust: bool) ->
         "no task instructions; name it with --suite PATH, or trust the recorded path with "
         "--trust-suite"
     )
-
-
-def _result_text(txn: TransactionRow) -> str:
-    if txn.status in APPLIED:
-        return txn.result if txn.result is not None else "null"
-    return f"Error: {txn.reason or txn.failure_class or txn.status}"
-
-
-def _content_text(ok: bool, content: Any, error: str | None, text: Any = None) -> str:
-    """A recorded read's or bare call's result as the model read it (``ToolResult.as_text``:
-    the environment's words when it chose them)."""
-    return ToolResult(ok, content, error, text=text if isinstance(text, str) else None).as_text()
-
-
-def _tool_steps(store: Store, episode_id: str) -> list[dict[str, Any]]:
-    """Every tool call of an episode, in the order the agent made them, from its record: reads
-    and bare calls (remembered in the log) and writes (transactions, placed at their first log
-    record). Each is ``{id, name, arguments, content, error, start, end}``."""
-    log = store.log(episode_id)
-    rows = {t.id: t for t in store.transaction_rows(episode_id)}
-    steps: list[tuple[float, dict[str, Any]]] = []
-    placed: set[str] = set()
-    for entry in sorted(log, key=lambda r: r.seq):
-        if entry.txn_id is not None and entry.txn_id in rows and entry.txn_id not in placed:
-            placed.add(entry.txn_id)
-            txn = rows[entry.txn_id]
-            steps.append((entry.seq, _txn_step(txn)))
-            continue
-        if entry.kind != REMEMBERED:
-            continue
-        payload = loads_or(entry.payload, {})
-        if not isinstance(payload, dict):
-            continue
-        request, value = payload.get("request") or {}, payload.get("value")
-        if payload.get("what") == "tool_message" and isinstance(value, str):
-            # The words the model read for a refused write: they replace the harness's reason.
-            for _, step in reversed(steps):
-                if step["name"] == request.get("tool") and step["error"]:
-                    step["content"] = value
-                    break
-            continue
-        if payload.get("what") not in ("read", BARE) or not isinstance(value, dict):
-            continue
-        ok = bool(value.get("ok"))
-        steps.append(
-            (
-                entry.seq,
-                {
-                    "id": f"call_{episode_id}_{entry.seq}",
-                    "name": str(request.get("tool", "")),
-                    "arguments": dict(request.get("arguments") or {}),
-                    "content": _content_text(
-                        ok, value.get("content"), value.get("error"), value.get("text")
-                    ),
-                    "error": not ok,
-                    "start": entry.ts,
-                    "end": entry.ts,
-                },
-            )
-        )
-    late = sorted((t for t in rows.values() if t.id not in placed), key=lambda t: t.seq)
-    last = max((seq for seq, _ in steps), default=0)
-    steps += [(last + 1 + i, _txn_step(t)) for i, t in enumerate(late)]
-    return [step for _, step in sorted(steps, key=lambda p: p[0])]
-
-
-def _txn_step(txn: TransactionRow) -> dict[str, Any]:
-    return {
-        "id": f"call_{txn.id}",
-        "name": txn.action,
-        "arguments": loads_or(txn.args, {}),
-        "content": _result_text(txn),
-        "error": txn.status not in APPLIED,
-        "start": txn.started_at,
-        "end": txn.ended_at or txn.started_at,
-    }
 
 
 # --- messages an agent recorded (AgentOutput.meta["messages"]), in tau2's shape ---------------
@@ -320,7 +242,7 @@ def _trial_messages(
     recorded = meta.get("messages")
     if isinstance(recorded, list) and recorded:
         return _tau2_recorded(recorded, _iso(row.created_at))
-    steps = _tool_steps(data.store, row.episode_id)
+    steps = episode_calls(data.store, row.episode_id)
     instruction = task.instruction if task is not None else ""
     return _tau2_rebuilt(instruction, steps, row.message, row.created_at)
 
@@ -620,26 +542,40 @@ def _tau2_reward_info(
         return {"reward": 0.0, "reward_basis": None, "info": {"note": note, **info}}
     out: dict[str, Any] = {"reward": reward, "reward_basis": basis, "info": info}
     breakdown: dict[str, float] = {}
+    # An environment that scored the trial itself (telecom) recorded tau2's own parts.
+    scored = checks.get(REWARD_CHECK)
+    own: Mapping[str, Any] = (scored.get("compared") or {}) if isinstance(scored, Mapping) else {}
+    own_breakdown = own.get("reward_breakdown") or {}
     state = checks.get("state_equality")
-    if isinstance(state, Mapping):
+    if isinstance(own.get("db_check"), Mapping):
+        out["db_check"] = dict(own["db_check"])
+        if "DB" in basis:
+            breakdown["DB"] = float(out["db_check"].get("db_reward", 0.0))
+    elif isinstance(state, Mapping):
         db_match = bool(state.get("passed"))
         out["db_check"] = {"db_match": db_match, "db_reward": float(db_match)}
         if "DB" in basis:
             breakdown["DB"] = float(db_match)
+    if isinstance(own.get("env_assertions"), list):
+        out["env_assertions"] = list(own["env_assertions"])
     criteria = (raw or {}).get("evaluation_criteria") or {}
     gold = criteria.get("actions") if isinstance(criteria, Mapping) else None
-    if isinstance(gold, list) and gold:
+    if isinstance(own.get("action_checks"), list):  # matched against the trial's record
+        out["action_checks"] = list(own["action_checks"])
+    elif isinstance(gold, list) and gold:
         out["action_checks"] = _action_checks(messages, gold)
-        if "ACTION" in basis:
-            breakdown["ACTION"] = float(all(c["action_match"] for c in out["action_checks"]))
-    elif "ACTION" in basis:
-        breakdown["ACTION"] = 1.0
+    if "ACTION" in basis:
+        made = out.get("action_checks") or []
+        breakdown["ACTION"] = float(
+            own_breakdown.get("ACTION", all(c["action_match"] for c in made))
+        )
     outputs = checks.get("required_outputs")
     if isinstance(outputs, Mapping):
         required = (outputs.get("compared") or {}).get("required") or []
         out["communicate_checks"] = _communicate_checks(messages, [str(r) for r in required])
     if "ENV_ASSERTION" in basis:
-        breakdown["ENV_ASSERTION"] = 1.0  # (tau2's reward with no environment assertion)
+        # (tau2's reward with no environment assertion is 1.0)
+        breakdown["ENV_ASSERTION"] = float(own_breakdown.get("ENV_ASSERTION", 1.0))
     if "COMMUNICATE" in basis:
         said = out.get("communicate_checks") or []
         breakdown["COMMUNICATE"] = float(all(c["met"] for c in said))
@@ -726,15 +662,22 @@ def _tau2_task(task_id: str, task: Task | None, raw: dict[str, Any] | None) -> d
             "actions": [
                 {
                     "action_id": f"{task.id}_{i}",
-                    "requestor": "assistant",
+                    "requestor": c.requestor,
                     "name": c.name,
                     "arguments": dict(c.arguments),
+                    **({} if c.compare_args is None else {"compare_args": c.compare_args}),
                 }
                 for i, c in enumerate(task.reference_actions)
             ],
+            **({"env_assertions": list(task.env_assertions)} if task.env_assertions else {}),
             "communicate_info": list(task.required_outputs) or None,
             "reward_basis": basis,
         },
+        **(
+            {"initial_state": {"initialization_actions": list(task.initialization)}}
+            if task.initialization
+            else {}
+        ),
     }
 
 

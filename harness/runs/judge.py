@@ -86,18 +86,23 @@ def judge(
     message: str,
     bare: Sequence[tuple[str, str]] = (),
     environment: Any = None,
+    calls: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> tuple[Verification, list[bool]]:
     """The suite's verdict on a trial's state (changed since ``mark``) and its required steps.
 
     ``bare``: the writes a trial with its tools called bare made without an error
     (:func:`~harness.runs.toolbox.bare_writes`), which count as committed ones do.
-    ``environment``: the trial's environment; one with ``reward(task)`` scores the trial
-    itself (tau2's environment reward), and the suite's verifier is not asked.
+    ``environment``: the trial's environment; one with ``reward(task, calls)`` scores the
+    trial itself (tau2's environment reward), and the suite's verifier is not asked.
+    ``calls``: gives every tool call of the trial's record, the agent's and the user's
+    (:func:`~harness.runs.calls.record_calls`), which such an environment matches against the
+    task's reference actions; asked only then.
     """
     steps = steps_done(reference, [*committed_calls(rows), *bare])
     reward = getattr(environment, "reward", None)
     if callable(reward):
-        return RewardVerdict(dict(reward(task)), partial_steps(task, steps)), steps
+        made = [] if calls is None else calls()
+        return RewardVerdict(dict(reward(task, made)), partial_steps(task, steps)), steps
     actual = {k: after for k, (_, after) in observed_changes(state, mark).items()}
     verdict = suite.verify(
         task, actual=actual, expected=reference.changes, message=message, state=state, steps=steps

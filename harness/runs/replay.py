@@ -28,6 +28,7 @@ from ..errors import (
     Rejected,
 )
 from ..store import EpisodeStatus, EscalationRow, EscalationStatus, Store, TxnStatus
+from .calls import record_calls
 from .judge import judge, reference_outcome, trial_conversation, with_assertions
 from .layout import open_run
 from .rebuild import apply_changes, recorded_changes
@@ -248,6 +249,7 @@ def replay_episode(
                 message=trial.message if trial else "",
                 bare=bare_writes(bare, env.tools),
                 environment=env,
+                calls=lambda: record_calls(episode_id, log, rows),
             )[0]
             env.state.release(mark)
         finally:

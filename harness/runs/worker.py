@@ -31,6 +31,7 @@ from ..store.records import trial_failures, trial_steps
 from ..store.signing import sign_episode
 from ..store.witness import Witness
 from ..suite import HELD_FOR_APPROVAL, Suite, Task, load_suite
+from .calls import record_calls
 from .judge import (
     AGENT_ERROR,
     Reference,
@@ -404,18 +405,20 @@ class Worker:
             if down is not None:
                 raise down  # (the run stops; the trial is left for resume)
             outcome = ep.outcome
+            rows = self.store.transaction_rows(eid)
             verdict, steps = judge(
                 self.suite,
                 task,
                 reference,
                 state=env.state,
                 mark=mark,
-                rows=self.store.transaction_rows(eid),
+                rows=rows,
                 message=message,
                 bare=[]
                 if self.transactions
                 else bare_writes(bare_calls(self.store.log(eid)), env.tools),
                 environment=env,
+                calls=lambda: record_calls(eid, self.store.log(eid), rows),
             )
             verdict = with_assertions(
                 verdict, task, judgement, unjudged=_unjudged(self.judge, answered, meta)

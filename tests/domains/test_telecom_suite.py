@@ -8,11 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 import harness as hx
 from harness._json import digest
+from harness.agents.base import AgentOutput, Toolbox
 from harness.cli import main
+from harness.report.export import export_run
+from harness.runs import replay_episode
 from harness.suite import ToolCall, builtin_suite
 
 TAU2_FILE = Path(__file__).resolve().parents[2] / "tasks" / "telecom" / "tau2_tasks_small.json"
@@ -81,3 +85,105 @@ def test_a_trial_is_scored_by_tau2s_environment_reward(tmp_path: Path) -> None:
     info: dict[str, Any] = env.reward(task)
     assert info["reward"] == 1.0 and info["reward_basis"] == ["ENV_ASSERTION"]
     assert all(check["met"] for check in info["env_assertions"])
+
+
+HAND_OFFS = [
+    "[service_issue]lock_sim_card_pin[PERSONA:Hard]",
+    "[service_issue]contract_end_suspension[PERSONA:Hard]",
+]
+
+
+class ClaimsTheTransfer:
+    """Makes no call, but records a conversation in which it transferred the user: the reward
+    must read the trial's record, not the agent's account."""
+
+    name = "claims-transfer"
+
+    def config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def run(self, task: hx.Task, toolbox: Toolbox, *, seed: int) -> AgentOutput:
+        call = {"name": "transfer_to_human_agents", "arguments": {"summary": "done"}}
+        messages = [
+            {"role": "user", "content": task.instruction},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", **call}]},
+            {"role": "tool", "id": "c1", "content": "Transfer successful"},
+            {"role": "assistant", "content": "I have transferred you to a human agent."},
+        ]
+        return AgentOutput(message="I have transferred you.", meta={"messages": messages})
+
+
+def _action(verdict: dict[str, Any]) -> dict[str, Any]:
+    (check,) = [c for c in verdict["checks"] if c["name"] == "environment_reward"]
+    return dict(check["compared"])
+
+
+def test_the_hand_off_tasks_score_tau2s_action_reward_from_the_record(tmp_path: Path) -> None:
+    """On the two tasks whose basis is ENV_ASSERTION and ACTION, the phone's assertions hold
+    without any call (the line is out of service): an agent that only says it transferred the
+    user fails on ACTION, checked against the calls the trial's record holds; the scripted agent
+    (it transfers) passes; replay and the tau2 export read the same parts."""
+    suite = hx.load_suite("telecom")
+    tasks = [t for t in suite.tasks if t.id in HAND_OFFS]
+    assert [t.reference_actions[0].compare_args for t in tasks] == [[], []]
+    claimed = hx.run_trials(suite, agent=ClaimsTheTransfer(), tasks=HAND_OFFS, logs=tmp_path / "a")
+    scripted = hx.run_trials(suite, agent="scripted", tasks=HAND_OFFS, logs=tmp_path / "b")
+    assert [r.passed for r in claimed.results] == [False, False]
+    assert [r.passed for r in scripted.results] == [True, True]
+    for result, matched, agent in ((claimed, False, ClaimsTheTransfer()), (scripted, True, None)):
+        for trial in result.results:
+            replayed = replay_episode(result.folder, trial.episode_id, agent=agent)
+            assert replayed.recorded_verdict is not None
+            info = _action(replayed.recorded_verdict)
+            assert info["reward_breakdown"] == {"ENV_ASSERTION": 1.0, "ACTION": float(matched)}
+            assert [c["action_match"] for c in info["action_checks"]] == [matched]
+            assert info["action_checks"][0]["tool_type"] == "generic"
+            assert _action(replayed.verdict) == info
+    out = tmp_path / "t2.json"
+    export_run(claimed.folder, "tau2", out)
+    for sim in json.loads(out.read_text(encoding="utf-8"))["simulations"]:
+        reward = sim["reward_info"]
+        assert reward["reward"] == 0.0
+        assert reward["reward_breakdown"] == {"ENV_ASSERTION": 1.0, "ACTION": 0.0}
+        assert [c["met"] for c in reward["env_assertions"]] == [True]
+        assert [c["action_match"] for c in reward["action_checks"]] == [False]
+
+
+def test_a_failed_device_assertion_reads_as_failed_in_the_tau2_export(tmp_path: Path) -> None:
+    """An agent that does nothing on a task whose fix is on the phone: tau2's export writes the
+    assertion unmet and ENV_ASSERTION 0, as the environment's reward recorded it (not 1.0)."""
+    suite = hx.load_suite("telecom")
+    task = next(t for t in suite.tasks if t.env_assertions and t.id not in HAND_OFFS)
+    result = hx.run_trials(suite, agent=ClaimsTheTransfer(), tasks=[task.id], logs=tmp_path)
+    assert [r.passed for r in result.results] == [False]
+    out = tmp_path / "t2.json"
+    export_run(result.folder, "tau2", out)
+    (sim,) = json.loads(out.read_text(encoding="utf-8"))["simulations"]
+    reward = sim["reward_info"]
+    assert reward["reward"] == 0.0 and reward["reward_breakdown"]["ENV_ASSERTION"] == 0.0
+    assert not all(c["met"] for c in reward["env_assertions"])
+    (exported,) = [t for t in json.loads(out.read_text())["tasks"] if t["id"] == task.id]
+    assert exported["initial_state"]["initialization_actions"] == task.initialization
+    assert exported["evaluation_criteria"]["env_assertions"] == task.env_assertions
+    assert [a["requestor"] for a in exported["evaluation_criteria"]["actions"]] == [
+        c.requestor for c in task.reference_actions
+    ]
+
+
+def test_compare_args_decide_which_calls_count(tmp_path: Path) -> None:
+    """tau2's compare_with_tool_call: an empty list compares the name only, None every argument
+    the call gave, a list those arguments; a compare_args that is not a list of names is
+    refused with the field named."""
+    gold = ToolCall(name="t", arguments={"a": 1, "b": 2}, compare_args=[])
+    assert gold.matches("t", {"a": 9}) and not gold.matches("u", {})
+    every = ToolCall(name="t", arguments={"a": 1, "b": 2})
+    assert every.matches("t", {"a": 1}) and not every.matches("t", {"a": 1, "b": 3})
+    some = ToolCall(name="t", arguments={"a": 1, "b": 2}, compare_args=["b"])
+    assert some.matches("t", {"a": 5, "b": 2}) and not some.matches("t", {"b": 1})
+    assert "compare_args" not in every.model_dump() and gold.model_dump()["compare_args"] == []
+    raw = json.loads(TAU2_FILE.read_text(encoding="utf-8"))
+    raw[0]["evaluation_criteria"]["actions"][0]["compare_args"] = [1]
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(hx.SuiteError, match=r"compare_args.*argument names"):
+        hx.load_suite(path)

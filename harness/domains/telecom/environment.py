@@ -311,12 +311,17 @@ class TelecomEnvironment:
         replay): the task's ``initialization`` (tau2's initialization actions)."""
         self.initialize(task.initialization)
 
-    def reward(self, task: Any) -> dict[str, Any]:
-        """tau2's environment reward for a harness task on this environment's end state
-        (:func:`evaluate_environment`, with the task's reward basis from its tags)."""
-        basis = next(
+    def reward(self, task: Any, calls: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """tau2's reward for a harness task on this environment's end state, with the tool
+        calls the trial made (the agent's and the user's, from the trial's record: each
+        ``{"name", "arguments"}``), as tau2's ``evaluate_simulation`` combines its parts for
+        the task's reward basis (from its tags): the environment's (:func:`evaluate_environment`:
+        both databases, the assertions on the device) and, for ``ACTION``, whether some call
+        matches each reference action (:func:`action_checks`)."""
+        basis_tag = next(
             (t.partition(":")[2] for t in task.tags if t.startswith("tau2-reward-basis:")), ""
         )
+        basis = basis_tag.split(",") if basis_tag else None
         tau2_task = {
             "initial_state": {"initialization_actions": list(task.initialization)},
             "evaluation_criteria": {
@@ -325,10 +330,27 @@ class TelecomEnvironment:
                     for c in task.reference_actions
                 ],
                 "env_assertions": list(task.env_assertions),
-                "reward_basis": basis.split(",") if basis else None,
+                "reward_basis": basis,
             },
         }
-        return evaluate_environment(tau2_task, self)
+        info = evaluate_environment(tau2_task, self)
+        if "ACTION" not in (info.get("reward_basis") or []):
+            return info
+        checks = action_checks(task, calls, self.tool_type)
+        matched = 1.0 if all(c["action_match"] for c in checks) else 0.0
+        breakdown = {**(info.get("reward_breakdown") or {}), "ACTION": matched}
+        out = {**info, "reward": float(info["reward"]) * matched, "reward_breakdown": breakdown}
+        if checks:  # (tau2 leaves action_checks out for a task with no reference action)
+            out["action_checks"] = checks
+        return out
+
+    def tool_type(self, name: str) -> str | None:
+        """tau2's type of tool ``name`` (``read``, ``write``, ``think``, ``generic``), the
+        agent's or the user's; None for another name."""
+        for kit in (self.backend, self.user_backend):
+            if name in kit.tools:
+                return str(kit.tool_type(name).value)
+        return None
 
     @classmethod
     def tool_defs(cls) -> list[dict[str, Any]]:
@@ -448,6 +470,38 @@ def run_env_assertion(environment: TelecomEnvironment, assertion: Mapping[str, A
     if not isinstance(result, bool):
         raise ValueError(f"Function {func_name} returned {type(result)} instead of bool")
     return bool(result == assertion.get("assert_value", True))
+
+
+def action_checks(
+    task: Any, calls: Iterable[Mapping[str, Any]], tool_type: Callable[[str], str | None]
+) -> list[dict[str, Any]]:
+    """tau2's ``ActionEvaluator`` checks: for each of the harness task's reference actions,
+    whether some call of ``calls`` (each ``{"name", "arguments"}``) matches it
+    (:meth:`harness.ToolCall.matches`, tau2's ``compare_with_tool_call``), written as tau2's
+    ``ActionCheck`` (``action``, ``action_match``, ``action_reward``, ``tool_type``)."""
+    made = [
+        (str(c.get("name")), c.get("arguments") if isinstance(c.get("arguments"), dict) else {})
+        for c in calls
+    ]
+    checks = []
+    for i, action in enumerate(task.reference_actions):
+        matched = any(action.matches(name, arguments) for name, arguments in made)
+        checks.append(
+            {
+                "action": {
+                    "action_id": f"{task.id}_{i}",
+                    "requestor": action.requestor,
+                    "name": action.name,
+                    "arguments": dict(action.arguments),
+                    "info": None,
+                    "compare_args": action.compare_args,
+                },
+                "action_match": matched,
+                "action_reward": 1.0 if matched else 0.0,
+                "tool_type": tool_type(action.name),
+            }
+        )
+    return checks
 
 
 def evaluate_environment(task: Mapping[str, Any], trial: TelecomEnvironment) -> dict[str, Any]:
