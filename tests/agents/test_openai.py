@@ -195,10 +195,13 @@ def test_500_and_429_are_retried_with_backoff(toolbox: Toolbox, clock: FakeClock
 
 
 def test_dropped_connection_and_timeout_are_retried(toolbox: Toolbox, clock: FakeClock) -> None:
-    """A connection closed without an answer and an answer slower than the timeout are retried."""
+    """A connection closed without an answer and an answer slower than the timeout are retried.
+
+    (The timeout, 2 s against the delayed answer's 30 s, is also what the answer that ends it
+    has: long enough for the fake server to answer on a loaded machine.)"""
     failures = [Failure.disconnect(), Failure.delay(30)]
     with FakeChatServer([text_reply("hello")], failures=failures) as server:
-        output = agent_for(server, clock, timeout=0.05).run(TASK, toolbox, seed=0)
+        output = agent_for(server, clock, timeout=2.0).run(TASK, toolbox, seed=0)
     assert output.message == "hello" and clock.sleeps == [1.0, 2.0]
     assert len(server.requests) == 3
 
@@ -299,8 +302,11 @@ def test_each_server_failure_is_an_infrastructure_error_saying_what_happened(
 ) -> None:
     """Dropped connections, timeouts, 429 and 5xx are ModelServerError (never the 4xx
     ModelRequestError), with the status and a message saying what happened, after every try."""
+    # (A timeout of 0.05 s only where the answer is delayed 30 s: an answer the server sends
+    # at once may take longer than that to come on a loaded machine.)
+    timeout = 0.05 if failure.kind == "delay" else 120.0
     with FakeChatServer([text_reply("never")], failures=[failure] * 2) as server:
-        agent = agent_for(server, clock, timeout=0.05, attempts=2)
+        agent = agent_for(server, clock, timeout=timeout, attempts=2)
         url = f"{server.base_url}/chat/completions"
         with pytest.raises(ModelServerError) as info:
             agent.run(TASK, toolbox, seed=0)
