@@ -54,13 +54,14 @@ def ask_at_once(port: int, n: int) -> tuple[list[tuple[int, float]], float]:
 
 def test_every_answer_waits_the_latency_and_injected_failures_wait_too() -> None:
     """With latency 0.2 s a completion and an injected 500 each take at least 0.2 s; without
-    it the same completion comes back at once."""
+    it the same completion comes back at once (the fastest of five: one may be slow on a
+    loaded machine, a latency would make every one slow)."""
     with FakeChatServer([text_reply("ok")] * 3, latency=0.2) as server:
         server.fail_next(Failure.http(500))
         failed, slow_failure = ask(server.port)
         ok, slow = ask(server.port)
     with FakeChatServer([text_reply("ok")]) as server:
-        _, fast = ask(server.port)
+        fast = min(ask(server.port)[1] for _ in range(5))
     assert (failed, ok) == (500, 200)
     assert slow_failure >= 0.2 and slow >= 0.2
     assert fast < 0.2
