@@ -27,16 +27,17 @@ transactions) with its result (or the harness's refusal), then the agent's final
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 from .._json import loads_or
 from .._version import __version__
-from ..agents.base import Session, Toolbox
+from ..agents.base import Session, Toolbox, ToolResult
 from ..errors import HarnessError
 from ..runs.calls import episode_calls
 from ..runs.judge import NL_CHECK, REWARD_CHECK
@@ -168,10 +169,16 @@ def _tau2_recorded(messages: list[Any], stamp: str) -> list[dict[str, Any]]:
 
 
 def _tau2_rebuilt(
-    instruction: str, steps: list[dict[str, Any]], message: str, end: float
+    instruction: str,
+    steps: list[dict[str, Any]],
+    message: str,
+    end: float,
+    user_tools: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """tau2 messages rebuilt from the record: the instruction the agent was given (as the
-    user's message), each tool call and its result, the agent's final message."""
+    user's message), each tool call and its result, the agent's final message. A call of one
+    of ``user_tools`` (the user's, in an environment whose user acts) is the user's message,
+    and its result goes back to the user, as tau2 writes them."""
     out: list[dict[str, Any]] = []
 
     def add(item: dict[str, Any], ts: float) -> None:
@@ -183,14 +190,19 @@ def _tau2_rebuilt(
     if instruction:
         add({"role": "user", "content": instruction}, first)
     for step in steps:
+        who = (
+            "user" if step["name"] in user_tools or step.get("requestor") == "user" else "assistant"
+        )
         call = {"id": step["id"], "name": step["name"], "arguments": step["arguments"]}
-        add({"role": "assistant", "content": None, "tool_calls": [call]}, step["start"])
+        if who == "user":
+            call["requestor"] = "user"
+        add({"role": who, "content": None, "tool_calls": [call]}, step["start"])
         add(
             {
                 "id": step["id"],
                 "role": "tool",
                 "content": step["content"],
-                "requestor": "assistant",
+                "requestor": who,
                 "error": step["error"],
             },
             step["end"],
@@ -235,16 +247,46 @@ def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _trial_messages(
-    data: OpenRun, row: TrialRow, task: Task | None, meta: dict[str, Any]
+    data: OpenRun,
+    row: TrialRow,
+    task: Task | None,
+    meta: dict[str, Any],
+    env: Any = None,
 ) -> list[dict[str, Any]]:
     """A trial's conversation in tau2's shape: the one its agent recorded
-    (``meta["messages"]``), or else one rebuilt from the episode's record."""
+    (``meta["messages"]``), or else one rebuilt from the episode's record, with the suite's
+    environment ``env`` (when it builds): a call of one of its ``user_tools`` is the user's,
+    and a write that took effect reads as its ``tool_message`` words it."""
     recorded = meta.get("messages")
     if isinstance(recorded, list) and recorded:
         return _tau2_recorded(recorded, _iso(row.created_at))
     steps = episode_calls(data.store, row.episode_id)
+    words = getattr(env, "tool_message", None)
+    if callable(words):
+        for step in steps:
+            if "value" in step:
+                result = ToolResult(True, step["value"], None)
+                text = words(step["name"], step["arguments"], result, None)
+                step["content"] = step["content"] if text is None else str(text)
+    user_tools = frozenset(getattr(env, "user_tools", None) or {})
     instruction = task.instruction if task is not None else ""
-    return _tau2_rebuilt(instruction, steps, row.message, row.created_at)
+    return _tau2_rebuilt(instruction, steps, row.message, row.created_at, user_tools)
+
+
+@contextlib.contextmanager
+def _suite_environment(loaded: Suite | None) -> Iterator[Any]:
+    """A fresh environment of the suite, closed after (None: no suite, or it does not build,
+    and conversations are rebuilt without it)."""
+    env = None
+    if loaded is not None:
+        with contextlib.suppress(Exception):
+            env = loaded.new_environment()
+    try:
+        yield env
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
 
 
 def _expected_digest(row: TrialRow) -> str:
@@ -824,41 +866,44 @@ def tau2_results(
     for row in data.trials:
         per_task[row.task_id] = per_task.get(row.task_id, 0) + 1
     simulations = []
-    for row in _ordered_trials(data):
-        meta = metas[row.episode_id] if isinstance(metas[row.episode_id], dict) else {}
-        task = tasks.get(row.task_id)
-        start = row.created_at - row.duration
-        reward = 1.0 if row.passed and not row.infra_error else 0.0
-        verdict = loads_or(row.verdict, {})
-        checks = {str(c.get("name")): c for c in verdict.get("checks", []) if isinstance(c, dict)}
-        basis = (raw.get(row.task_id, {}).get("evaluation_criteria") or {}).get("reward_basis")
-        if basis is None:
-            basis = (task and tau2_reward_basis(task)) or ["DB"]
-        messages = _trial_messages(data, row, task, meta)
-        agent_cost, user_cost = _costs(messages, meta)
-        info = _harness_info(row)
-        info["usage"] = _tokens(messages, meta)
-        termination = _termination(row, meta)
-        reward_info = _tau2_reward_info(
-            reward, basis, info, termination, checks, messages, raw.get(row.task_id)
-        )
-        simulations.append(
-            {
-                "id": row.episode_id,
-                "task_id": row.task_id,
-                "timestamp": _iso(row.created_at),
-                "start_time": _iso(start),
-                "end_time": _iso(row.created_at),
-                "duration": row.duration,
-                "termination_reason": termination,
-                "agent_cost": agent_cost,
-                "user_cost": user_cost,
-                "reward_info": reward_info,
-                "messages": messages,
-                "trial": row.trial,
-                "seed": row.seed,
+    with _suite_environment(loaded) as env:
+        for row in _ordered_trials(data):
+            meta = metas[row.episode_id] if isinstance(metas[row.episode_id], dict) else {}
+            task = tasks.get(row.task_id)
+            start = row.created_at - row.duration
+            reward = 1.0 if row.passed and not row.infra_error else 0.0
+            verdict = loads_or(row.verdict, {})
+            checks = {
+                str(c.get("name")): c for c in verdict.get("checks", []) if isinstance(c, dict)
             }
-        )
+            basis = (raw.get(row.task_id, {}).get("evaluation_criteria") or {}).get("reward_basis")
+            if basis is None:
+                basis = (task and tau2_reward_basis(task)) or ["DB"]
+            messages = _trial_messages(data, row, task, meta, env)
+            agent_cost, user_cost = _costs(messages, meta)
+            info = _harness_info(row)
+            info["usage"] = _tokens(messages, meta)
+            termination = _termination(row, meta)
+            reward_info = _tau2_reward_info(
+                reward, basis, info, termination, checks, messages, raw.get(row.task_id)
+            )
+            simulations.append(
+                {
+                    "id": row.episode_id,
+                    "task_id": row.task_id,
+                    "timestamp": _iso(row.created_at),
+                    "start_time": _iso(start),
+                    "end_time": _iso(row.created_at),
+                    "duration": row.duration,
+                    "termination_reason": termination,
+                    "agent_cost": agent_cost,
+                    "user_cost": user_cost,
+                    "reward_info": reward_info,
+                    "messages": messages,
+                    "trial": row.trial,
+                    "seed": row.seed,
+                }
+            )
     domain = next(
         (
             str(d)

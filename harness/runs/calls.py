@@ -23,8 +23,10 @@ __all__ = ["episode_calls", "record_calls"]
 
 
 def _result_text(txn: TransactionRow) -> str:
+    """A write's result as the model read it by default (a string as it is, another value as
+    JSON), or the harness's reason it failed."""
     if txn.status in APPLIED:
-        return txn.result if txn.result is not None else "null"
+        return _content_text(True, loads_or(txn.result, None), None)
     return f"Error: {txn.reason or txn.failure_class or txn.status}"
 
 
@@ -35,12 +37,14 @@ def _content_text(ok: bool, content: Any, error: str | None, text: Any = None) -
 
 
 def _txn_step(txn: TransactionRow) -> dict[str, Any]:
+    applied = txn.status in APPLIED
     return {
         "id": f"call_{txn.id}",
         "name": txn.action,
         "arguments": loads_or(txn.args, {}),
         "content": _result_text(txn),
-        "error": txn.status not in APPLIED,
+        "error": not applied,
+        **({"value": loads_or(txn.result, None)} if applied else {}),
         "start": txn.started_at,
         "end": txn.ended_at or txn.started_at,
     }
@@ -57,7 +61,10 @@ def record_calls(
 ) -> list[dict[str, Any]]:
     """Every tool call an episode's record holds, in the order they were made: reads and bare
     calls (remembered in the log) and writes (transactions, placed at their first log record).
-    Each is ``{id, name, arguments, content, error, start, end}``."""
+    Each is ``{id, name, arguments, content, error, start, end}``, with ``value`` (what a
+    write that took effect returned) and ``requestor`` (a read's: ``assistant`` or ``user``)
+    where the record holds them; ``content`` is the text the model read (a write's by
+    default: its environment may word it otherwise, see ``tool_message``)."""
     rows = {t.id: t for t in transactions}
     steps: list[tuple[float, dict[str, Any]]] = []
     placed: set[str] = set()
@@ -96,6 +103,7 @@ def record_calls(
                     "error": not ok,
                     "start": entry.ts,
                     "end": entry.ts,
+                    "requestor": str(request.get("requestor") or "assistant"),
                 },
             )
         )

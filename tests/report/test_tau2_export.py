@@ -686,6 +686,104 @@ def test_tau2_metrics_read_the_same_action_and_db_figures(tau2_run: Path, tmp_pa
     assert ok, error
 
 
+def tau2_module(name: str) -> Any:
+    """A module of tau2's own code from the checkout TAU2_SRC names (skips without one, or
+    without its requirements installed)."""
+    src = os.environ.get("TAU2_SRC")
+    if not src:
+        pytest.skip("TAU2_SRC does not name a tau2-bench checkout")
+    sys.path.insert(0, str(Path(src) / "src"))
+    try:
+        return pytest.importorskip(name)
+    finally:
+        sys.path.remove(str(Path(src) / "src"))
+
+
+@needs_data
+def test_the_real_compute_metrics_gives_the_restated_figures(tau2_run: Path, tmp_path: Path):
+    """With TAU2_SRC naming a tau2-bench checkout, tau2's own ``compute_metrics`` on the export
+    gives the read, write and DB figures :func:`tau2_action_metrics` re-states, every trial
+    rewarded, and pass^k as tau2 computes it from the same file."""
+    metrics = tau2_module("tau2.metrics.agent_metrics")
+    simulation = tau2_module("tau2.data_model.simulation")
+    path = export_run(tau2_run, "tau2", tmp_path / "t2.json", trust=True)
+    results = simulation.Results.model_validate_json(path.read_text())
+    theirs = metrics.compute_metrics(results)
+    ours = tau2_action_metrics(json.loads(path.read_text())["simulations"])
+    assert (
+        theirs.total_read_actions,
+        theirs.correct_read_actions,
+        theirs.total_write_actions,
+        theirs.correct_write_actions,
+        theirs.db_match_count,
+        theirs.db_not_checked,
+    ) == (
+        ours["read"],
+        ours["read_correct"],
+        ours["write"],
+        ours["write_correct"],
+        ours["db_match"],
+        ours["db_not_checked"],
+    )
+    assert theirs.avg_reward == 1.0 and theirs.pass_hat_ks == {1: 1.0, 2: 1.0}
+
+
+class SaysDone:
+    """Makes no call and says it is done."""
+
+    name = "says-done"
+
+    def config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def run(self, task: HarnessTask, toolbox: Toolbox, *, seed: int) -> AgentOutput:
+        return AgentOutput(message="All fixed.")
+
+
+TELECOM_TASKS = Path(__file__).resolve().parents[2] / "tasks" / "telecom" / "tau2_tasks_small.json"
+
+
+def test_tau2s_own_evaluator_reads_a_telecom_export_as_the_harness_scored_it(tmp_path: Path):
+    """With TAU2_SRC naming a tau2-bench checkout with its telecom data, tau2's own
+    ``evaluate_simulation`` on the export of telecom runs (the scripted agent, whose user acts
+    on the phone, and an agent that does nothing) replays every conversation strictly on its
+    own environment and gives the reward, database check, device assertions, action checks
+    and breakdown the harness recorded."""
+    evaluator = tau2_module("tau2.evaluator.evaluator")
+    simulation = tau2_module("tau2.data_model.simulation")
+    tasks_module = tau2_module("tau2.data_model.tasks")
+    if not (Path(os.environ["TAU2_SRC"]) / "data/tau2/domains/telecom/db.toml").exists():
+        pytest.skip("the tau2-bench checkout has no telecom data")
+    upstream = {
+        t["id"]: tasks_module.Task.model_validate(t)
+        for t in json.loads(TELECOM_TASKS.read_text(encoding="utf-8"))
+    }
+    compared = 0
+    for name, agent in (("scripted", "scripted"), ("nothing", SaysDone())):
+        result = run_trials("telecom", agent=agent, trials=1, logs=tmp_path / name)
+        path = export_run(result.folder, "tau2", tmp_path / f"{name}.json")
+        text = path.read_text(encoding="utf-8")
+        loaded = simulation.Results.model_validate_json(text)
+        for sim, ours in zip(loaded.simulations, json.loads(text)["simulations"], strict=True):
+            theirs = evaluator.evaluate_simulation(
+                sim,
+                upstream[sim.task_id],
+                evaluator.EvaluationType.ALL,
+                solo_mode=False,
+                domain="telecom",
+            ).model_dump(mode="json")
+            mine = ours["reward_info"]
+            for key in ("reward", "db_check", "env_assertions", "reward_breakdown"):
+                assert mine.get(key) == theirs.get(key), (sim.task_id, key)
+            assert [c["action_match"] for c in mine.get("action_checks") or []] == [
+                c["action_match"] for c in theirs.get("action_checks") or []
+            ], sim.task_id
+            compared += 1
+        rewards = [s.reward_info.reward for s in loaded.simulations]
+        assert rewards == [1.0] * 20 if name == "scripted" else 0.0 in rewards
+    assert compared == 40
+
+
 class CutShortAgent(ConversingAgent):
     """As :class:`ConversingAgent`, its conversation ended by max_steps."""
 

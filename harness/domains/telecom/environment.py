@@ -333,15 +333,17 @@ class TelecomEnvironment:
                 "reward_basis": basis,
             },
         }
-        info = evaluate_environment(tau2_task, self)
-        if "ACTION" not in (info.get("reward_basis") or []):
-            return info
+        out = evaluate_environment(tau2_task, self)
+        # tau2 checks the actions whatever the basis (its metrics count them), and leaves
+        # action_checks out for a task with no reference action; the reward counts them for
+        # ACTION only.
         checks = action_checks(task, calls, self.tool_type)
-        matched = 1.0 if all(c["action_match"] for c in checks) else 0.0
-        breakdown = {**(info.get("reward_breakdown") or {}), "ACTION": matched}
-        out = {**info, "reward": float(info["reward"]) * matched, "reward_breakdown": breakdown}
-        if checks:  # (tau2 leaves action_checks out for a task with no reference action)
+        if checks:
             out["action_checks"] = checks
+        if "ACTION" in (out.get("reward_basis") or []):
+            matched = 1.0 if all(c["action_match"] for c in checks) else 0.0
+            out["reward_breakdown"] = {**(out.get("reward_breakdown") or {}), "ACTION": matched}
+            out["reward"] = float(out["reward"]) * matched
         return out
 
     def tool_type(self, name: str) -> str | None:
