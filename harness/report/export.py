@@ -598,9 +598,12 @@ def _tau2_reward_info(
         out["db_check"] = {"db_match": db_match, "db_reward": float(db_match)}
         if "DB" in basis:
             breakdown["DB"] = float(db_match)
+    criteria = (raw or {}).get("evaluation_criteria") or {}
     if isinstance(own.get("env_assertions"), list):
         out["env_assertions"] = list(own["env_assertions"])
-    criteria = (raw or {}).get("evaluation_criteria") or {}
+    elif raw is None or any(criteria.get(k) is not None for k in ("actions", "env_assertions")):
+        # (tau2's environment evaluator lists the assertions it checked, none here)
+        out["env_assertions"] = []
     gold = criteria.get("actions") if isinstance(criteria, Mapping) else None
     if isinstance(own.get("action_checks"), list):  # matched against the trial's record
         out["action_checks"] = list(own["action_checks"])
