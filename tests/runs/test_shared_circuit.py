@@ -30,14 +30,26 @@ def test_a_server_one_process_finds_down_stops_the_other_at_once(
     """A server failing every request: the process whose requests fail fast opens its
     circuit and records it, and the other process, whose requests fail slowly, stops at its
     next request instead of spending its own five failures. The run stops saying the server
-    is down. The circuit is shared whether the run keeps limits or none."""
+    is down. The circuit is shared whether the run keeps limits or none.
+
+    (The slow failures wait for the fast process's fifth: a loaded machine may start one
+    worker process a second or more after the other.)"""
     policy = ReplayPolicy(toy.tasks)
     slow = threading.Event()
+    fast_failed = threading.Event()
+    fast = [0]
+    lock = threading.Lock()
 
     def failing(request: dict[str, Any]) -> dict[str, Any]:
         if policy.task_for(request).id == "t1":
             slow.set()
-            time.sleep(0.3)
+            fast_failed.wait(30)
+            time.sleep(0.5)
+        else:
+            with lock:
+                fast[0] += 1
+                if fast[0] >= 5:
+                    fast_failed.set()
         raise RuntimeError("the model crashed")  # (a 500 from the server)
 
     with FakeChatServer(failing) as server:
@@ -70,20 +82,22 @@ def test_a_gate_s_heartbeat_keeps_its_slots_and_its_circuit_refuses_other_proces
     with the same message and who found it, until it closes."""
     store = hx.Store(tmp_path / "harness.db", create=True)
     limits = RunLimits(max_in_flight=1)
-    here = RunGate(store, "r", limits, heartbeat=0.05, expiry=0.2)
+    # (An expiry of 2 s, renewed every 0.05 s: however slowly a loaded machine runs the
+    # heartbeat, it renews in time; the record of a circuit lasts 2 s for the same reason.)
+    here = RunGate(store, "r", limits, heartbeat=0.05, expiry=2.0)
     other = Limiter(store, "r")
     with here:
         ticket = here.enter("u")
-        time.sleep(0.5)
-        assert not other.take("u", max_in_flight=1).ok  # (renewed past its 0.2 s expiry)
+        time.sleep(2.2)
+        assert not other.take("u", max_in_flight=1).ok  # (renewed past its 2 s expiry)
         here.leave("u", ticket)
         assert other.take("u", max_in_flight=1).ok
     there = RunGate(store, "r", limits)
     down = EndpointDown("model server at u is down: 5 requests in a row failed", url="u")
-    here.down("u", down, 0.3)
+    here.down("u", down, 2.0)
     with pytest.raises(EndpointDown, match="5 requests in a row failed.*found down by process"):
         there.enter("u")
-    time.sleep(0.6)  # (the record closed, and the cached look at it lapsed)
+    time.sleep(2.6)  # (the record closed, and the cached look at it lapsed)
     other.close()
     assert there.enter("u") is not None
     store.close()
