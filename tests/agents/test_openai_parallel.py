@@ -63,16 +63,17 @@ def test_two_calls_in_one_reply_are_two_transactions_each_committed_once(
 def test_calls_of_one_reply_run_at_once_and_results_keep_the_call_order(
     episode_and_shop: tuple[hx.Episode, Shop], clock: FakeClock
 ) -> None:
-    """Two reads meet at a barrier (only possible at once); the first to finish is answered
-    second, as it was called second."""
+    """Two reads meet at a barrier (only possible at once); the first to finish (the slow one
+    waits for it) is answered second, as it was called second."""
     ep, shop = episode_and_shop
     barrier = threading.Barrier(2, timeout=5)
+    fast_done = threading.Event()
     finished: list[str] = []
 
     def slow_lookup(order_id: str) -> dict[str, Any]:
         """Look up an order, slowly."""
         barrier.wait()
-        time.sleep(0.05)
+        assert fast_done.wait(5)
         finished.append("slow")
         return {"slow": dict(shop.state[f"orders/{order_id}"])}
 
@@ -80,6 +81,7 @@ def test_calls_of_one_reply_run_at_once_and_results_keep_the_call_order(
         """Look up an order."""
         barrier.wait()
         finished.append("fast")
+        fast_done.set()
         return {"fast": dict(shop.state[f"orders/{order_id}"])}
 
     script = [
