@@ -168,8 +168,12 @@ def test_a_model_server_that_is_down_fails_the_run_with_connection_refused(
     assert out.exit_code == EXIT_INFRA, out.output
     text = " ".join(out.output.split())
     assert "2/2 done, passed 0, failed 0, infrastructure 2" in text
-    assert "2 x ModelServerError: model server at" in text and "cannot reach the server" in text
-    assert "t0 trial 0, t1 trial 0" in text
+    # (one group, or two when the attempts' wall time, part of the cause's "in 7.0 s", differs
+    # between the trials on a loaded machine)
+    cause = r"(\d+) x ModelServerError: model server at [^;]*; last: cannot reach"
+    groups = re.findall(cause, text)
+    assert sum(int(n) for n in groups) == 2, text
+    assert "t0 trial 0" in text and "t1 trial 0" in text
 
 
 def test_a_minority_of_infrastructure_failures_is_shown_and_the_run_exits_0(
