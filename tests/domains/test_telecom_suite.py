@@ -14,10 +14,12 @@ from click.testing import CliRunner
 import harness as hx
 from harness._json import digest
 from harness.agents.base import AgentOutput, Toolbox
+from harness.agents.user import STOP
 from harness.cli import main
 from harness.report.export import export_run
 from harness.runs import replay_episode
 from harness.suite import ToolCall, builtin_suite
+from harness.testing.model_server import FakeChatServer, text_reply, tool_reply
 
 TAU2_FILE = Path(__file__).resolve().parents[2] / "tasks" / "telecom" / "tau2_tasks_small.json"
 
@@ -187,3 +189,69 @@ def test_compare_args_decide_which_calls_count(tmp_path: Path) -> None:
     path.write_text(json.dumps(raw), encoding="utf-8")
     with pytest.raises(hx.SuiteError, match=r"compare_args.*argument names"):
         hx.load_suite(path)
+
+
+def _turns(*replies: dict[str, Any], greeted: bool) -> Any:
+    """A model script: reply ``i`` answers its ``i``-th call (its own earlier turns are the
+    request's assistant messages; the agent's greeting is one of them, made by no call)."""
+
+    def policy(request: dict[str, Any]) -> dict[str, Any]:
+        turn = sum(1 for m in request["messages"] if m["role"] == "assistant") - greeted
+        return replies[min(turn, len(replies) - 1)]
+
+    return policy
+
+
+OVERDUE = "[service_issue]overdue_bill_suspension[PERSONA:Easy]"
+
+
+def test_a_model_agent_and_a_model_user_on_the_phone_fix_a_suspended_line(tmp_path: Path):
+    """`harness run telecom --agent openai --user openai`: the agent's CRM writes and the user's
+    calls on the phone (paying the bill the agent sent, rebooting) run in one trial, the user's
+    from the user's model with the user's tools; tau2's reward passes the trial, the export
+    gives the user's calls as the user's, and a user who never pays leaves the line suspended
+    and the trial failed."""
+    agent = _turns(
+        tool_reply(("send_payment_request", {"customer_id": "C1001", "bill_id": "B1234321"})),
+        text_reply("I sent a payment request for your overdue bill: please pay it."),
+        tool_reply(("resume_line", {"customer_id": "C1001", "line_id": "L1002"})),
+        text_reply("Your line is resumed: please reboot your phone."),
+        text_reply("Glad to help."),
+        greeted=True,
+    )
+    pays = _turns(
+        text_reply("My phone has no service. I am John Smith, 555-123-2002."),
+        tool_reply(("make_payment", {})),
+        text_reply("I paid it."),
+        tool_reply(("reboot_device", {})),
+        text_reply(f"It works now, thanks. {STOP}"),
+        greeted=False,
+    )
+    never = _turns(
+        text_reply("My phone has no service. I am John Smith, 555-123-2002."),
+        text_reply(f"I will not pay. {STOP}"),
+        greeted=False,
+    )
+    for name, user, passed in (("pays", pays, True), ("never", never, False)):
+        with FakeChatServer(agent) as agent_s, FakeChatServer(user) as user_s:
+            args = ["run", "telecom", "--task", OVERDUE, "--trials", "1"]
+            args += ["--agent", "openai", "--base-url", agent_s.base_url, "--model", "m"]
+            args += ["--user", "openai", "--user-base-url", user_s.base_url, "--user-model", "u"]
+            out = CliRunner().invoke(main, [*args, "--logs", str(tmp_path / name)])
+            assert agent_s.errors == [] and user_s.errors == []
+        assert out.exit_code == 0, out.output
+        assert f"passed {int(passed)}, failed {int(not passed)}" in out.output, out.output
+        (folder,) = (tmp_path / name).iterdir()
+        path = export_run(folder, "tau2", tmp_path / f"{name}.json")
+        (sim,) = json.loads(path.read_text(encoding="utf-8"))["simulations"]
+        assert sim["reward_info"]["reward"] == float(passed)
+        assert sim["reward_info"]["env_assertions"] and all(
+            c["met"] is passed for c in sim["reward_info"]["env_assertions"][:1]
+        )
+        user_calls = [
+            c["name"]
+            for m in sim["messages"]
+            if m["role"] == "user"
+            for c in m.get("tool_calls") or []
+        ]
+        assert user_calls == (["make_payment", "reboot_device"] if passed else [])
