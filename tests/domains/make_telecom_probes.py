@@ -106,6 +106,101 @@ WRITES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 SEQUENCE = [*READS, *WRITES, *READS[:16]]
 
+# (env_type, function, arguments): the functions tasks set up and score with (initialization
+# actions, env assertions), run as tau2's run_env_function_call runs them, on one environment
+# per task of FUNCTION_TASKS.
+U, A = "user", "assistant"
+FUNCTIONS: list[tuple[str, str, dict[str, Any]]] = [
+    (U, "set_user_location", {"abroad": True}),
+    (U, "turn_roaming_on", {}),
+    (U, "check_status_bar", {}),
+    (U, "turn_roaming_off", {}),
+    (U, "set_user_location", {"abroad": False}),
+    (U, "turn_airplane_mode_on", {}),
+    (U, "assert_airplane_mode_status", {"expected_status": True}),
+    (U, "assert_service_status", {"expected_status": "connected"}),
+    (U, "turn_airplane_mode_off", {}),
+    (U, "assert_service_status", {"expected_status": "connected"}),
+    (U, "assert_service_status", {"expected_status": "no_such_status"}),
+    (U, "unseat_sim_card", {}),
+    (U, "check_sim_status", {}),
+    (U, "reseat_sim_card", {}),
+    (U, "lock_sim_card", {"mode": "pin"}),
+    (U, "check_sim_status", {}),
+    (U, "lock_sim_card", {"mode": "puk"}),
+    (U, "check_sim_status", {}),
+    (U, "turn_data_off", {}),
+    (U, "assert_mobile_data_status", {"expected_status": False}),
+    (U, "turn_data_on", {}),
+    (U, "turn_data_saver_mode_on", {}),
+    (U, "assert_mobile_data_saver_mode_status", {"expected_status": True}),
+    (U, "turn_data_saver_mode_off", {}),
+    (U, "assert_mobile_roaming_status", {"expected_status": False}),
+    (U, "break_apn_settings", {}),
+    (U, "check_apn_settings", {}),
+    (U, "run_speed_test", {}),
+    (U, "reset_apn_settings", {}),
+    (U, "break_apn_mms_setting", {}),
+    (U, "can_send_mms", {}),
+    (U, "assert_can_send_mms", {"expected_status": False}),
+    (U, "set_apn_settings", {"apn_settings": {"apn_name": "internet", "mmsc_url": "x"}}),
+    (U, "reset_apn_settings", {}),
+    (U, "set_wifi_calling", {"enabled": True, "mms_over_wifi": True}),
+    (U, "check_wifi_calling_status", {}),
+    (U, "set_wifi_calling", {"enabled": False}),
+    (U, "break_vpn", {}),
+    (U, "check_vpn_status", {}),
+    (U, "run_speed_test", {}),
+    (U, "assert_internet_not_excellent", {}),
+    (U, "disconnect_vpn", {}),
+    (U, "remove_app_permission", {"app_name": "messaging", "permission": "sms"}),
+    (U, "can_send_mms", {}),
+    (U, "remove_app_permission", {"app_name": "messaging", "permission": "no_such"}),
+    (U, "remove_app_permission", {"app_name": "no_such_app", "permission": "sms"}),
+    (U, "grant_app_permission", {"app_name": "messaging", "permission": "sms"}),
+    (U, "simulate_network_search", {}),
+    (U, "assert_internet_speed", {"expected_speed": 100.0}),
+    (U, "assert_internet_speed", {"expected_speed": 0.0, "expected_desc": "no_connection"}),
+    (U, "assert_mobile_data_usage_exceeded", {"expected_status": False}),
+    (A, "set_data_usage", {"customer_id": C, "line_id": L, "data_used_gb": 15.0}),
+    (U, "assert_mobile_data_usage_exceeded", {"expected_status": True}),
+    (U, "run_speed_test", {}),
+    (A, "assert_data_refueling_amount", {"customer_id": C, "line_id": L, "expected_amount": 0}),
+    (A, "assert_line_status", {"customer_id": C, "line_id": L, "expected_status": "Active"}),
+    (A, "assert_overdue_bill_exists", {"customer_id": C, "overdue_bill_id": "B1234321"}),
+    (A, "assert_no_overdue_bill", {"overdue_bill_id": "B1234321"}),
+    (
+        A,
+        "suspend_line_for_overdue_bill",
+        {"customer_id": C, "line_id": L, "new_bill_id": "B9", "contract_ended": False},
+    ),
+    (A, "assert_overdue_bill_exists", {"customer_id": C, "overdue_bill_id": "B9"}),
+    (U, "check_status_bar", {}),
+    (U, "check_payment_request", {}),
+    (
+        A,
+        "suspend_line_for_overdue_bill",
+        {"customer_id": C, "line_id": L, "new_bill_id": "B10", "contract_ended": True},
+    ),
+    (A, "get_available_plan_ids", {}),
+    (U, "reboot_device", {}),
+    (U, "check_status_bar", {}),
+]
+FUNCTION_TASKS = 3  # (the first task of each kind in the file: mobile data, service, MMS)
+
+
+def plain(value: Any) -> Any:
+    """A function's return value as JSON holds it (a tuple as a list, a model or an enum as
+    its JSON form)."""
+    if isinstance(value, tuple | list):
+        return [plain(v) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if hasattr(value, "value") and not isinstance(value, str | int | float | bool):
+        return value.value
+    return value
+
 
 def main() -> None:
     src = os.environ.get("TAU2_SRC")
@@ -116,7 +211,7 @@ def main() -> None:
 
     logger.remove()
     from tau2.data_model.message import ToolCall
-    from tau2.data_model.tasks import Task
+    from tau2.data_model.tasks import EnvFunctionCall, Task
     from tau2.registry import registry
 
     build = registry.get_env_constructor("telecom")
@@ -142,6 +237,37 @@ def main() -> None:
                 }
             )
         probes.append({"task": task.id, "answers": answers})
+    functions = []
+    kinds: dict[str, str] = {}
+    for raw in json.loads(TASKS.read_text(encoding="utf-8")):
+        kinds.setdefault(raw["id"].split("]")[0], raw["id"])
+    for task_id in list(kinds.values())[:FUNCTION_TASKS]:
+        task = next(
+            Task.model_validate(t)
+            for t in json.loads(TASKS.read_text(encoding="utf-8"))
+            if t["id"] == task_id
+        )
+        env = build()
+        env.set_state(
+            initialization_data=None,
+            initialization_actions=task.initial_state.initialization_actions,
+            message_history=[],
+        )
+        answers = []
+        for env_type, name, arguments in FUNCTIONS:
+            call = EnvFunctionCall(env_type=env_type, func_name=name, arguments=arguments)
+            try:
+                value: Any = {"value": plain(env.run_env_function_call(call))}
+            except Exception as exc:
+                value = {"error": f"{type(exc).__name__}: {exc}"}
+            answers.append(
+                {
+                    **value,
+                    "db_hash": env.get_db_hash()[:HASH],
+                    "user_db_hash": env.get_user_db_hash()[:HASH],
+                }
+            )
+        functions.append({"task": task.id, "answers": answers})
     document = {
         "source": (
             "tau2-bench (sierra-research/tau2-bench, commit a2c0247, MIT licence): its telecom "
@@ -149,10 +275,15 @@ def main() -> None:
         ),
         "sequence": [{"requestor": r, "name": n, "arguments": a} for r, n, a in SEQUENCE],
         "probes": probes,
+        "functions": [{"env_type": e, "name": n, "arguments": a} for e, n, a in FUNCTIONS],
+        "function_probes": functions,
     }
     text = json.dumps(document, indent=0, ensure_ascii=False, separators=(",", ":"))
     OUT.write_text(text + "\n", encoding="utf-8")
-    print(f"wrote {len(probes)} tasks x {len(SEQUENCE)} calls to {OUT.name}")
+    print(
+        f"wrote {len(probes)} tasks x {len(SEQUENCE)} calls and {len(functions)} tasks x "
+        f"{len(FUNCTIONS)} functions to {OUT.name}"
+    )
 
 
 if __name__ == "__main__":

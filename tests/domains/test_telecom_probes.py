@@ -19,6 +19,8 @@ from harness.agents.base import Toolbox
 from harness.domains.telecom.environment import TelecomEnvironment
 from harness.testing import FakeClock
 
+from .make_telecom_probes import plain
+
 PROBES = json.loads((Path(__file__).parent / "telecom_probes.json").read_text("utf-8"))
 TASKS = {
     t["id"]: t
@@ -51,3 +53,27 @@ def test_every_call_answers_and_changes_as_tau2s_environment(
             assert (content, error) == (theirs["content"], theirs["error"]), at
             assert env.db_hash()[:hashes] == theirs["db_hash"], at
             assert env.user_db_hash()[:hashes] == theirs["user_db_hash"], at
+
+
+@pytest.mark.parametrize("probe", PROBES["function_probes"], ids=lambda p: p["task"])
+def test_the_functions_tasks_set_up_and_score_with_answer_as_tau2s(probe: dict[str, Any]) -> None:
+    """From a task's initial state, the functions initialization actions and env assertions
+    name (breaking and fixing the phone, locking the SIM, overdue bills, every assertion) return
+    what tau2's ``run_env_function_call`` returned, raise where it raised, and leave both
+    databases with its hashes after every call."""
+    env = TelecomEnvironment()
+    env.initialize(TASKS[probe["task"]]["initial_state"]["initialization_actions"])
+    hashes = len(probe["answers"][0]["db_hash"])
+    for i, (call, theirs) in enumerate(zip(PROBES["functions"], probe["answers"], strict=True)):
+        at = f"call {i} {call['env_type']} {call['name']}({call['arguments']})"
+        try:
+            ours: dict[str, Any] = {
+                "value": plain(
+                    env.run_env_function_call(call["env_type"], call["name"], call["arguments"])
+                )
+            }
+        except Exception as exc:
+            ours = {"error": f"{type(exc).__name__}: {exc}"}
+        assert ours == {k: v for k, v in theirs.items() if k in ("value", "error")}, at
+        assert env.db_hash()[:hashes] == theirs["db_hash"], at
+        assert env.user_db_hash()[:hashes] == theirs["user_db_hash"], at
