@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from json.encoder import (  # type: ignore[attr-defined]
     c_encode_basestring,
     c_make_encoder,
@@ -13,7 +14,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["canonical", "digest", "dumps", "encodable", "loads", "loads_or", "storable"]
+__all__ = [
+    "canonical",
+    "canonical_object",
+    "digest",
+    "dumps",
+    "encodable",
+    "loads",
+    "loads_or",
+    "storable",
+]
 
 
 def _default(value: Any) -> Any:
@@ -62,6 +72,12 @@ def canonical(value: Any) -> str:
 def digest(value: Any) -> str:
     """sha256 hex of the canonical JSON of ``value``."""
     return hashlib.sha256(canonical(value).encode()).hexdigest()
+
+
+def canonical_object(texts: Mapping[str, str]) -> str:
+    """:func:`canonical` of an object given as each value's canonical JSON, ``{key:
+    canonical(value)}``: the same text, so a large value canonicalised once is reused."""
+    return "{" + ",".join(f"{canonical(k)}:{texts[k]}" for k in sorted(texts)) + "}"
 
 
 loads = json.loads

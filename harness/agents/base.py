@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
-from .._json import dumps
+from .._json import canonical, dumps
 from ..action import Action, as_json, build_model
 from ..errors import (
     ConfigurationError,
@@ -206,6 +206,7 @@ class Toolbox:
         self.calls: list[CallRecord] = []
         self._specs: list[dict[str, Any]] | None = None
         self._user_specs: list[dict[str, Any]] | None = None
+        self._specs_canonical: str | None = None
 
     @property
     def user_tools(self) -> dict[str, Callable[..., Any]]:
@@ -246,6 +247,14 @@ class Toolbox:
         if self._specs is None:
             self._specs = self._build_specs(self.tools, self._defined_specs())
         return self._specs
+
+    @property
+    def specs_canonical(self) -> str:
+        """:attr:`specs` as canonical JSON, built once as they are: most of a request's
+        digest, as the tool definitions are most of a request."""
+        if self._specs_canonical is None:
+            self._specs_canonical = canonical(self.specs)
+        return self._specs_canonical
 
     @staticmethod
     def _build_specs(

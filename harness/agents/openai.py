@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import importlib
 import json
 import threading
@@ -96,7 +97,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._json import digest
+from .._json import canonical, canonical_object, digest
 from ..action import ContextExecutor
 from ..errors import (
     RETRYABLE_STATUS,
@@ -401,6 +402,16 @@ def _add_usage(total: dict[str, int], usage: Any) -> None:
     for k, v in (usage or {}).items():
         if isinstance(v, int) and not isinstance(v, bool):
             total[k] = total.get(k, 0) + v
+
+
+def _request_digest(body: dict[str, Any], toolbox: Toolbox) -> str:
+    """``digest(body)``, with the toolbox's tool definitions canonicalised once a trial rather
+    than at every call (they are most of a request)."""
+    if body.get("tools") is not toolbox.specs:
+        return digest(body)
+    texts = {k: canonical(v) for k, v in body.items() if k != "tools"}
+    texts["tools"] = toolbox.specs_canonical
+    return hashlib.sha256(canonical_object(texts).encode()).hexdigest()
 
 
 def _failed_call(
@@ -1489,7 +1500,7 @@ class OpenAIAgent(_ChatEndpoint):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """One model call of the agent, recorded as without a user: its message and response."""
         body = self._request_body(history, toolbox.specs, seed)
-        request_digest = digest(body)
+        request_digest = _request_digest(body, toolbox)
         started = time.perf_counter()
         try:
             response, attempts = self._recorded_complete(client, toolbox, request_digest, body)

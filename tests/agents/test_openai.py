@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import harness as hx
+from harness._json import digest
 from harness.agents.base import Toolbox
 from harness.agents.openai import DEFAULT_SYSTEM_PROMPT, OpenAIAgent
 from harness.errors import ModelRequestError, ModelServerError
@@ -56,6 +57,18 @@ def test_sends_tool_specs_instruction_and_seed(toolbox: Toolbox, clock: FakeCloc
     assert output.meta["stop_reason"] == "answered" and output.meta["model_call_count"] == 1
     assert output.meta["usage"] == server.responses[0]["usage"]
     assert server.errors == []
+
+
+def test_each_request_digest_is_the_digest_of_the_request_sent(
+    toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """A model call's recorded request digest is the canonical digest of the request the
+    server received, every turn (the tool definitions' JSON is reused between calls)."""
+    script = [tool_reply(("get_order", {"order_id": "o1"})), text_reply("Pending.")]
+    with FakeChatServer(script) as server:
+        output = agent_for(server, clock).run(TASK, toolbox, seed=3)
+    recorded = [c["request_digest"] for c in output.meta["model_calls"]]
+    assert recorded == [digest(request) for request in server.requests] and len(recorded) == 2
 
 
 def test_environment_policy_is_appended_to_the_system_prompt(
