@@ -440,7 +440,10 @@ class Tau2Environment(FolderEnvironment):
         return self.DATABASE.export(self.state.connection)
 
     def _release(self) -> None:
-        self.state.close()
+        if self._temporary is not None:
+            self.state.discard()  # (the folder and its database are removed next)
+        else:
+            self.state.close()
 
     def _where(self) -> object:
         return self.path

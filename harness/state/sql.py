@@ -666,6 +666,25 @@ class SQLState:
         open) and close the connection. Closing again does nothing."""
         self._closer()
 
+    def discard(self) -> None:
+        """Unregister and close the connection, leaving the capture triggers and tables in
+        the file: for a file deleted next (a trial's throwaway copy), where removing them
+        first is wasted work. An adapter opened on the file later finds them and removes them
+        when it closes. Connections given to :meth:`attribute` stay open without the triggers
+        that flagged their writes, as after :meth:`close`. Closing or discarding again does
+        nothing."""
+        if self._closer.detach() is None:
+            return
+        for other in self._attributed:
+            with contextlib.suppress(sqlite3.Error):
+                _drop_own_triggers(other)
+        try:
+            self.connection.execute(f"DELETE FROM {OPEN} WHERE owner = ?", (self._owner,))
+        except sqlite3.ProgrammingError:  # the connection was closed by hand
+            pass
+        finally:
+            self.connection.close()
+
     def __enter__(self) -> SQLState:
         return self
 
@@ -712,3 +731,7 @@ class PostgresState(PostgresCapture, SQLState):  # type: ignore[misc]  # connect
 
     def __enter__(self) -> PostgresState:
         return self
+
+    def discard(self) -> None:
+        """As :meth:`close`: a Postgres database is not a file deleted next."""
+        self.close()

@@ -417,6 +417,23 @@ def test_sql_state_close_removes_what_it_installed(tmp_path: Path):
     assert hx_objects(path) == [] and change_rows(path) == 0
 
 
+def test_sql_state_discard_closes_and_leaves_what_it_installed(tmp_path: Path):
+    """discard() closes the connection without removing the triggers and tables (a file
+    deleted next); a later close() does nothing, and another adapter opens the file as usual."""
+    path = tmp_path / "s.db"
+    state = make_db(path)
+    installed = hx_objects(path)
+    state.discard()
+    state.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        state.connection.execute("SELECT 1")
+    assert installed and hx_objects(path) == installed
+    again = hx.SQLState(path)
+    assert captures(again, "UPDATE orders SET status = 'y' WHERE id = 'o1'") == ["orders/o1"]
+    again.close()
+    assert hx_objects(path) == []
+
+
 def test_sql_state_keeps_the_journal_mode_unless_asked(tmp_path: Path):
     """The database keeps its journal mode; journal_mode= changes it when asked."""
     path = tmp_path / "s.db"
