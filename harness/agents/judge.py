@@ -48,21 +48,15 @@ tau2-bench's licence, for the text copied here (``JUDGE_SYSTEM_PROMPT``, the use
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .._json import digest
 from ..errors import ModelServerError
 from ..suite import Task
 from .base import Session
-from .endpoint import DOWN_AFTER, DOWN_FAILURES
 from .openai import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_RETRY_FOR,
-    _ChatEndpoint,
+    _ChatRole,
 )
 
 __all__ = [
@@ -246,7 +240,7 @@ def read_grades(content: Any, assertions: Sequence[str]) -> tuple[AssertionCheck
     )
 
 
-class OpenAIJudge(_ChatEndpoint):
+class OpenAIJudge(_ChatRole):
     """A model on an OpenAI-compatible server grading assertions with tau2's prompt.
 
     Args:
@@ -261,80 +255,22 @@ class OpenAIJudge(_ChatEndpoint):
             for :class:`~harness.agents.openai.OpenAIAgent`.
     """
 
-    name = "openai"
-
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        temperature: float = 0.0,
-        max_tokens: int | None = None,
-        timeout: float = 120.0,
-        attempts: int = 4,
-        backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        proxy: str | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        max_in_flight: int | None = None,
-        down_after: float = DOWN_AFTER,
-        down_failures: int = DOWN_FAILURES,
-        retry_for: float | None = DEFAULT_RETRY_FOR,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-    ) -> None:
-        self._init_endpoint(
-            base_url=base_url,
-            model=model,
-            api_key=api_key,
-            timeout=timeout,
-            attempts=attempts,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            proxy=proxy,
-            sleep=sleep,
-            max_in_flight=max_in_flight,
-            down_after=down_after,
-            down_failures=down_failures,
-            retry_for=retry_for,
-            request_timeout=request_timeout,
-            max_response_bytes=max_response_bytes,
-        )
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-
     def config(self) -> dict[str, Any]:
         """The judge's model, server and settings (the key itself is left out)."""
-        return {
-            "implementation": self.name,
-            "llm": self.model,
-            "llm_args": {"temperature": self.temperature},
-            "base_url": self.base_url,
-            "api_key": "set" if self.api_key else None,
-            "max_tokens": self.max_tokens,
-            **self._transport_config(),
-        }
+        return self._role_config()
 
     def request_body(
         self, task: Task, messages: Sequence[Mapping[str, Any]], seed: int
     ) -> dict[str, Any]:
         """The chat-completions request that grades ``task``'s assertions."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [
+        prompt = judge_user_prompt(conversation_text(messages), task.nl_assertions)
+        return self._body(
+            [
                 {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
-                {
-                    "role": "user",
-                    "content": judge_user_prompt(conversation_text(messages), task.nl_assertions),
-                },
+                {"role": "user", "content": prompt},
             ],
-            "temperature": self.temperature,
-            "seed": seed,
-        }
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
-        return body
+            seed,
+        )
 
     def judge(
         self,
@@ -352,13 +288,8 @@ class OpenAIJudge(_ChatEndpoint):
             ModelRequestError: the server refused the request (4xx).
         """
         body = self.request_body(task, messages, seed)
-        request_digest = digest(body)
-        started = time.perf_counter()
-        response, attempts = session.remember(
-            "judge_model_call", request_digest, lambda: list(self._complete(self._client(), body))
-        )
-        seconds = time.perf_counter() - started
-        message, _ = self._message(dict(response))
+        response, attempts, seconds, request_digest = self._ask(session, "judge_model_call", body)
+        message, _ = self._message(response)
         try:
             checks = read_grades(message.get("content"), task.nl_assertions)
         except (ValueError, json.JSONDecodeError) as exc:
@@ -366,7 +297,7 @@ class OpenAIJudge(_ChatEndpoint):
                 f"the judge ({self.model} at {self.base_url}) did not answer with the JSON its "
                 f"prompt asks for ({exc}); the trial could not be judged",
                 url=self.base_url,
-                attempts=int(attempts),
+                attempts=attempts,
             ) from exc
         return Judgement(
             checks=checks,
@@ -378,7 +309,7 @@ class OpenAIJudge(_ChatEndpoint):
                     "model": response.get("model"),
                     "usage": response.get("usage"),
                 },
-                "attempts": int(attempts),
+                "attempts": attempts,
                 "seconds": round(seconds, 6),
             },
         )

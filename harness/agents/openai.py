@@ -1651,25 +1651,16 @@ def _simulation_error(reason: str | None, meta: Mapping[str, Any]) -> str | None
     return None
 
 
-class OpenAIUser(_ChatEndpoint):
-    """A model on an OpenAI-compatible server playing the user, prompted as tau2-bench prompts
-    its user simulator (:mod:`harness.agents.user`).
-
-    Its system prompt is tau2's guidelines with the task's user scenario
-    (:func:`~harness.agents.user.user_system_prompt`); it reads the conversation as tau2's user
-    does (:func:`~harness.agents.user.user_view`: its own messages as ``assistant``, the
-    agent's text messages as ``user``, no tools), at ``temperature`` with the trial's seed.
-    Each answer is remembered by the trial's episode under the request's digest
-    (``user_model_call``), so a resumed or replayed trial gets the user's recorded answers and
-    does not ask the server again.
+class _ChatRole(_ChatEndpoint):
+    """A model on an OpenAI-compatible server playing a part beside the agent (the user, the
+    judge): its model, server and sampling settings, and its answers remembered by the trial's
+    episode under each request's digest, so a resumed or replayed trial never asks again.
 
     Args:
         base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``.
         model: the model name the server knows.
         api_key: sent as a bearer token when given.
-        temperature: sampling temperature (tau2's default 0.0).
-        guidelines: the global simulation guidelines (default tau2's,
-            :data:`~harness.agents.user.SIMULATION_GUIDELINES`).
+        temperature: sampling temperature (tau2's 0.0).
         max_tokens: a cap on each completion, when given.
         timeout, request_timeout, attempts, retry_for, backoff, max_backoff,
             max_response_bytes, proxy, sleep, max_in_flight, down_after, down_failures: as
@@ -1685,7 +1676,6 @@ class OpenAIUser(_ChatEndpoint):
         model: str,
         api_key: str | None = None,
         temperature: float = 0.0,
-        guidelines: str | None = None,
         max_tokens: int | None = None,
         timeout: float = 120.0,
         attempts: int = 4,
@@ -1718,23 +1708,86 @@ class OpenAIUser(_ChatEndpoint):
             max_response_bytes=max_response_bytes,
         )
         self.temperature = temperature
-        self.guidelines = SIMULATION_GUIDELINES if guidelines is None else guidelines
-        self.tools_guidelines = SIMULATION_GUIDELINES_TOOLS if guidelines is None else guidelines
         self.max_tokens = max_tokens
 
-    def config(self) -> dict[str, Any]:
-        """tau2's ``UserInfo`` (implementation, llm, llm_args, global_simulation_guidelines)
-        with the server's URL and the requests' settings (the key itself is left out)."""
+    def _role_config(self, **more: Any) -> dict[str, Any]:
+        """The part's model, server and settings (``more`` after its sampling arguments; the
+        key itself is left out)."""
         return {
             "implementation": self.name,
             "llm": self.model,
             "llm_args": {"temperature": self.temperature},
-            "global_simulation_guidelines": self.guidelines,
+            **more,
             "base_url": self.base_url,
             "api_key": "set" if self.api_key else None,
             "max_tokens": self.max_tokens,
             **self._transport_config(),
         }
+
+    def _body(self, messages: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+        """A chat-completions request of ``messages`` at the part's settings and ``seed``."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "seed": seed,
+        }
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        return body
+
+    def _ask(
+        self, session: Session, what: str, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], int, float, str]:
+        """The server's answer to ``body``, remembered by ``session`` as ``what`` under the
+        request's digest (a resumed call does not ask again): the response, the attempts it
+        took, the seconds this call took and the digest."""
+        request_digest = digest(body)
+        started = time.perf_counter()
+        response, attempts = session.remember(
+            what, request_digest, lambda: list(self._complete_once(body))
+        )
+        return dict(response), int(attempts), time.perf_counter() - started, request_digest
+
+    def _complete_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """Ask the server (a resumed call does not)."""
+        return self._complete(self._client(), body)
+
+
+class OpenAIUser(_ChatRole):
+    """A model on an OpenAI-compatible server playing the user, prompted as tau2-bench prompts
+    its user simulator (:mod:`harness.agents.user`).
+
+    Its system prompt is tau2's guidelines with the task's user scenario
+    (:func:`~harness.agents.user.user_system_prompt`); it reads the conversation as tau2's user
+    does (:func:`~harness.agents.user.user_view`: its own messages as ``assistant``, the
+    agent's text messages as ``user``, no tools), at ``temperature`` with the trial's seed.
+    Each answer is remembered by the trial's episode under the request's digest
+    (``user_model_call``), so a resumed or replayed trial gets the user's recorded answers and
+    does not ask the server again.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the model name the server knows.
+        api_key: sent as a bearer token when given.
+        temperature: sampling temperature (tau2's default 0.0).
+        guidelines: the global simulation guidelines (default tau2's,
+            :data:`~harness.agents.user.SIMULATION_GUIDELINES`).
+        max_tokens: a cap on each completion, when given.
+        timeout, request_timeout, attempts, retry_for, backoff, max_backoff,
+            max_response_bytes, proxy, sleep, max_in_flight, down_after, down_failures: as
+            for :class:`OpenAIAgent`.
+    """
+
+    def __init__(self, *, guidelines: str | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.guidelines = SIMULATION_GUIDELINES if guidelines is None else guidelines
+        self.tools_guidelines = SIMULATION_GUIDELINES_TOOLS if guidelines is None else guidelines
+
+    def config(self) -> dict[str, Any]:
+        """tau2's ``UserInfo`` (implementation, llm, llm_args, global_simulation_guidelines)
+        with the server's URL and the requests' settings (the key itself is left out)."""
+        return self._role_config(global_simulation_guidelines=self.guidelines)
 
     def request_body(
         self,
@@ -1746,20 +1799,20 @@ class OpenAIUser(_ChatEndpoint):
         """The chat-completions request for the user's next message (with the user's
         ``tools`` offered, and tau2's guidelines for users with tools, when it has any)."""
         guidelines = self.tools_guidelines if tools else self.guidelines
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [
+        body = self._body(
+            [
                 {"role": "system", "content": user_system_prompt(task, guidelines)},
                 *user_view(messages),
             ],
-            "temperature": self.temperature,
-            "seed": seed,
-        }
+            seed,
+        )
         if tools:
+            # (after the sampling settings, before max_tokens: the order requests were recorded in)
+            capped = body.pop("max_tokens", None)
             body["tools"] = [dict(t) for t in tools]
             body["tool_choice"] = "auto"
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
+            if capped is not None:
+                body["max_tokens"] = capped
         return body
 
     def respond(
@@ -1780,13 +1833,8 @@ class OpenAIUser(_ChatEndpoint):
             ModelRequestError: the server refused the request (4xx).
         """
         body = self.request_body(task, messages, seed, tools)
-        request_digest = digest(body)
-        started = time.perf_counter()
-        response, attempts = session.remember(
-            "user_model_call", request_digest, lambda: list(self._complete_once(body))
-        )
-        seconds = time.perf_counter() - started
-        message, finish_reason = self._message(dict(response))
+        response, attempts, seconds, request_digest = self._ask(session, "user_model_call", body)
+        message, finish_reason = self._message(response)
         content = message.get("content")
         calls = []
         for i, call in enumerate(_normalized_calls(message.get("tool_calls"), len(messages))):
@@ -1813,14 +1861,10 @@ class OpenAIUser(_ChatEndpoint):
                     "finish_reason": finish_reason,
                     "usage": response.get("usage"),
                 },
-                "attempts": int(attempts),
+                "attempts": attempts,
                 "seconds": round(seconds, 6),
             },
         )
-
-    def _complete_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """Ask the server (a resumed call does not)."""
-        return self._complete(self._client(), body)
 
 
 registry.register("openai", OpenAIAgent)
