@@ -17,8 +17,9 @@ from harness.cli import main
 
 
 def cli(*args: str) -> Any:
-    """Run the harness command line in-process."""
-    return CliRunner().invoke(main, [*args])
+    """Run the harness command line in-process, on a terminal wide enough that no line of the
+    output folds (a long temporary folder would split the path the tests look for)."""
+    return CliRunner().invoke(main, [*args], env={"COLUMNS": "1000"})
 
 
 def bank_actions(bank: hx.DictState) -> tuple[Any, Any]:
