@@ -9,6 +9,7 @@ either side as transactions."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,28 @@ import pytest
 import harness as hx
 from harness.agents.base import Toolbox
 from harness.domains.telecom.environment import TelecomEnvironment
+from harness.domains.telecom.user_tools import TelecomUserTools
 from harness.testing import FakeClock
 
 from .make_telecom_probes import plain
+
+# tau2's phone connects a VPN with one VpnDetails object its class holds for every phone in
+# the process, and ``break_vpn`` makes that object's performance poor in place; the probes were
+# recorded one task after another in one process, so from the first task that breaks the VPN on,
+# tau2's answers carry it. These tests replay them the same way: one worker process, in order
+# (with pytest-xdist's --dist loadgroup), from the default as the module was imported.
+pytestmark = pytest.mark.xdist_group("telecom_probes")
+_VPN_AS_IMPORTED = TelecomUserTools.default_vpn_details.model_copy(deep=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vpn_as_tau2_recorded() -> Iterator[None]:
+    """The shared VPN details as a fresh process has them before the first probe, and again
+    after the last (whatever other tests in this process did to them)."""
+    TelecomUserTools.default_vpn_details = _VPN_AS_IMPORTED.model_copy(deep=True)
+    yield
+    TelecomUserTools.default_vpn_details = _VPN_AS_IMPORTED.model_copy(deep=True)
+
 
 PROBES = json.loads((Path(__file__).parent / "telecom_probes.json").read_text("utf-8"))
 TASKS = {
