@@ -107,6 +107,22 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 # its requests: "Wrong cluster ID token"), so they run first, before any test starts a local
 # Ray in this process.
 _RAY_CLUSTERS_FIRST = ("tests/runs/test_ray_hosts.py",)
+# Tests that share one pytest-xdist worker process, run in the order collected. Every module
+# whose tests start or join Ray: that worker joins the two-host cluster before it starts a
+# local Ray, and two workers never run Ray side by side. The telecom probes: tau2's answers
+# were recorded one task after another in one process (see the module).
+_ONE_WORKER = {
+    **dict.fromkeys(
+        (
+            *_RAY_CLUSTERS_FIRST,
+            "tests/runs/test_ray.py",
+            "tests/runs/test_ray_limits.py",
+            "tests/store/test_postgres_ray.py",
+        ),
+        "ray",
+    ),
+    "tests/domains/test_telecom_probes.py": "telecom probes",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -121,3 +137,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return where in _RAY_CLUSTERS_FIRST
 
     items[:] = [i for i in items if first(i)] + [i for i in items if not first(i)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scheduler (``-n``): each test goes to the next idle worker, except that
+    the tests of one :data:`_ONE_WORKER` group all go to one worker, in order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _ONE_WORKER.get(nodeid.split("::", 1)[0], nodeid)
+
+    return Groups(config, log)

@@ -27,8 +27,7 @@ from .make_telecom_probes import plain
 # the process, and ``break_vpn`` makes that object's performance poor in place; the probes were
 # recorded one task after another in one process, so from the first task that breaks the VPN on,
 # tau2's answers carry it. These tests replay them the same way: one worker process, in order
-# (with pytest-xdist's --dist loadgroup), from the default as the module was imported.
-pytestmark = pytest.mark.xdist_group("telecom_probes")
+# (under pytest-xdist too: tests/conftest.py), from the default as the module was imported.
 _VPN_AS_IMPORTED = TelecomUserTools.default_vpn_details.model_copy(deep=True)
 
 
