@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -325,7 +326,7 @@ def test_a_joined_worker_killed_mid_trial_loses_nothing_and_repeats_nothing(tmp_
         while held is None and time.monotonic() < deadline and worker.poll() is None:
             store = hx.Store(url)
             try:
-                held = next(
+                began = next(
                     (
                         x
                         for x in store.leases()
@@ -333,6 +334,14 @@ def test_a_joined_worker_killed_mid_trial_loses_nothing_and_repeats_nothing(tmp_
                     ),
                     None,
                 )  # (a trial it holds whose episode began)
+                if began is not None:
+                    # Stopped, the worker cannot end that trial between this look and the kill
+                    # (on a loaded machine the look can take longer than the trial's pause).
+                    worker.send_signal(signal.SIGSTOP)
+                    if "end" in [r.kind for r in store.log(began.episode_id)]:
+                        worker.send_signal(signal.SIGCONT)  # (it ended meanwhile: look again)
+                    else:
+                        held = began
             finally:
                 store.close()
             time.sleep(0.02)
