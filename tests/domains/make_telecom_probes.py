@@ -212,12 +212,17 @@ def main() -> None:
     logger.remove()
     from tau2.data_model.message import ToolCall
     from tau2.data_model.tasks import EnvFunctionCall, Task
+    from tau2.domains.telecom.user_tools import TelecomUserTools
     from tau2.registry import registry
 
     build = registry.get_env_constructor("telecom")
+    # tau2 hands every phone of the process one VpnDetails object that break_vpn makes poor in
+    # place: each task starts from the details a fresh process has, as its own run would.
+    vpn = TelecomUserTools.default_vpn_details.model_copy(deep=True)
     probes = []
     for raw in json.loads(TASKS.read_text(encoding="utf-8")):
         task = Task.model_validate(raw)
+        TelecomUserTools.default_vpn_details = vpn.model_copy(deep=True)
         env = build()
         env.set_state(
             initialization_data=None,
@@ -247,6 +252,7 @@ def main() -> None:
             for t in json.loads(TASKS.read_text(encoding="utf-8"))
             if t["id"] == task_id
         )
+        TelecomUserTools.default_vpn_details = vpn.model_copy(deep=True)
         env = build()
         env.set_state(
             initialization_data=None,

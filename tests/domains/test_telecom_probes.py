@@ -23,21 +23,18 @@ from harness.testing import FakeClock
 
 from .make_telecom_probes import plain
 
-# tau2's phone connects a VPN with one VpnDetails object its class holds for every phone in
-# the process, and ``break_vpn`` makes that object's performance poor in place; the probes were
-# recorded one task after another in one process, so from the first task that breaks the VPN on,
-# tau2's answers carry it. These tests replay them the same way: one worker process, in order
-# (under pytest-xdist too: tests/conftest.py), from the default as the module was imported.
-_VPN_AS_IMPORTED = TelecomUserTools.default_vpn_details.model_copy(deep=True)
+# tau2 hands every phone of a process one VpnDetails object, which break_vpn makes poor in
+# place; the probes were recorded with each task starting from a fresh process's details, and
+# the harness gives each phone its own, so no probe depends on another having run before it.
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _vpn_as_tau2_recorded() -> Iterator[None]:
-    """The shared VPN details as a fresh process has them before the first probe, and again
-    after the last (whatever other tests in this process did to them)."""
-    TelecomUserTools.default_vpn_details = _VPN_AS_IMPORTED.model_copy(deep=True)
+@pytest.fixture(autouse=True)
+def _no_shared_vpn_damage() -> Iterator[None]:
+    """The class's default VPN details are the same after each test as before it (a phone
+    breaking its VPN must not change them for the next trial in the process)."""
+    before = TelecomUserTools.default_vpn_details.model_dump()
     yield
-    TelecomUserTools.default_vpn_details = _VPN_AS_IMPORTED.model_copy(deep=True)
+    assert TelecomUserTools.default_vpn_details.model_dump() == before
 
 
 PROBES = json.loads((Path(__file__).parent / "telecom_probes.json").read_text("utf-8"))

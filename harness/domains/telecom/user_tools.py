@@ -51,6 +51,11 @@ class TelecomUserTools(ToolKitBase):
         Initializes
         """
         super().__init__(db)
+        # Upstream's phones share the class's one VpnDetails, which break_vpn makes poor in
+        # place: a later connect_vpn gets it poor, and so would every later phone of the
+        # process. Here each phone's toolkit has its own copy: within one trial it behaves as
+        # upstream's, and a trial no longer depends on the trials run before it.
+        self.default_vpn_details = type(self).default_vpn_details.model_copy(deep=True)
 
     # --- Properties ---
     @property
