@@ -36,6 +36,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Final
 
+import harness as hx
+
 __all__ = [
     "Column",
     "Record",
@@ -336,6 +338,9 @@ class Tables:
                 conn.execute("COMMIT")
             finally:
                 conn.close()
+            # The change capture every trial's adapter installs, made once here, in WAL mode:
+            # an adapter on a copy finds its tables and triggers as it would make them.
+            hx.SQLState(partial, journal_mode="wal").discard()
             os.replace(partial, out)
         finally:
             partial.unlink(missing_ok=True)

@@ -211,6 +211,25 @@ def _drop_triggers(c: sqlite3.Connection) -> None:
             c.execute(f"DROP TRIGGER {_quote(name)}")
 
 
+def _triggers_are(c: sqlite3.Connection, wanted: list[str]) -> bool:
+    """Whether the database's capture triggers are exactly ``wanted`` (the statements that
+    create them, as SQLite keeps them) and each table's newest: then they need not be made
+    again (a database copied from a template that has them, or reopened)."""
+    rows = c.execute("SELECT rowid, name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger'")
+    ours: list[str] = []
+    newest_user: dict[str, int] = {}
+    oldest_ours: dict[str, int] = {}
+    for rowid, name, table, sql in rows.fetchall():
+        if name.startswith(_TRIGGER_PREFIXES):
+            ours.append(sql)
+            oldest_ours[table] = min(rowid, oldest_ours.get(table, rowid))
+        else:
+            newest_user[table] = max(rowid, newest_user.get(table, rowid))
+    return sorted(ours) == sorted(wanted) and all(
+        rowid < oldest_ours.get(table, 0) for table, rowid in newest_user.items()
+    )
+
+
 def _drop_own_triggers(c: sqlite3.Connection) -> None:
     """Drop the ``TEMP`` triggers that flag this connection's writes."""
     rows = c.execute("SELECT name FROM sqlite_temp_master WHERE type = 'trigger'").fetchall()
@@ -439,9 +458,10 @@ class SQLState:
             )
             _clear_if_idle(c)
             self._tables = self._load_tables()
-            _drop_triggers(c)
-            for table in self._tables.values():
-                for statement in table.triggers():
+            wanted = [s for table in self._tables.values() for s in table.triggers()]
+            if not _triggers_are(c, wanted):
+                _drop_triggers(c)
+                for statement in wanted:
                     c.execute(statement)
         for connection in (self.connection, *self._attributed):
             self._flag_writes(connection)
