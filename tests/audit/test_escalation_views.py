@@ -13,13 +13,21 @@ import pytest
 from click.testing import CliRunner
 
 import harness as hx
-from harness.cli import main
+from harness.cli import _common, main
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line's console wide enough that no line of its output folds: a long
+    temporary folder would split the path the tests look for. (Its width, not COLUMNS: a
+    pytest-xdist worker sets COLUMNS=80 and LINES=24 before the console is made, which then
+    keeps that size.)"""
+    monkeypatch.setattr(_common.console, "_width", 1000)
 
 
 def cli(*args: str) -> Any:
-    """Run the harness command line in-process, on a terminal wide enough that no line of the
-    output folds (a long temporary folder would split the path the tests look for)."""
-    return CliRunner().invoke(main, [*args], env={"COLUMNS": "1000"})
+    """Run the harness command line in-process."""
+    return CliRunner().invoke(main, [*args])
 
 
 def bank_actions(bank: hx.DictState) -> tuple[Any, Any]:
