@@ -107,22 +107,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 # its requests: "Wrong cluster ID token"), so they run first, before any test starts a local
 # Ray in this process.
 _RAY_CLUSTERS_FIRST = ("tests/runs/test_ray_hosts.py",)
-# Tests that share one pytest-xdist worker process, run in the order collected. Every module
-# whose tests start or join Ray: that worker joins the two-host cluster before it starts a
-# local Ray, and two workers never run Ray side by side. The telecom probes: tau2's answers
-# were recorded one task after another in one process (see the module).
-_ONE_WORKER = {
-    **dict.fromkeys(
-        (
-            *_RAY_CLUSTERS_FIRST,
-            "tests/runs/test_ray.py",
-            "tests/runs/test_ray_limits.py",
-            "tests/store/test_postgres_ray.py",
-        ),
-        "ray",
+# Tests that share one pytest-xdist worker process, run in the order collected: every module
+# whose tests start or join Ray. That worker joins the two-host cluster before it starts a
+# local Ray, and two workers never run Ray side by side.
+_ONE_WORKER = dict.fromkeys(
+    (
+        *_RAY_CLUSTERS_FIRST,
+        "tests/runs/test_ray.py",
+        "tests/runs/test_ray_limits.py",
+        "tests/store/test_postgres_ray.py",
     ),
-    "tests/domains/test_telecom_probes.py": "telecom probes",
-}
+    "ray",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
