@@ -93,8 +93,14 @@ class Held:
 
     def _renew(self, seconds: float) -> None:
         while not self._stop.wait(seconds / 3):
-            with contextlib.suppress(Exception):  # (the next renewal tries again)
-                self._leases.acquire_lease(self.episode_id, owner=self.owner, seconds=seconds)
+            try:
+                kept = self._leases.renew_lease(self.episode_id, owner=self.owner, seconds=seconds)
+            except Exception:  # (the next renewal tries again)
+                continue
+            if not kept:
+                # Lost (it expired and another process took it, and may have finished and
+                # given it back): a renewal must never take it again for a holder that stalled.
+                return
 
     def release(self) -> None:
         """Stop renewing and give the lease back (once)."""
@@ -154,6 +160,20 @@ class _Leases:
                 (episode_id, owner, pid, host, now, now + seconds),
             )
             return "taken", None
+
+    def renew_lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> bool:
+        """Extend ``owner``'s lease on ``episode_id`` to ``seconds`` from now; False (nothing
+        written) when ``owner`` no longer holds it: a lease lost is never taken back by a
+        renewal, or a holder that stalled past its expiry would take the episode again after
+        another process took it over, and after that one gave it back, leave a lease behind."""
+        now = time.time()
+        with self._locked("hx_lease") as (cur, mark):
+            cur.execute(
+                f"UPDATE hx_lease SET expires_at = {mark} "
+                f"WHERE episode_id = {mark} AND owner = {mark}",
+                (now + seconds, episode_id, owner),
+            )
+            return bool(cur.rowcount)
 
     def release_lease(self, episode_id: str, *, owner: str) -> None:
         """Give the lease on ``episode_id`` back (only its owner can)."""
