@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
-from .._json import canonical, dumps
+from .._json import canonical, dumps, json_copy
 from ..action import Action, as_json, build_model
 from ..errors import (
     ConfigurationError,
@@ -263,7 +263,7 @@ class Toolbox:
         specs = []
         for name, tool in tools.items():
             if name in defined:
-                specs.append(copy.deepcopy(defined[name]))
+                specs.append(defined[name])  # a copy already (_defined_specs)
             elif isinstance(tool, Action):
                 specs.append(tool.openai_tool)
             else:
@@ -286,12 +286,17 @@ class Toolbox:
 
     def _defined_specs(self, hook: str = "tool_defs") -> dict[str, dict[str, Any]]:
         """The environment's own tool definitions by name (``tool_defs()``, or the user's
-        ``user_tool_defs()``), if it has them."""
+        ``user_tool_defs()``), if it has them: copies, which the agent may change."""
         tool_defs = getattr(self.environment, hook, None)
         if not callable(tool_defs):
             return {}
+        given = list(tool_defs())
+        try:
+            specs = json_copy(given)  # what a request sends: JSON
+        except (TypeError, ValueError):
+            specs = copy.deepcopy(given)
         defined: dict[str, dict[str, Any]] = {}
-        for spec in tool_defs():
+        for spec in specs:
             function = spec.get("function") if isinstance(spec, dict) else None
             name = function.get("name") if isinstance(function, dict) else None
             if not isinstance(name, str):

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import ast
-import copy
 import inspect
 import json
 import operator
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from pydantic import Field, create_model
 
 import harness as hx
+from harness._json import json_copy
 from harness.domains.base import FolderEnvironment, OccurrenceKeys, delegate
 from harness.domains.records import Record, Tables, dry_run
 
@@ -375,7 +375,7 @@ class Tau2Environment(FolderEnvironment):
             these to the agent (:attr:`harness.agents.base.Toolbox.specs`); exports list them
             as the run's tool definitions.
         """
-        return [copy.deepcopy(dict(d)) for d in cls.TOOL_DEFS]
+        return json_copy(cls.TOOL_DEFS)
 
     def tool_message(
         self,

@@ -26,6 +26,7 @@ tell what upstream would answer a call: the words the agent is shown when the ha
 
 from __future__ import annotations
 
+import functools
 import json
 import unicodedata
 from collections.abc import Mapping
@@ -78,8 +79,10 @@ READ_TOOLS: Final[tuple[str, ...]] = tuple(n for n, t in TOOL_TYPES.items() if t
 _CANCEL_REASONS: Final = frozenset({"no longer needed", "ordered by mistake"})
 
 
+@functools.lru_cache(maxsize=8192)
 def _fold(text: str) -> str:
-    """Case- and accent-folded ``text``, as upstream's ``fold_for_match`` compares names."""
+    """Case- and accent-folded ``text``, as upstream's ``fold_for_match`` compares names
+    (remembered: a search folds every user's email or name, the same ones trial after trial)."""
     decomposed = unicodedata.normalize("NFD", text.strip())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
 

@@ -18,7 +18,6 @@ environment does:
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import json
@@ -30,6 +29,7 @@ from docstring_parser import parse
 from pydantic import BaseModel, Field, create_model
 
 import harness as hx
+from harness._json import json_copy
 from harness.domains.base import OccurrenceKeys
 from harness.domains.tau2 import UpstreamError
 from harness.domains.telecom import load_db, load_user_db, policy
@@ -357,12 +357,12 @@ class TelecomEnvironment:
     @classmethod
     def tool_defs(cls) -> list[dict[str, Any]]:
         """The agent's tools as upstream hands them to an agent (a fresh copy)."""
-        return copy.deepcopy(list(TOOL_DEFS))
+        return json_copy(TOOL_DEFS)
 
     @classmethod
     def user_tool_defs(cls) -> list[dict[str, Any]]:
         """The user's tools as upstream hands them to the user simulator (a fresh copy)."""
-        return copy.deepcopy(list(USER_TOOL_DEFS))
+        return json_copy(USER_TOOL_DEFS)
 
     def tool_message(
         self, name: str, arguments: Mapping[str, Any], result: Any, error: BaseException | None
