@@ -2,7 +2,9 @@
 ``OpenAIUser``: a model on such a server plays the user, as tau2-bench's user simulator does.
 
 The agent speaks the chat-completions protocol with tool calling (OpenAI, vLLM, llama.cpp's
-server, Ollama) through the official ``openai`` client, pointed at the server by ``base_url``.
+server, Ollama) on the HTTP client the official ``openai`` package runs on (its pooled
+``httpx`` client, with openai's connection limits), pointed at the server by ``base_url``: a
+request is one POST of the body as it is, without the typed client's rebuilding of it.
 The toolbox's tools are offered as functions, and every tool call the model makes goes through
 :meth:`Toolbox.call`, so writes run as transactions and refusals come back to the model as tool
 results. Several tool calls in one reply run at once, each its own transaction (the episode
@@ -60,10 +62,10 @@ whether the conversation ended as ``user_stop`` or ``agent_stop``, the endings t
 
 Failures of the model server itself (connection refused or dropped, timeouts, HTTP 5xx, 408,
 429) are retried here with exponential backoff, always waiting at least the server's
-``Retry-After`` (the client's own retries are off, so every attempt is counted and every wait
-is ours), within two bounds: ``attempts`` failed attempts (429s included), and ``retry_for``
-seconds over the call's attempts and waits, so a rate-limit burst can be waited out with many
-attempts and still not for ever; a wait that would end past ``retry_for`` (the server's
+``Retry-After`` (every attempt is counted and every wait is ours), within two bounds:
+``attempts`` failed attempts (429s included), and ``retry_for`` seconds over the call's
+attempts and waits, so a rate-limit burst can be waited out with many attempts and still not
+for ever; a wait that would end past ``retry_for`` (the server's
 ``Retry-After`` included) ends the retries at once. Failures that persist are raised as
 :class:`ModelServerError`: an infrastructure error, not the agent's failure. A request the
 server refuses (HTTP 4xx other than 408 and 429: a wrong model name, a bad key, a request it
@@ -80,7 +82,7 @@ too; a tool call's arguments longer than ``max_tool_argument_bytes`` are not par
 model is told so as it is told of malformed arguments. Each limit's error names the option
 that changes it.
 
-``openai`` is imported when the agent first talks to a server, not by ``import harness``.
+``openai`` is imported when an agent is made, not by ``import harness``.
 ``harness.testing.model_server.FakeChatServer`` is a scripted local server to test against.
 """
 
@@ -96,6 +98,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from .._json import canonical, canonical_object, digest
 from ..action import ContextExecutor
@@ -122,8 +125,6 @@ from .user import (
 )
 
 if TYPE_CHECKING:
-    import openai
-
     from ..action import Action
     from ..errors import Diverged
 
@@ -670,7 +671,8 @@ class _ChatEndpoint:
         _http()
 
         self._client_lock = threading.Lock()
-        self._shared_client: openai.OpenAI | None = None
+        self._shared_client: Any = None
+        self._post_url = _completions_url(self.base_url)
         # The deadline of the attempt each thread is making, for the bodies it reads.
         self._attempt = threading.local()
 
@@ -703,37 +705,27 @@ class _ChatEndpoint:
         reason = choices[0].get("finish_reason")
         return dict(message), reason if isinstance(reason, str) else None
 
-    def _client(self) -> openai.OpenAI:
-        """The ``openai`` client on ``base_url``, made on first use and shared by every trial
-        this object runs (threads included: the client is thread-safe, and making one costs
-        tens of milliseconds of CPU, mostly its TLS context)."""
+    def _client(self) -> Any:
+        """The HTTP client, made on first use and shared by every trial this object runs
+        (threads included: the client is thread-safe and pools its connections, and making one
+        costs tens of milliseconds of CPU, mostly its TLS context)."""
         with self._client_lock:
             if self._shared_client is None:
                 self._shared_client = self._new_client()
             return self._shared_client
 
-    def _new_client(self) -> openai.OpenAI:
-        """An ``openai`` client on ``base_url`` that retries nothing itself (we do), reads no
-        environment variable (no proxy but ``proxy``, no key but ``api_key``) and reads every
-        body through its limits (:meth:`_bound_body`)."""
+    def _new_client(self) -> Any:
+        """openai's own HTTP client (``DefaultHttpxClient``: its connection limits, redirects
+        followed), which retries nothing (we do), reads no environment variable (no proxy but
+        ``proxy``, no key but ``api_key``: never ``OPENAI_API_KEY``) and reads every body
+        through its limits (:meth:`_bound_body`)."""
         import openai
 
-        http_client = openai.DefaultHttpxClient(
+        return openai.DefaultHttpxClient(
             trust_env=False,
             proxy=self.proxy,
             timeout=self.timeout,  # httpx's: each connect, write and read (not the total)
             event_hooks={"response": [self._bound_body]},
-        )
-        return openai.OpenAI(
-            base_url=self.base_url,
-            # Given, so that OPENAI_API_KEY is not read; never sent without an api_key
-            # (see _extra_headers).
-            api_key=self.api_key or "no-key",
-            organization="",
-            project="",
-            timeout=self.timeout,
-            max_retries=0,
-            http_client=http_client,
         )
 
     def _bound_body(self, response: Any) -> None:
@@ -753,20 +745,21 @@ class _ChatEndpoint:
             cut=failed,
         )
 
-    def _extra_headers(self) -> dict[str, Any]:
-        """Headers left out of each request: no key, no organization, no project."""
-        import openai
-
-        omitted: dict[str, Any] = {
-            "OpenAI-Organization": openai.Omit(),
-            "OpenAI-Project": openai.Omit(),
+    @functools.cached_property
+    def _headers(self) -> dict[str, str]:
+        """Each request's headers: JSON both ways, and the key only when there is one (no
+        organization, no project)."""
+        headers = {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": f"harness/{_harness_version()}",
         }
-        if not self.api_key:
-            omitted["Authorization"] = openai.Omit()
-        return omitted
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
 
     # --- retries ---
-    def _complete(self, client: openai.OpenAI, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    def _complete(self, client: Any, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         """Ask for one completion, retrying infrastructure errors within ``attempts`` and
         ``retry_for``; the response and the attempts it took.
 
@@ -841,60 +834,40 @@ class _ChatEndpoint:
         )
 
     # --- one attempt ---
-    def _post(self, client: openai.OpenAI, body: dict[str, Any]) -> dict[str, Any]:
-        """One attempt; the client's errors as :class:`ModelServerError` (or its 4xx subclass).
+    def _post(self, client: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """One attempt; its failures as :class:`ModelServerError` (or its 4xx subclass).
 
-        The server's JSON is read as it was sent (not through the client's response types,
-        which would reshape what some servers send, such as Ollama's arguments as an object),
-        as it arrives, through the limits (:meth:`_bound_body`).
+        The body is sent as it is (the typed ``chat.completions.create`` walks the whole
+        conversation to rebuild it on every turn), and the server's JSON is read as it was
+        sent (not through the client's response types, which would reshape what some servers
+        send, such as Ollama's arguments as an object), as it arrives, through the limits
+        (:meth:`_bound_body`).
         """
-        import openai
-
         http = _http()
+        try:
+            payload = _REQUEST_JSON.encode(body).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
+            raise TypeError(f"the request to {self.url} cannot be written as JSON: {exc}") from None
         self._attempt.deadline = time.monotonic() + self.request_timeout
         try:
-            # The body as it is: the typed `chat.completions.create` walks the whole
-            # conversation to rebuild it on every turn (about 20 ms for a long retail one).
-            raw = client.post(
-                "/chat/completions",
-                body=body,
-                cast_to=http.Response,
-                options={"headers": self._extra_headers()},
-                stream=True,
-            )
-            try:
+            with client.stream(
+                "POST", self._post_url, content=payload, headers=self._headers
+            ) as raw:
+                if raw.status_code >= 400:
+                    raw.read()  # the error body, cut at ERROR_BODY_BYTES (_bound_body)
+                    raise self._refused(raw.status_code, raw.text, raw.headers)
                 content = bytearray()
                 for chunk in raw.iter_bytes():  # decoded: a compressed body counts in full
                     content += chunk
                     if len(content) > self.max_response_bytes:
                         raise _Overrun("max_response_bytes", len(content))
-            finally:
-                raw.close()
-        except openai.APIStatusError as exc:
-            message = _server_message(exc.response.text)
-            status = exc.status_code
-            if 400 <= status < 500 and status not in RETRYABLE_STATUS:
-                raise ModelRequestError(
-                    f"model server at {self.url} refused the request: HTTP {status}: {message}",
-                    url=self.url,
-                    status=status,
-                    server_message=message,
-                ) from None
-            raise ModelServerError(
-                f"HTTP {status}: {message}",
-                url=self.url,
-                status=status,
-                retry_after=_retry_after(exc.response.headers),
-            ) from None
         except _Overrun as exc:
             raise self._overrun(exc) from None
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise self._no_answer(exc.__cause__ or exc) from exc
-        except http.TransportError as exc:  # while the body was read
+        except http.TransportError as exc:  # no connection, a timeout, a connection lost
             raise self._no_answer(exc) from exc
         except http.DecodingError as exc:
             raise ValueError(f"its body cannot be decoded: {exc}") from None
-        except openai.OpenAIError as exc:  # anything else the client raised
+        except http.HTTPError as exc:  # anything else the HTTP client raised
             raise ModelServerError(
                 f"the client failed: {type(exc).__name__}: {exc}", url=self.url
             ) from exc
@@ -907,6 +880,24 @@ class _ChatEndpoint:
         if not isinstance(value, dict):
             raise ValueError(f"not a JSON object: {_start(content)!r}")
         return value
+
+    def _refused(self, status: int, text: str, headers: Any) -> ModelServerError:
+        """The error of an HTTP error status: the request refused (4xx but 408 and 429), or
+        a failure another attempt may mend (waiting the server's ``Retry-After``)."""
+        message = _server_message(text)
+        if 400 <= status < 500 and status not in RETRYABLE_STATUS:
+            return ModelRequestError(
+                f"model server at {self.url} refused the request: HTTP {status}: {message}",
+                url=self.url,
+                status=status,
+                server_message=message,
+            )
+        return ModelServerError(
+            f"HTTP {status}: {message}",
+            url=self.url,
+            status=status,
+            retry_after=_retry_after(headers),
+        )
 
     def _no_answer(self, cause: BaseException) -> ModelServerError:
         """The error of an attempt that got no (whole) answer: a timeout, no connection, a
@@ -950,6 +941,23 @@ def _bounded_body_type() -> type[_BoundedBody]:
     bases = (_BoundedBody, _http().SyncByteStream)
     made: type[_BoundedBody] = type("BoundedBody", bases, {"__module__": __name__})
     return made
+
+
+_REQUEST_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def _completions_url(base_url: str) -> str:
+    """``base_url``'s ``/chat/completions``, its query (an ``api-version``) kept after it."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/") + "/chat/completions"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+@functools.cache
+def _harness_version() -> str:
+    from .._version import __version__
+
+    return __version__
 
 
 @functools.cache
@@ -1188,7 +1196,7 @@ class OpenAIAgent(_ChatEndpoint):
         return out
 
     def _converse(
-        self, client: openai.OpenAI, task: Task, toolbox: Toolbox, seed: int, meta: dict[str, Any]
+        self, client: Any, task: Task, toolbox: Toolbox, seed: int, meta: dict[str, Any]
     ) -> AgentOutput:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self._system_prompt(toolbox)},
@@ -1294,7 +1302,7 @@ class OpenAIAgent(_ChatEndpoint):
 
     def _converse_with_user(
         self,
-        client: openai.OpenAI,
+        client: Any,
         task: Task,
         toolbox: Toolbox,
         seed: int,
@@ -1491,7 +1499,7 @@ class OpenAIAgent(_ChatEndpoint):
 
     def _agent_turn(
         self,
-        client: openai.OpenAI,
+        client: Any,
         toolbox: Toolbox,
         history: list[dict[str, Any]],
         seed: int,
@@ -1618,7 +1626,7 @@ class OpenAIAgent(_ChatEndpoint):
 
     # --- the model ---
     def _recorded_complete(
-        self, client: openai.OpenAI, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
+        self, client: Any, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
     ) -> tuple[dict[str, Any], int]:
         """The completion for ``body``, from the episode's record when it has it.
 
