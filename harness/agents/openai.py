@@ -672,7 +672,6 @@ class _ChatEndpoint:
 
         self._client_lock = threading.Lock()
         self._shared_client: Any = None
-        self._post_url = _completions_url(self.base_url)
         # The deadline of the attempt each thread is making, for the bodies it reads.
         self._attempt = threading.local()
 
@@ -746,9 +745,9 @@ class _ChatEndpoint:
         )
 
     @functools.cached_property
-    def _headers(self) -> dict[str, str]:
+    def _headers(self) -> Any:
         """Each request's headers: JSON both ways, and the key only when there is one (no
-        organization, no project)."""
+        organization, no project); built once, as the HTTP library's own type."""
         headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
@@ -756,7 +755,12 @@ class _ChatEndpoint:
         }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return _http().Headers(headers)
+
+    @functools.cached_property
+    def _post_url(self) -> Any:
+        """Where a request goes, parsed once by the HTTP library."""
+        return _http().URL(_completions_url(self.base_url))
 
     # --- retries ---
     def _complete(self, client: Any, body: dict[str, Any]) -> tuple[dict[str, Any], int]:

@@ -298,6 +298,28 @@ def test_without_a_key_no_authorization_is_sent_and_openai_variables_are_not_rea
     assert "authorization" not in headers
     assert "openai-organization" not in headers and "openai-project" not in headers
     assert "sk-from-the-environment" not in json.dumps(headers)
+    assert headers["content-type"] == "application/json"
+    assert headers["user-agent"].startswith("harness/")
+
+
+@pytest.mark.parametrize(
+    ("base_url", "posted_to"),
+    [
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions"),
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000/v1/chat/completions"),
+        (
+            "https://example.org/openai/deployments/m?api-version=2024-10-21",
+            "https://example.org/openai/deployments/m/chat/completions?api-version=2024-10-21",
+        ),
+    ],
+)
+def test_requests_go_to_the_base_url_s_chat_completions_keeping_its_query(
+    base_url: str, posted_to: str
+) -> None:
+    """The path is the base URL's with /chat/completions after it; a query the base URL
+    carries (an api-version) stays after the path, as the openai client keeps it."""
+    agent = OpenAIAgent(base_url=base_url, model="m")
+    assert str(agent._post_url) == posted_to
 
 
 @pytest.mark.parametrize(
