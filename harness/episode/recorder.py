@@ -277,7 +277,10 @@ class Recorder:
                 f'"step":null,"digest":null,"key":{_quote(ctx.idempotency_key)},'
                 f'"args":{args},"before":{before},"started":{txn.started!r}'
             )
-        status = TxnStatus.RECOVERED if recovered else TxnStatus.COMMITTED
+        # Its text, not the enum: the row and the records the writer holds until the rows are
+        # written then hold only plain values, which the cyclic GC stops tracking (an enum
+        # member in them kept three objects an action alive in its generations).
+        status = (TxnStatus.RECOVERED if recovered else TxnStatus.COMMITTED).value
         # The row the record projects to (harness.store.projection.committed_row), from the
         # texts at hand; the writer adds the record's time as ended_at.
         row = transaction_row(

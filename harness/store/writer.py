@@ -153,8 +153,10 @@ class EpisodeWriter:
         )
         self._depth = 0
         # Hot-path commits whose rows are not written yet: their records (txn_id, kind, payload,
-        # ts, intent payload) and, when the caller built it, the row they project to.
-        self.pending: list[tuple[str, str, str, float, str | None, Projected | None]] = []
+        # ts, intent payload) and, when the caller built them, the row they project to and its
+        # step digest (or None, None). Flat: one tuple each, the fewest objects kept alive for
+        # the cyclic GC to go through until the rows are written.
+        self.pending: list[tuple[str, str, str, float, str | None, dict[str, Any] | None, Any]] = []
         # The witness's step and digest: the last committed step this writer knows of.
         self.steps = 0
         self.digest = GENESIS
@@ -262,9 +264,8 @@ class EpisodeWriter:
         if not self.pending:
             return
         rows, checkpoints = [], []
-        for txn_id, kind, text, ts, intent, projected in self.pending:
-            if projected is not None:
-                row, digest = projected
+        for txn_id, kind, text, ts, intent, row, digest in self.pending:
+            if row is not None:
                 row["ended_at"] = ts
                 rows.append(row)
                 cp = checkpoint_row(
@@ -321,7 +322,7 @@ class EpisodeWriter:
             if kind == "intent":
                 intents[txn_id] = text
             elif kind in HOT_OUTCOMES:
-                self.pending.append((txn_id, kind, text, ts, intents.pop(txn_id, None), None))
+                self.pending.append((txn_id, kind, text, ts, intents.pop(txn_id, None), None, None))
                 self._stepped(loads(text))
         return len(self.pending)
 
@@ -430,11 +431,14 @@ class EpisodeWriter:
         """Move the chain past a written record; keep what its row needs."""
         self.seq, self.head = seq, h
         if txn_id is not None and kind in HOT_OUTCOMES:
-            self.pending.append((txn_id, kind, text, ts, None, projected))
             if projected is None:
+                self.pending.append((txn_id, kind, text, ts, None, None, None))
                 self._stepped(loads(text))
-            elif projected[0]["step"] is not None:
-                self.steps, self.digest = projected[0]["step"], str(projected[1])
+                return
+            row, digest = projected
+            self.pending.append((txn_id, kind, text, ts, None, row, digest))
+            if row["step"] is not None:
+                self.steps, self.digest = row["step"], str(digest)
 
     def insert_episode(self, row: Mapping[str, Any]) -> None:
         """Insert the episode's row, numbered next in this store (inside a batch: locked)."""
