@@ -12,6 +12,8 @@ from typing import Any
 
 import structlog
 
+from .._json import dumps
+
 KEEP = 1 << 20
 """Bytes of lines held while the file cannot be written (a full disk); older lines past it are
 dropped, and counted."""
@@ -49,6 +51,14 @@ class JsonLines:
                 self._flush_locked()
 
     info = debug = warning = error = critical = exception = log = msg
+
+    def lines(self, messages: list[str]) -> None:
+        """Queue several lines, as :meth:`msg` would one by one."""
+        with self._lock:
+            self._lines.extend(m + "\n" for m in messages)
+            self._size += sum(map(len, messages)) + len(messages)
+            if self._size > 65536 or time.monotonic() - self._last > 1.0:
+                self._flush_locked()
 
     def _flush_locked(self) -> None:
         self._last = time.monotonic()
@@ -109,15 +119,19 @@ class EpisodeLog:
     the database holds the record. Every other attribute is the bound logger's own.
     """
 
-    __slots__ = ("_context", "_log", "_processors", "_queue", "_sink")
+    __slots__ = ("_context", "_head", "_log", "_processors", "_queue", "_sink")
     RUN = 64
 
-    def __init__(self, log: Any, processors: list[Any], sink: Any) -> None:
+    def __init__(self, log: Any, processors: list[Any], sink: Any, *, stock: bool = False) -> None:
         self._log = log
         self._context = dict(structlog.get_context(log))
         self._processors = processors
         self._sink = sink
         self._queue: list[tuple[str, dict[str, Any]]] = []
+        # ``stock``: the processors are the store's own (:func:`_stamp`, then structlog's
+        # JSONRenderer with :func:`harness._json.dumps`), so a queued line is rendered here as
+        # they would render it: the bound context's JSON once, each line's fields in one encode.
+        self._head = dumps(self._context)[:-1] if stock else None
 
     def later(self, event: str, **fields: Any) -> None:
         """Queue one info line."""
@@ -134,6 +148,21 @@ class EpisodeLog:
         if not queue:
             return
         context, processors, sink = self._context, self._processors, self._sink
+        head = self._head
+        if head is not None:
+            # The line _stamp and the renderer make of {**context, **fields, "event": event}:
+            # the context's keys, the fields' (a queued line has its ts), event, then level.
+            # A field named like a context key (or event, level) takes the general path.
+            comma = "," if context else ""
+            lines = []
+            for event, fields in queue:
+                if "event" in fields or "level" in fields or not context.keys().isdisjoint(fields):
+                    break
+                lines.append(
+                    f'{head}{comma}{dumps(fields)[1:-1]},"event":{dumps(event)},"level":"info"}}'
+                )
+            sink.lines(lines)
+            queue = queue[len(lines) :]
         for event, fields in queue:
             line: Any = {**context, **fields, "event": event}
             for processor in processors:

@@ -330,7 +330,7 @@ class Store(_Chain, _Leases):
                 self._jsonl_file = JsonLines(target)
         processors: list[Any] = [_stamp, structlog.processors.JSONRenderer(serializer=dumps)]
         log = structlog.wrap_logger(self._jsonl_file, processors=processors).bind(**bound)
-        return EpisodeLog(log, processors, self._jsonl_file)
+        return EpisodeLog(log, processors, self._jsonl_file, stock=True)
 
     # --- queries ---
     @contextmanager
