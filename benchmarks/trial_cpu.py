@@ -35,10 +35,12 @@ import json
 import os
 import pstats
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,16 +52,31 @@ from harness.suite import Suite, load_suite
 from harness.testing.model_server import FakeChatServer, ReplayPolicy
 
 TARGET_MS = 10.0  # CPU ms a trial (issue 29)
+USER_TARGET_MS = 20.0  # CPU ms a trial with tau2's user simulator
+LATENCY_TARGET = 1.2  # CPU a trial at 200 ms latency / at none
 
 
-def run(suite: Suite, base_url: str, logs: Path, trials_per_task: int) -> int:
-    """One run of the openai agent, one trial in flight; the trials it ran."""
+def run(
+    suite: Suite,
+    base_url: str,
+    logs: Path,
+    trials_per_task: int,
+    in_flight: int = 1,
+    *,
+    user: bool = False,
+) -> int:
+    """One run of the openai agent, ``in_flight`` trials at once, with tau2's user simulator
+    (``OpenAIUser``, on the same server) if ``user``; the trials it ran."""
+    options: dict[str, Any] = {"base_url": base_url, "model": "fake"}
+    if user:
+        options.update(user="openai", user_base_url=base_url, user_model="fake-user")
     result = run_trials(
         suite,
         agent="openai",
-        agent_options={"base_url": base_url, "model": "fake"},
+        agent_options=options,
         trials=trials_per_task,
         logs=logs,
+        concurrency=in_flight,
     )
     failed = [r for r in result.results if not r.passed]
     if failed:
@@ -170,16 +187,49 @@ def profiled(fn: Callable[[], Any], top: int) -> str:
     return out.getvalue()
 
 
+@dataclass
+class Measured:
+    """One timed run: trials, CPU and wall ms a trial, model calls a trial."""
+
+    trials: int
+    cpu_ms: float
+    wall_ms: float
+    calls: float
+
+
+def timed(server: ServerProcess, fn: Callable[[], int], *, latency: float = 0.0) -> Measured:
+    """Run ``fn`` (a run; it returns its trials) with the server at ``latency``, timed."""
+    server.set_latency(latency)
+    requests0, errors0, _ = server.stats()
+    started, wall = time.process_time(), time.perf_counter()
+    trials = fn()
+    cpu, wall = time.process_time() - started, time.perf_counter() - wall
+    requests1, errors1, _ = server.stats()
+    if errors1 > errors0:
+        print(f"note: the server recorded {errors1 - errors0} errors")
+    return Measured(
+        trials, cpu / trials * 1000, wall / trials * 1000, (requests1 - requests0) / trials
+    )
+
+
+def verdict(value: float, target: float) -> str:
+    return "met" if value <= target else "not met"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=300, help="trials timed (about)")
     parser.add_argument("--suite", default="retail", help="a suite folder or built-in name")
     parser.add_argument("--rounds", type=int, default=3, help="HTTP floor: passes over the bodies")
+    parser.add_argument("--in-flight", type=int, default=16, help="latency check: trials at once")
+    parser.add_argument("--latency", type=float, default=0.2, help="latency check: seconds a call")
+    parser.add_argument("--no-user", action="store_true", help="skip the user simulator's run")
+    parser.add_argument("--no-latency", action="store_true", help="skip the latency check")
     parser.add_argument("--profile", action="store_true", help="cProfile the timed trials too")
     parser.add_argument("--top", type=int, default=25, help="functions the profile lists")
     args = parser.parse_args(argv)
-    if args.trials < 1 or args.rounds < 1:
-        parser.error("--trials and --rounds must be positive")
+    if args.trials < 1 or args.rounds < 1 or args.in_flight < 1 or args.latency <= 0:
+        parser.error("--trials, --rounds, --in-flight and --latency must be positive")
 
     suite = load_suite(args.suite)
     tasks = len(suite.tasks)
@@ -198,30 +248,21 @@ def main(argv: list[str] | None = None) -> None:
                 traced = run(suite, server.base_url, folder / "traced", 1)
             commits_per_trial = commits[0] / traced
 
-            requests0, errors0, _ = server.stats()
-            started = time.process_time()
-            wall = time.perf_counter()
-            trials = run(suite, server.base_url, folder / "timed", per_task)
-            cpu = (time.process_time() - started) / trials
-            wall = (time.perf_counter() - wall) / trials
-            requests1, errors1, _ = server.stats()
-            calls = (requests1 - requests0) / trials
-            if errors1 > errors0:
-                print(f"note: the server recorded {errors1 - errors0} errors")
-
+            alone = timed(server, lambda: run(suite, server.base_url, folder / "timed", per_task))
             per_call = http_floor(server.base_url, bodies, args.rounds)
             per_commit = commit_floor(folder)
-            http_ms = per_call * calls * 1000
+            http_ms = per_call * alone.calls * 1000
             sql_ms = per_commit * commits_per_trial * 1000
             floor = http_ms + sql_ms
-            ms = cpu * 1000
+            ms = alone.cpu_ms
             print(
-                f"{trials} trials, {calls:.2f} model calls and {commits_per_trial:.1f} commits each"
+                f"{alone.trials} trials, {alone.calls:.2f} model calls and "
+                f"{commits_per_trial:.1f} commits each"
             )
-            print(f"harness CPU a trial       {ms:7.2f} ms  (wall {wall * 1000:.2f} ms)")
+            print(f"harness CPU a trial       {ms:7.2f} ms  (wall {alone.wall_ms:.2f} ms)")
             print(
                 f"floor: HTTP              {http_ms:7.2f} ms  "
-                f"({per_call * 1000:.3f} ms a call over pooled http.client x {calls:.2f})"
+                f"({per_call * 1000:.3f} ms a call over pooled http.client x {alone.calls:.2f})"
             )
             print(
                 f"floor: SQLite            {sql_ms:7.2f} ms  "
@@ -229,10 +270,61 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(f"floor                     {floor:7.2f} ms")
             print(f"harness / floor           {ms / floor:7.2f}x")
-            verdict = "met" if ms <= TARGET_MS else "not met"
-            print(
-                f"harness / target          {ms / TARGET_MS:7.2f}x  ({TARGET_MS:.0f} ms {verdict})"
-            )
+            targets = [
+                f"target CPU a trial, no user: {ms:.2f} ms (<= {TARGET_MS:g} ms: "
+                f"{verdict(ms, TARGET_MS)}; floor {floor:.2f} ms, {ms / floor:.1f}x it)"
+            ]
+
+            if not args.no_user:
+                # tau2's user simulator on the same server: the agent's calls and the user's.
+                with_user = timed(
+                    server,
+                    lambda: run(suite, server.base_url, folder / "user", per_task, user=True),
+                )
+                user_floor = per_call * with_user.calls * 1000 + sql_ms
+                print(
+                    f"with the user simulator  {with_user.cpu_ms:7.2f} ms  "
+                    f"(wall {with_user.wall_ms:.2f} ms; {with_user.calls:.2f} model calls, "
+                    f"floor {user_floor:.2f} ms)"
+                )
+                targets.append(
+                    f"target CPU a trial, tau2 user simulator: {with_user.cpu_ms:.2f} ms "
+                    f"(<= {USER_TARGET_MS:g} ms: {verdict(with_user.cpu_ms, USER_TARGET_MS)}; "
+                    f"floor {user_floor:.2f} ms, {with_user.cpu_ms / user_floor:.1f}x it)"
+                )
+
+            if not args.no_latency:
+                # The same trials in flight at both latencies, interleaved: 0, L, 0, L.
+                n = args.in_flight
+                figures: dict[float, list[Measured]] = {0.0: [], args.latency: []}
+                for i, latency in enumerate([0.0, args.latency] * 2):
+                    figures[latency].append(
+                        timed(
+                            server,
+                            lambda i=i: run(suite, server.base_url, folder / f"lat{i}", 1, n),
+                            latency=latency,
+                        )
+                    )
+                server.set_latency(0.0)
+                fast = statistics.mean(m.cpu_ms for m in figures[0.0])
+                slow = statistics.mean(m.cpu_ms for m in figures[args.latency])
+                print(
+                    f"{n} in flight, latency 0  {fast:7.2f} ms  "
+                    f"({', '.join(f'{m.cpu_ms:.2f}' for m in figures[0.0])})"
+                )
+                print(
+                    f"{n} in flight, latency {args.latency:g} {slow:6.2f} ms  "
+                    f"({', '.join(f'{m.cpu_ms:.2f}' for m in figures[args.latency])})"
+                )
+                targets.append(
+                    f"target CPU a trial at {args.latency * 1000:g} ms latency / at 0: "
+                    f"{slow / fast:.2f}x (<= {LATENCY_TARGET:g}x: "
+                    f"{verdict(slow / fast, LATENCY_TARGET)}; {n} in flight, "
+                    f"{slow:.2f} / {fast:.2f} ms)"
+                )
+            print()
+            for target in targets:
+                print(target)
             if args.profile:
                 print()
                 print(

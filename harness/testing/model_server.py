@@ -504,6 +504,11 @@ class ReplayPolicy:
     :class:`~harness.agents.user.ScriptedUser` without replies says first), so one server
     serves a whole suite.
 
+    It plays the user too, for a conversation with a model user (``OpenAIUser``, tau2's user
+    simulator) on the same server: a request whose system prompt holds a task's user scenario
+    is the user's, who says the task's instruction first and ``###STOP###`` at every later
+    turn.
+
     Args:
         tasks: a task, or the tasks of a suite.
         final: the text of the last answer, before the required outputs.
@@ -517,6 +522,22 @@ class ReplayPolicy:
         self._by_instruction: dict[str, Task] = {}
         for task in self.tasks:
             self._by_instruction.setdefault(task.instruction, task)
+        self._scenarios: list[tuple[str, Task]] | None = None
+
+    def user_task(self, request: dict[str, Any]) -> Task | None:
+        """The task whose user this request is (its system prompt holds the task's user
+        scenario), or None: the request is the agent's."""
+        messages = request.get("messages") or [{}]
+        system = messages[0].get("content") if messages[0].get("role") == "system" else None
+        if not isinstance(system, str):
+            return None
+        if self._scenarios is None:
+            from ..agents.user import scenario_text
+
+            # Longest first: a scenario that is part of another's is not taken for it.
+            scenarios = [(scenario_text(t), t) for t in self.tasks]
+            self._scenarios = sorted(scenarios, key=lambda st: -len(st[0]))
+        return next((task for text, task in self._scenarios if text in system), None)
 
     def task_for(self, request: dict[str, Any]) -> Task:
         """The task this conversation is about."""
@@ -530,6 +551,13 @@ class ReplayPolicy:
         raise LookupError("no task has this conversation's user message as its instruction")
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        user = self.user_task(request)
+        if user is not None:
+            from ..agents.user import STOP
+
+            # The user's own earlier messages are the assistant's in the user's view.
+            said = any(m.get("role") == "assistant" for m in request.get("messages", []))
+            return text_reply(STOP if said else user.instruction)
         task = self.task_for(request)
         # Replies that called tools so far: a conversation's greeting and text answers to the
         # user do not move the script on.

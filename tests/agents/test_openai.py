@@ -512,6 +512,39 @@ def test_replay_policy_reproduces_the_reference_final_state(
     assert server.errors == []
 
 
+def test_replay_policy_plays_the_model_user_too(tmp_path: Path) -> None:
+    """On one server, ReplayPolicy answers the agent's requests with the reference actions and
+    the user simulator's with the task's instruction, then ###STOP###: the trials pass, each
+    user asked twice, and the agent's conversation goes greeting, instruction, calls, answer."""
+    from harness.runs.start import run_trials
+
+    retail_suite = load_suite("retail")
+    tasks = [t for t in retail_suite.tasks if t.reference_actions][:3]
+    with FakeChatServer(ReplayPolicy(retail_suite.tasks)) as server:
+        options = {
+            "base_url": server.base_url,
+            "model": "fake",
+            "user": "openai",
+            "user_base_url": server.base_url,
+            "user_model": "fake-user",
+        }
+        run = run_trials(
+            retail_suite,
+            agent="openai",
+            agent_options=options,
+            tasks=[t.id for t in tasks],
+            logs=tmp_path,
+        )
+        users = [r for r in server.requests if r["model"] == "fake-user"]
+        errors = list(server.errors)
+    assert errors == [] and [r.passed for r in run.results] == [True] * len(tasks)
+    assert len(users) == 2 * len(tasks)
+    said = sorted(r["messages"][-1]["content"] for r in users)
+    assert said.count("Done.") + sum(s.startswith("Done. ") for s in said) == len(tasks)
+    first = [r for r in users if not any(m["role"] == "assistant" for m in r["messages"])]
+    assert len(first) == len(tasks)
+
+
 @pytest.mark.slow
 def test_replay_policy_runs_the_whole_suite(
     retail_suite: Any, store: hx.Store, request: pytest.FixtureRequest
