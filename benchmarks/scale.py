@@ -38,6 +38,21 @@ of the harness's CPU per trial against the same executor on SQLite in the same r
 Postgres's backends spent on the run's database (sampled from /proc every 0.2 s, when the
 server runs on this machine; counted neither as the harness's nor as other work) and the most
 connections to it seen at once.
+
+Through every setting it samples, every 0.5 s, the resident memory (VmRSS) of the harness's
+processes (this one and its descendants, Ray's own processes included; not the server) and the
+trials finished by then (run_trials's ``progress``); the table's ``RSS MB`` is the peak.
+
+Last it prints issue 29's targets, each from settings of this same run, one ``target ...`` line
+each: ``target cores``, ``processes WxC`` against ``concurrency W*C`` in trials per second (at
+least 0.9 W times: 1.8x at 2 workers); ``target ray cpu``, ``ray WxC`` against
+``concurrency W*C`` in the harness's CPU per trial (at most 1.2x); ``target memory``, for each
+setting the RSS at 25% of its trials finished against the end (the last sample with trials
+still in flight), flat if it grew under 5%, with the growth per 1,000 trials finished (least
+squares from the 25% mark on) and MB per trial in flight. Only what the targets need, in a few
+minutes::
+
+    python benchmarks/scale.py --levels 256 --executors processes,ray
 """
 
 from __future__ import annotations
@@ -56,6 +71,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -179,21 +195,26 @@ def _proc_table() -> dict[int, tuple[int, str, float]]:
     return table
 
 
+def _descendants(table: dict[int, tuple[int, str, float]], exclude: set[int]) -> list[int]:
+    """The processes in ``table`` descending from this one; those in ``exclude`` and their
+    descendants left out."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out = []
+    todo = [p for p in children.get(os.getpid(), []) if p not in exclude]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(p for p in children.get(pid, []) if p not in exclude)
+    return out
+
+
 def descendants_cpu(exclude: set[int]) -> dict[tuple[int, str], float]:
     """CPU seconds of each live process descending from this one, keyed by (pid, start time);
     the processes in ``exclude`` and their descendants left out."""
     table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    out = {}
-    todo = [p for p in children.get(os.getpid(), []) if p not in exclude]
-    while todo:
-        pid = todo.pop()
-        _, start, cpu = table[pid]
-        out[(pid, start)] = cpu
-        todo.extend(p for p in children.get(pid, []) if p not in exclude)
-    return out
+    return {(pid, table[pid][1]): table[pid][2] for pid in _descendants(table, exclude)}
 
 
 def machine_busy() -> float | None:
@@ -242,15 +263,17 @@ class HarnessCPU:
     def _sampler(self) -> None:
         while not self._done.wait(0.2):
             self._seen.update(descendants_cpu(self.exclude))
+        self._sampler_cpu = time.thread_time()
 
     def stop(self) -> float:
-        """CPU seconds since :meth:`start`."""
+        """CPU seconds since :meth:`start` (the sampler's own not counted)."""
         live = descendants_cpu(self.exclude)
         own = _rusage_seconds(resource.RUSAGE_SELF) - self._self0
         if self.sample:
             self._done.set()
             if self._thread is not None:
                 self._thread.join()
+                own -= self._sampler_cpu
             self._seen.update(live)
             # Ended processes count as last seen (their children's rusage is not ours to read).
             return own + sum(cpu - self._live0.get(k, 0.0) for k, cpu in self._seen.items())
@@ -259,6 +282,119 @@ class HarnessCPU:
         # A process alive at the start and waited for since: rusage counts its whole life.
         gone = sum(cpu for k, cpu in self._live0.items() if k not in live)
         return own + reaped + alive - gone
+
+
+# --- resident memory of the harness's processes ---
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+FLAT = 0.05  # RSS growth from 25% of the trials finished to the end, under which it is flat
+MARK = 0.25  # the share of trials finished at which the first RSS figure is taken
+
+
+def harness_rss(exclude: set[int]) -> float | None:
+    """Resident memory, in MB, of this process and the live ones descending from it (VmRSS,
+    from /proc/<pid>/statm); those in ``exclude`` and their descendants left out. None where
+    there is no /proc."""
+    table = _proc_table()
+    if not table:
+        return None
+    total = 0
+    for pid in [os.getpid(), *_descendants(table, exclude)]:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):  # (it ended meanwhile)
+            continue
+    return total * _PAGE / 2**20
+
+
+class HarnessMemory:
+    """Resident memory of the harness's processes (:func:`harness_rss`) before a run and every
+    ``every`` seconds while it goes on, each sample with the trials finished by then (counted
+    by :meth:`progress`, run_trials's ``progress`` callback). The sampler thread's own CPU
+    (:attr:`cpu`) is for the caller to leave out of the harness's."""
+
+    def __init__(self, exclude: set[int], every: float = 0.5) -> None:
+        self.exclude = exclude
+        self.every = every
+        self.finished = 0
+        self.before: float | None = None
+        self.samples: list[tuple[int, float]] = []  # (trials finished, MB)
+        self.cpu = 0.0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def progress(self, _result: object) -> None:
+        """Count one finished trial."""
+        with self._lock:
+            self.finished += 1
+
+    def start(self) -> None:
+        """Take the reading before the run and start sampling."""
+        self.before = harness_rss(self.exclude)
+        if self.before is None:
+            return
+        self._thread = threading.Thread(target=self._sampler, daemon=True)
+        self._thread.start()
+
+    def _sampler(self) -> None:
+        while not self._done.wait(self.every):
+            finished = self.finished
+            mb = harness_rss(self.exclude)
+            if mb is not None:
+                self.samples.append((finished, mb))
+        self.cpu = time.thread_time()
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+@dataclass
+class Memory:
+    """What :class:`HarnessMemory` saw of one setting, in MB: before the run, at the first
+    sample with ``MARK`` of its trials finished, at the last sample with trials still in
+    flight (the end: worker processes still alive), the peak, and the growth per 1,000 trials
+    finished (least squares over the samples from the mark to the end)."""
+
+    before: float
+    mark: float
+    mark_finished: int
+    end: float
+    end_finished: int
+    peak: float
+    per_1000: float
+    samples: int
+
+    @property
+    def growth(self) -> float:
+        """RSS at the end over RSS at the mark, less one."""
+        return self.end / self.mark - 1
+
+    @classmethod
+    def of(cls, sampled: HarnessMemory, trials: int) -> Memory | str:
+        """The summary of ``sampled`` over a run of ``trials`` trials, or why there is none."""
+        if sampled.before is None:
+            return "not measured: no /proc"
+        running = [s for s in sampled.samples if s[0] < trials]
+        tail = [s for s in running if s[0] >= MARK * trials]
+        if len(tail) < 3:
+            return f"not measured: {len(tail)} sample(s) past {MARK:.0%} of the trials"
+        finished, mb = zip(*tail, strict=True)
+        slope = statistics.linear_regression(finished, mb).slope if len(set(finished)) > 1 else 0.0
+        return cls(
+            before=sampled.before,
+            mark=tail[0][1],
+            mark_finished=tail[0][0],
+            end=tail[-1][1],
+            end_finished=tail[-1][0],
+            peak=max(m for _, m in sampled.samples),
+            per_1000=1000 * slope,
+            samples=len(tail),
+        )
 
 
 # --- a throwaway Postgres database for the settings that write one ---
@@ -399,6 +535,7 @@ class Row:
     store: str = "sqlite"  # the run's store: its own SQLite file, or "postgres"
     db_connections: int = 0  # Postgres: the most connections to the run's database at once
     db_cpu: float | None = None  # Postgres: CPU seconds of its backends (a server here)
+    memory: Memory | str | None = None  # the harness's RSS through the run, or why not
     note: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -425,8 +562,10 @@ def load() -> str:
 
 
 def supported() -> set[str]:
-    """Which of run_trials's options for trials in flight this harness has."""
-    return set(inspect.signature(run_trials).parameters) & {"concurrency", "executor", "store"}
+    """Which of run_trials's options for trials in flight (and its ``progress``) this harness
+    has."""
+    options = {"concurrency", "executor", "store", "progress"}
+    return set(inspect.signature(run_trials).parameters) & options
 
 
 def measure(
@@ -454,7 +593,12 @@ def measure(
         extra["store"] = database.url
         database.watch()
     requests0, errors0, server_cpu0 = server.stats()
-    cpu = HarnessCPU({server.process.pid or -1}, sample=executor == "ray")
+    exclude = {server.process.pid or -1}
+    cpu = HarnessCPU(exclude, sample=executor == "ray")
+    memory = HarnessMemory(exclude)
+    if "progress" in supported():
+        extra["progress"] = memory.progress
+    memory.start()
     busy0 = machine_busy()
     cpu.start()
     started = time.perf_counter()
@@ -470,7 +614,8 @@ def measure(
         )
     finally:
         row.seconds = time.perf_counter() - started
-        row.cpu = cpu.stop()
+        memory.stop()
+        row.cpu = cpu.stop() - memory.cpu
         if database is not None:
             database.stop_watching()
             row.db_connections, row.db_cpu = database.connections, database.cpu
@@ -483,6 +628,11 @@ def measure(
     row.passed = sum(r.passed for r in result.results)
     row.infra = sum(r.infra_error for r in result.results)
     row.trial_seconds = statistics.fmean(r.duration for r in result.results)
+    row.memory = (
+        Memory.of(memory, row.trials)
+        if "progress" in extra
+        else "not measured: run_trials has no progress= in this harness"
+    )
     if busy0 is not None and busy1 is not None:
         spent = row.cpu + row.server_cpu + (row.db_cpu or 0.0)
         row.others = max(0.0, busy1 - busy0 - spent) / row.seconds
@@ -496,7 +646,7 @@ def measure(
 HEADER = (
     f"{'setting':<26} {'trials':>6} {'seconds':>8} {'trials/s':>9} {'ideal/s':>8} "
     f"{'% ideal':>8} {'calls/trial':>11} {'CPU s/trial':>11} {'CPU share':>9} {'cores':>6} "
-    f"{'others':>6}"
+    f"{'others':>6} {'RSS MB':>7}"
 )
 
 
@@ -510,7 +660,19 @@ def line(row: Row, latency: float) -> str:
         f"{row.calls / row.trials:>11.2f} {row.cpu_per_trial:>11.4f} "
         f"{100 * row.cpu_per_trial / row.trial_seconds:>8.1f}% {row.cpu / row.seconds:>6.2f} "
         + ("     ?" if row.others is None else f"{row.others:>6.2f}")
+        + (f" {row.memory.peak:>7.0f}" if isinstance(row.memory, Memory) else "       ?")
     )
+
+
+def free_cores(row: Row) -> float:
+    """The cores the harness's processes could use during ``row``: one a process, of the cores
+    neither the server, nor Postgres's backends (on this machine), nor other work on the
+    machine kept busy."""
+    cores = float(row.workers)
+    if row.others is not None:
+        taken = row.others + (row.server_cpu + (row.db_cpu or 0.0)) / row.seconds
+        cores = min(cores, max(0.1, (os.cpu_count() or 1) - taken))
+    return cores
 
 
 def verdict(rows: list[Row], latency: float) -> list[str]:
@@ -531,14 +693,8 @@ def verdict(rows: list[Row], latency: float) -> list[str]:
         f"with {calls:.2f} calls x {latency * 1000:.0f} ms a trial the ideal reaches that at "
         f"about {calls * latency / first.cpu_per_trial:.0f} trials in flight"
     )
-    cpus = os.cpu_count() or 1
     for r in measured:
-        # The harness's processes can use one core each, of the cores neither the server, nor
-        # Postgres's backends (on this machine), nor other work on the machine kept busy.
-        cores = float(r.workers)
-        if r.others is not None:
-            taken = r.others + (r.server_cpu + (r.db_cpu or 0.0)) / r.seconds
-            cores = min(cores, max(0.1, cpus - taken))
+        cores = free_cores(r)
         ceiling = cores / r.cpu_per_trial
         bound, what = (
             (r.ideal(latency), "ideal")
@@ -588,6 +744,109 @@ def postgres_against_sqlite(rows: list[Row]) -> list[str]:
                 f"and {pg.others:.2f} during {pg.setting}: the ratio reflects that too; run it "
                 "again)"
             )
+    return out
+
+
+CORES_FLOOR = 0.9  # W worker processes: at least 0.9 W times one process's trials per second
+RAY_CPU_CAP = 1.2  # Ray's CPU per trial: at most 1.2 times one process's
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def issue_targets(rows: list[Row], workers: int) -> list[str]:
+    """Issue 29's targets, each from settings of this run: W worker processes against one
+    process with as many trials in flight (trials per second, at least 0.9 W times: 1.8x at
+    2); Ray's CPU per trial against that one process's (at most 1.2x); and the harness's
+    resident memory flat as trials finish (growth under 5% from 25% of the trials finished to
+    the end), for every setting."""
+    out = ["issue 29 targets (each from settings of this run):"]
+    by_setting = {r.setting: r for r in rows}
+
+    def against_one(
+        target: str,
+        executor: str,
+        what: str,
+        of: Callable[[Row], float],
+        bound: float,
+        *,
+        at_least: bool,
+        digits: int,
+        more: Callable[[Row, Row], str] = lambda multi, one: "",
+    ) -> str:
+        """``executor``'s SQLite setting against one process with as many trials in flight:
+        the ratio of ``of`` (``what``), at least or at most ``bound``; or why not measured."""
+        head = f"target {target}: "
+        multi = next((r for r in rows if r.setting.startswith(f"{executor} ")), None)
+        if multi is None:
+            return f"{head}not measured: no {executor} setting (--executors {executor})"
+        if multi.note:
+            return head + multi.note
+        one = by_setting.get(f"concurrency {multi.in_flight}")
+        if one is None or one.note:
+            why = one.note if one is not None else f"not run (add {multi.in_flight} to --levels)"
+            return f"{head}not measured: concurrency {multi.in_flight} {why}"
+        ratio = of(multi) / of(one)
+        ok = ratio >= bound if at_least else ratio <= bound
+        return (
+            f"{head}{multi.setting} / {one.setting} = {ratio:.3f}x {what} ({of(multi):.{digits}f}"
+            f" / {of(one):.{digits}f}; {'>=' if at_least else '<='} {bound:.2f}x: {_met(ok)})"
+            + more(multi, one)
+        )
+
+    out.append(
+        against_one(
+            "cores",
+            "processes",
+            "trials/s",
+            lambda r: r.rate,
+            CORES_FLOOR * workers,
+            at_least=True,
+            digits=2,
+            more=lambda multi, one: (
+                f"; cores busy {multi.cpu / multi.seconds:.2f} / {one.cpu / one.seconds:.2f}, "
+                f"free to the harness {free_cores(multi):.2f} / {free_cores(one):.2f}; CPU s a "
+                f"trial {multi.cpu_per_trial:.4f} / {one.cpu_per_trial:.4f}"
+            ),
+        )
+    )
+    out.append(
+        against_one(
+            "ray cpu",
+            "ray",
+            "CPU s a trial",
+            lambda r: r.cpu_per_trial,
+            RAY_CPU_CAP,
+            at_least=False,
+            digits=4,
+        )
+    )
+    flat = []
+    for r in rows:
+        if r.note:
+            continue
+        m = r.memory
+        if not isinstance(m, Memory):
+            out.append(f"target memory: {r.setting}: {m or 'not measured'}")
+            continue
+        flat.append(m.growth < FLAT)
+        out.append(
+            f"target memory: {r.setting}: RSS {m.mark:.0f} MB at {m.mark_finished} trials "
+            f"finished, {m.end:.0f} MB at {m.end_finished} (the end) = {100 * m.growth:+.1f}% "
+            f"(< {FLAT:.0%}: {'flat' if flat[-1] else 'not flat'}); "
+            f"{m.per_1000:+.1f} MB per 1,000 trials finished; "
+            f"{(m.mark - m.before) / r.in_flight:.2f} MB a trial in flight over the "
+            f"{m.before:.0f} MB before the run"
+            + (f" (its {r.workers} worker processes' own included)" if r.workers > 1 else "")
+            + f"; peak {m.peak:.0f} MB"
+        )
+    if flat:
+        out.append(
+            f"target memory: flat in {sum(flat)} of {len(flat)} settings "
+            f"(RSS growth under {FLAT:.0%} from {MARK:.0%} of the trials finished to the last "
+            f"sample with trials in flight): {_met(all(flat))}"
+        )
     return out
 
 
@@ -797,6 +1056,9 @@ def main(argv: list[str] | None = None) -> None:
     for text in verdict(rows, args.latency):
         print(text)
     for text in postgres_against_sqlite(rows):
+        print(text)
+    print()
+    for text in issue_targets(rows, args.workers):
         print(text)
 
 
