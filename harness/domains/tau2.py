@@ -351,8 +351,11 @@ class Tau2Environment(FolderEnvironment):
         root = self._open_folder(folder, f"harness-{name}-")
         try:
             self.path = self.DATABASE.fresh_copy(root / f"{name}.sqlite", db_json_path=db_json_path)
-            # The copy is the environment's own: WAL suits its many small writes.
-            self.state = hx.SQLState(self.path, journal_mode="wal")
+            # The copy is the environment's own: WAL suits its many small writes. A temporary
+            # copy is thrown away (a resumed trial gets a fresh environment), so nothing reads
+            # it after an OS crash: its commits and its close need not wait for the disk.
+            synchronous = None if self._temporary is None else "off"
+            self.state = hx.SQLState(self.path, journal_mode="wal", synchronous=synchronous)
         except BaseException:
             self._remove_folder()
             raise

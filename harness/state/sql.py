@@ -66,6 +66,7 @@ OPEN = "_hx_open"
 _TRIGGER_PREFIXES = ("_hx_i_", "_hx_u_", "_hx_d_")
 _OWN_PREFIXES = ("_hx_oi_", "_hx_ou_", "_hx_od_")
 _JOURNAL_MODES = frozenset({"delete", "truncate", "persist", "memory", "wal", "off"})
+_SYNCHRONOUS = frozenset({"off", "normal", "full", "extra"})
 _LEASE_DAYS = WINDOW_LEASE / 86400.0
 # A window is live when some adapter counts one and its lease holds; a flagged writer (an
 # adapter's own connection, mid-write) is always recorded. The latest mark among open windows
@@ -319,6 +320,11 @@ class SQLState:
             :class:`ConfigurationError`, so a mistyped path is not silently a new database).
         journal_mode: set the database's journal mode (``"wal"``, ``"delete"``, ...), which
             persists in the file; by default the database keeps the mode it has.
+        synchronous: SQLite's ``synchronous`` setting for the adapter's connection (``"off"``,
+            ``"normal"``, ``"full"``, ``"extra"``), set before the adapter writes anything; by
+            default ``"normal"`` in WAL mode (safe against a process crash there) and SQLite's
+            own default otherwise. ``"off"`` suits a throwaway copy nothing reads after an
+            operating-system crash.
 
     Raises:
         ConfigurationError: a missing file without ``create=True``, a wrong journal mode, a URL
@@ -329,14 +335,24 @@ class SQLState:
     """Changes are told apart by writer: a window's :meth:`changes` are its own connection's."""
 
     def __new__(
-        cls, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
+        cls,
+        url: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        journal_mode: str | None = None,
+        synchronous: str | None = None,
     ) -> SQLState:
         if cls is SQLState and is_postgres(url):
             return super().__new__(PostgresState)
         return super().__new__(cls)
 
     def __init__(
-        self, url: str | os.PathLike[str], *, create: bool = False, journal_mode: str | None = None
+        self,
+        url: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        journal_mode: str | None = None,
+        synchronous: str | None = None,
     ) -> None:
         if not isinstance(url, str | os.PathLike) or not isinstance(os.fspath(url), str):
             raise ConfigurationError(
@@ -351,6 +367,13 @@ class SQLState:
             raise ConfigurationError(
                 f"SQLState(journal_mode={journal_mode!r}): give one of "
                 f"{', '.join(sorted(_JOURNAL_MODES))}, or None to keep the database's mode"
+            )
+        if synchronous is not None and (
+            not isinstance(synchronous, str) or synchronous.lower() not in _SYNCHRONOUS
+        ):
+            raise ConfigurationError(
+                f"SQLState(synchronous={synchronous!r}): give one of "
+                f"{', '.join(sorted(_SYNCHRONOUS))}, or None for the default"
             )
         self.url = os.fspath(url)
         self.path = self._sqlite_path(self.url)
@@ -378,7 +401,9 @@ class SQLState:
         try:
             if journal_mode is not None:
                 self.connection.execute(f"PRAGMA journal_mode={journal_mode.lower()}")
-            if self.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            if synchronous is not None:
+                self.connection.execute(f"PRAGMA synchronous={synchronous.lower()}")
+            elif self.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
                 # Safe against a process crash in WAL mode (not in the rollback-journal modes).
                 self.connection.execute("PRAGMA synchronous=NORMAL")
             self._install()
@@ -748,6 +773,16 @@ class PostgresState(PostgresCapture, SQLState):  # type: ignore[misc]  # connect
     connection in autocommit mode (placeholders ``%s``). See
     :class:`~harness.state.postgres.PostgresCapture` for how windows are kept apart.
     """
+
+    def __init__(
+        self, url: str | os.PathLike[str], *, synchronous: str | None = None, **options: Any
+    ) -> None:
+        if synchronous is not None:
+            raise ConfigurationError(
+                f"SQLState(synchronous={synchronous!r}): a SQLite setting; leave it out for a "
+                "Postgres URL"
+            )
+        super().__init__(url, **options)
 
     def __enter__(self) -> PostgresState:
         return self

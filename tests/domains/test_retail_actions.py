@@ -242,6 +242,8 @@ def test_environment_shares_one_connection_and_cleans_up() -> None:
     folder = env.path.parent
     assert env.backend.conn is env.state.connection
     assert isinstance(env.state, hx.SQLState)
+    # A throwaway copy: no waiting for the disk (a given folder keeps WAL's NORMAL, below).
+    assert env.state.connection.execute("PRAGMA synchronous").fetchone()[0] == 0
     assert env.path.exists()
     env.close()
     env.close()
@@ -252,6 +254,7 @@ def test_given_folder_is_kept(tmp_path: Path, pristine: Export) -> None:
     """An environment in a given folder starts from a fresh copy and leaves the file there."""
     with RetailEnvironment(tmp_path / "mine") as env:
         assert env.export() == pristine
+        assert env.state.connection.execute("PRAGMA synchronous").fetchone()[0] == 1
         path = env.path
     assert path.exists() and path.parent == tmp_path / "mine"
 

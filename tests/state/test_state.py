@@ -194,6 +194,8 @@ def test_adapters_refuse_wrong_argument_types(tmp_path: Path):
         hx.SQLState(tmp_path / "s.db", create="yes")  # type: ignore[arg-type]
     with pytest.raises(hx.ConfigurationError, match=r"journal_mode='fast'\): give one of"):
         hx.SQLState(tmp_path / "s.db", journal_mode="fast")
+    with pytest.raises(hx.ConfigurationError, match=r"synchronous='fast'\): give one of"):
+        hx.SQLState(tmp_path / "s.db", synchronous="fast")
     for ignore in (".git", None, 5, [1], [["x"]]):
         with pytest.raises(hx.ConfigurationError, match="give a list of file or folder names"):
             hx.FileState(tmp_path, ignore=ignore)  # type: ignore[arg-type]
@@ -443,6 +445,21 @@ def test_sql_state_keeps_the_journal_mode_unless_asked(tmp_path: Path):
     hx.SQLState(path, journal_mode="wal").close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_sql_state_synchronous(tmp_path: Path):
+    """NORMAL in WAL mode unless synchronous= says otherwise (SQLite's default, FULL, in the
+    rollback-journal modes)."""
+    path = tmp_path / "s.db"
+    make_db(path).close()
+    for journal, synchronous, expected in (
+        (None, None, 2),
+        ("wal", None, 1),
+        ("wal", "off", 0),
+        ("delete", "NORMAL", 1),
+    ):
+        with hx.SQLState(path, journal_mode=journal, synchronous=synchronous) as state:
+            assert state.connection.execute("PRAGMA synchronous").fetchone()[0] == expected
 
 
 def test_sql_state_records_nothing_outside_windows(tmp_path: Path):
