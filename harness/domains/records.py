@@ -194,6 +194,7 @@ class Tables:
         self._shape = shape
         self.format_version = format_version
         self._names = {t: tuple(c.name for c in columns) for t, columns in tables.items()}
+        self._shipped: Path | None = None  # default_db_json resolved, when it is on disk
 
     def schema_sql(self) -> str:
         """Return the ``CREATE TABLE`` statements, one per table, in collection order."""
@@ -363,7 +364,11 @@ class Tables:
         """
         if db_json_path is not None:
             return self._template_for(Path(db_json_path).resolve())
-        # On disk (the usual install) as_file gives the file itself; from a zip, a copy.
+        if isinstance(self.default_db_json, Path):  # on disk (the usual install): found once
+            if self._shipped is None:
+                self._shipped = self.default_db_json.resolve()
+            return self._template_for(self._shipped)
+        # From a zip, as_file gives a copy, removed after the block.
         with resources.as_file(self.default_db_json) as shipped:
             return self._template_for(shipped.resolve())
 
