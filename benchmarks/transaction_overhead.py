@@ -59,7 +59,7 @@ from harness.policy import Retry
 from harness.state.dict import DictState
 from harness.store import EpisodeWriter
 
-TARGET_VS_RAW = 4.0
+TARGET_VS_RAW = 3.0  # issue 29: at most 3x two raw SQLite commits
 TARGET_VS_DBOS = 0.1
 
 # --------------------------------------------------------------------------------------------
@@ -900,9 +900,15 @@ def main(argv: list[str] | None = None) -> int:
     python = _med(hx_t["python"]) if hx_t.get("python") else None
     print(f"    {'full transaction (b)':74} {full:8.1f}")
     if no_log is not None:
+        least = (min(hx_t["full"]) - min(hx_t["no-log"])) * 1e6
         print(
             f"    {'without the structlog JSON line':74} {no_log:8.1f}"
-            f"   -> the line costs {full - no_log:.1f}"
+            f"   -> the line costs {full - no_log:.1f} ({least:.1f} between the minimums)"
+        )
+        print(
+            "      (a WAL checkpoint or a full garbage collection costs tens of ms and lands on "
+            "whichever repetition\n      is running: with few repetitions the difference of "
+            "medians can charge one to a variant; the minimums less so)"
         )
     if python is not None and no_log is not None:
         print(
