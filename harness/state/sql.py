@@ -36,6 +36,7 @@ for a transaction a tool holds open on it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -170,6 +171,12 @@ class _Table:
                 f"ON main.{q} WHEN (SELECT windows FROM {OPEN} WHERE owner = {who}) > 0 "
                 f"BEGIN UPDATE {OPEN} SET busy = busy + 1 WHERE owner = {who}; END"
             )
+
+
+@functools.lru_cache(maxsize=1024)
+def _triggers_of(table: _Table) -> tuple[str, ...]:
+    """``table.triggers()``, made once per table shape (every copy of a template asks again)."""
+    return tuple(table.triggers())
 
 
 def _quote(name: str) -> str:
@@ -483,7 +490,7 @@ class SQLState:
             )
             _clear_if_idle(c)
             self._tables = self._load_tables()
-            wanted = [s for table in self._tables.values() for s in table.triggers()]
+            wanted = [s for table in self._tables.values() for s in _triggers_of(table)]
             if not _triggers_are(c, wanted):
                 _drop_triggers(c)
                 for statement in wanted:
