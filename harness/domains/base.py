@@ -125,8 +125,12 @@ def delegate(tools: Any, name: str) -> Callable[..., Any]:
         return getattr(tools, name)(*args, **kwargs)
 
     functools.update_wrapper(call, method)  # name, docstring, annotations (and their module)
-    signature = inspect.signature(method)
-    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=list(signature.parameters.values())[1:]
-    )
+    call.__signature__ = _without_self(method)  # type: ignore[attr-defined]
     return call
+
+
+@functools.lru_cache(maxsize=1024)
+def _without_self(method: Callable[..., Any]) -> inspect.Signature:
+    """The method's signature without ``self`` (once per method: every environment asks)."""
+    signature = inspect.signature(method)
+    return signature.replace(parameters=list(signature.parameters.values())[1:])
