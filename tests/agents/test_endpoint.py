@@ -719,23 +719,24 @@ def test_agent_max_in_flight_caps_the_requests_at_the_server(
 def test_a_server_down_from_the_start_opens_the_circuit_before_the_trials_last_attempts(
     store: hx.Store, clock: FakeClock
 ) -> None:
-    """Eight trials at once on a server with nothing listening (attempts=4, backoff 0.1 s:
-    attempts at 0, 0.1, 0.3 and 0.7 s; down_after=0.5 s): when the first last attempt is
+    """Eight trials at once on a server with nothing listening (attempts=4, backoff 0.4 s:
+    attempts at 0, 0.4, 1.2 and 2.8 s; down_after=2 s): when the first last attempt is
     due, every request has failed and none is in flight, so the circuit opens there and
     then, and every trial ends with EndpointDown (the run stops, resumable) instead of
-    spending its last attempt; no failure came between 0.3 and 0.7 s, so a rule waiting for
-    one would have burnt them all."""
+    spending its last attempt; no failure came between 1.2 and 2.8 s, so a rule waiting for
+    one would have burnt them all. (The times are wide enough for threads started up to a
+    second apart on a loaded machine.)"""
     agent = OpenAIAgent(
         base_url=nothing_listening()[0],
         model="fake-model",
         attempts=4,
-        backoff=0.1,
-        down_after=0.5,
+        backoff=0.4,
+        down_after=2.0,
         down_failures=10,
     )
     started = time.monotonic()
     raised = runs_at_once(agent, store, clock, 8)
-    assert time.monotonic() - started < 10  # (0.7 s unloaded)
+    assert time.monotonic() - started < 10  # (2.8 s unloaded)
     assert all(isinstance(e, EndpointDown) for e in raised), raised
     stats = agent.endpoint.stats()
     assert (
