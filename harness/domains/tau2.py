@@ -378,7 +378,8 @@ class Tau2Environment(FolderEnvironment):
             these to the agent (:attr:`harness.agents.base.Toolbox.specs`); exports list them
             as the run's tool definitions.
         """
-        return json_copy(cls.TOOL_DEFS)
+        defs: list[dict[str, Any]] = json_copy(cls.TOOL_DEFS)
+        return defs
 
     def tool_message(
         self,

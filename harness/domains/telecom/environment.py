@@ -357,12 +357,14 @@ class TelecomEnvironment:
     @classmethod
     def tool_defs(cls) -> list[dict[str, Any]]:
         """The agent's tools as upstream hands them to an agent (a fresh copy)."""
-        return json_copy(TOOL_DEFS)
+        defs: list[dict[str, Any]] = json_copy(TOOL_DEFS)
+        return defs
 
     @classmethod
     def user_tool_defs(cls) -> list[dict[str, Any]]:
         """The user's tools as upstream hands them to the user simulator (a fresh copy)."""
-        return json_copy(USER_TOOL_DEFS)
+        defs: list[dict[str, Any]] = json_copy(USER_TOOL_DEFS)
+        return defs
 
     def tool_message(
         self, name: str, arguments: Mapping[str, Any], result: Any, error: BaseException | None
