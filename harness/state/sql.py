@@ -173,6 +173,11 @@ class _Table:
             )
 
 
+_TABLES_READ: dict[tuple[str, str], _Table] = {}
+"""Each table as read, by its name and ``CREATE`` statement (see ``SQLState._load_tables``)."""
+_TABLES_KEPT = 4096
+
+
 @functools.lru_cache(maxsize=1024)
 def _triggers_of(table: _Table) -> tuple[str, ...]:
     """``table.triggers()``, made once per table shape (every copy of a template asks again)."""
@@ -441,23 +446,31 @@ class SQLState:
         return parsed.database or ":memory:"
 
     def _load_tables(self) -> dict[str, _Table]:
+        """The tracked tables, each read with ``PRAGMA table_info`` once a process for the same
+        name and ``CREATE`` statement (which ``ALTER TABLE`` keeps current): every copy of a
+        template has the same."""
         tables: dict[str, _Table] = {}
-        names = [
-            r[0]
-            for r in self.connection.execute(
-                "SELECT name FROM sqlite_master WHERE type='table' "
-                "AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '\\_hx\\_%' ESCAPE '\\'"
-            )
-        ]
-        for name in names:
-            info = self.connection.execute(f"PRAGMA table_info({_quote(name)})").fetchall()
-            columns = tuple(r[1] for r in info)
-            pk = tuple(r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5]))
-            json_cols = frozenset(r[1] for r in info if "JSON" in (r[2] or "").upper())
-            where = " AND ".join(f"{_quote(c)} = ?" for c in pk) if pk else "rowid = ?"
-            select = f"SELECT {', '.join(map(_quote, columns))} FROM {_quote(name)} WHERE {where}"
-            tables[name] = _Table(name, columns, pk, json_cols, select)
+        rows = self.connection.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type='table' "
+            "AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '\\_hx\\_%' ESCAPE '\\'"
+        ).fetchall()
+        for name, sql in rows:
+            table = _TABLES_READ.get((name, sql))
+            if table is None:
+                table = self._read_table(name)
+                if len(_TABLES_READ) < _TABLES_KEPT:
+                    _TABLES_READ[(name, sql)] = table
+            tables[name] = table
         return tables
+
+    def _read_table(self, name: str) -> _Table:
+        info = self.connection.execute(f"PRAGMA table_info({_quote(name)})").fetchall()
+        columns = tuple(r[1] for r in info)
+        pk = tuple(r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5]))
+        json_cols = frozenset(r[1] for r in info if "JSON" in (r[2] or "").upper())
+        where = " AND ".join(f"{_quote(c)} = ?" for c in pk) if pk else "rowid = ?"
+        select = f"SELECT {', '.join(map(_quote, columns))} FROM {_quote(name)} WHERE {where}"
+        return _Table(name, columns, pk, json_cols, select)
 
     def _install(self) -> None:
         """Register this adapter and (re)create the capture tables and triggers, in one
