@@ -9,6 +9,7 @@ moves the episode row's chain witness.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import sqlite3
 import threading
@@ -68,24 +69,33 @@ def _values_sql(name: str, cols: list[str], paramstyle: str, tail: str = "") -> 
     return f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join(marks)}){tail}"
 
 
+@functools.cache
 def _put_sql(table: Any, paramstyle: str) -> tuple[str, list[str]]:
     """An INSERT that leaves an existing row alone (materialising is idempotent), and its
-    columns in order."""
+    columns in order (built once a process; not to be changed)."""
     cols = [c.name for c in table.__table__.columns]
     return _values_sql(table.__tablename__, cols, paramstyle, " ON CONFLICT DO NOTHING"), cols
 
 
+@functools.cache
 def _insert_sql(
     table: Any, paramstyle: str, skip: tuple[str, ...] = ()
 ) -> tuple[str, dict[str, Any]]:
-    """A prebuilt INSERT and the column defaults (missing columns take the model's default)."""
+    """A prebuilt INSERT and the column defaults (missing columns take the model's default),
+    built once a process (every episode's writer builds the same; not to be changed).
+
+    Raises:
+        TypeError: a column's default is a factory (its value would be shared by every row).
+    """
     cols = [c.name for c in table.__table__.columns if c.name not in skip]
     marks = _placeholders(paramstyle, cols)
     sql = f"INSERT INTO {table.__tablename__} ({', '.join(cols)}) VALUES ({', '.join(marks)})"
     defaults = {}
     for name in cols:
         info = table.model_fields[name]
-        defaults[name] = None if info.is_required() else info.get_default(call_default_factory=True)
+        if info.default_factory is not None:
+            raise TypeError(f"{table.__name__}.{name}: a default factory; give the value")
+        defaults[name] = None if info.is_required() else info.get_default()
     return sql, defaults
 
 
