@@ -15,7 +15,7 @@ set), in a process of its own that stays up for the run (``_tau2_environments.py
 The two are interleaved: each round gives each domain a slice of wall time on one side, then on
 the other (the side that goes first alternates), so both see the same load. Every call is timed
 (CPU: ``time.process_time``; wall: ``time.perf_counter``) after a warm-up, and the medians are
-compared: the target is a harness environment costing at most 0.1x tau2's, in CPU (issue 29).
+compared: the target is a harness environment costing at most 0.1x tau2's, in CPU.
 Without tau2's Python or checkout it prints the harness's figures and says tau2 was not
 measured.
 """
@@ -40,7 +40,7 @@ from harness.suite import load_suite
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "harness" / "domains"
 CHILD = Path(__file__).resolve().with_name("_tau2_environments.py")
-TARGET = 0.1  # the harness's fresh environment / tau2's get_environment(), CPU (issue 29)
+TARGET = 0.1  # the harness's fresh environment / tau2's get_environment(), CPU
 WARM_UP = 10
 
 

@@ -43,10 +43,11 @@ Through every setting it samples, every 0.5 s, the resident memory (VmRSS) of th
 processes (this one and its descendants, Ray's own processes included; not the server) and the
 trials finished by then (run_trials's ``progress``); the table's ``RSS MB`` is the peak.
 
-Last it prints issue 29's targets, each from settings of this same run, one ``target ...`` line
-each: ``target cores``, ``processes WxC`` against ``concurrency W*C`` in trials per second (at
-least 0.9 W times: 1.8x at 2 workers); ``target ray cpu``, ``ray WxC`` against
-``concurrency W*C`` in the harness's CPU per trial (at most 1.2x); ``target memory``, for each
+Last it prints the performance targets (README, Performance), each from settings of this same
+run, one ``target ...`` line each: ``target cores``, ``processes WxC`` against
+``concurrency W*C`` in trials per second (at least 0.9 W times: 1.8x at 2 workers);
+``target ray cpu``, ``ray WxC`` against ``concurrency W*C`` in the harness's CPU per trial (at
+most 1.2x); ``target memory``, for each
 setting the RSS at 25% of its trials finished against the end (the last sample with trials
 still in flight), flat if it grew under 5%, with the growth per 1,000 trials finished (least
 squares from the 25% mark on) and MB per trial in flight. Only what the targets need, in a few
@@ -756,12 +757,12 @@ def _met(ok: bool) -> str:
 
 
 def issue_targets(rows: list[Row], workers: int) -> list[str]:
-    """Issue 29's targets, each from settings of this run: W worker processes against one
+    """The performance targets, each from settings of this run: W worker processes against one
     process with as many trials in flight (trials per second, at least 0.9 W times: 1.8x at
     2); Ray's CPU per trial against that one process's (at most 1.2x); and the harness's
     resident memory flat as trials finish (growth under 5% from 25% of the trials finished to
     the end), for every setting."""
-    out = ["issue 29 targets (each from settings of this run):"]
+    out = ["performance targets (each from settings of this run):"]
     by_setting = {r.setting: r for r in rows}
 
     def against_one(

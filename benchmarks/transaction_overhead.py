@@ -59,7 +59,7 @@ from harness.policy import Retry
 from harness.state.dict import DictState
 from harness.store import EpisodeWriter
 
-TARGET_VS_RAW = 3.0  # issue 29: at most 3x two raw SQLite commits
+TARGET_VS_RAW = 3.0  # at most 3x two raw SQLite commits
 TARGET_VS_DBOS = 0.1
 
 # --------------------------------------------------------------------------------------------

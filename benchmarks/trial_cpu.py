@@ -20,7 +20,7 @@ Beside it, the floor of a trial, measured in the same run on the same machine:
   transaction).
 
 It prints each, the floor, the harness's figure against the floor and against the target of
-10 ms a trial (issue 29). ``--profile`` runs the timed trials again under cProfile and prints
+10 ms a trial. ``--profile`` runs the timed trials again under cProfile and prints
 the top functions by their own time and by cumulative time.
 """
 
@@ -51,7 +51,7 @@ from harness.runs.start import run_trials
 from harness.suite import Suite, load_suite
 from harness.testing.model_server import FakeChatServer, ReplayPolicy
 
-TARGET_MS = 10.0  # CPU ms a trial (issue 29)
+TARGET_MS = 10.0  # CPU ms a trial
 USER_TARGET_MS = 20.0  # CPU ms a trial with tau2's user simulator
 LATENCY_TARGET = 1.2  # CPU a trial at 200 ms latency / at none
 
