@@ -337,6 +337,23 @@ def test_a_queued_line_is_the_line_structlog_writes(store_url: str, tmp_path: An
     assert first == second and json.loads(first)["level"] == "info"
 
 
+def test_a_queued_line_naming_a_bound_key_is_still_structlog_s_line(store_url: str, tmp_path: Any):
+    """A queued line whose field has a bound key's name (or event's, level's) is written as
+    the bound logger writes it: one key, the field's value, in the bound key's place."""
+    store = hx.Store(store_url, create=True)
+    log = store.jsonl(episode_id="e1", run_id=None)
+    log.later("committed", txn_id="e1:1", step=1)  # (the quick path, then the general one)
+    log.later("committed", txn_id="e1:2", episode_id="e2", level="debug")
+    sent = [f for _, f in log._queue]
+    log.drain()
+    log.info("committed", txn_id="e1:1", step=1, ts=sent[0]["ts"])
+    log.info("committed", txn_id="e1:2", episode_id="e2", level="debug", ts=sent[1]["ts"])
+    store.close()
+    lines = (tmp_path / "logs" / "harness.jsonl").read_text().splitlines()
+    assert lines[:2] == lines[2:] and len(lines) == 4
+    assert json.loads(lines[1])["episode_id"] == "e2" and lines[1].count('"episode_id"') == 1
+
+
 def test_resume_runs_what_the_resolution_record_says_not_an_edited_row(
     shop: Shop, store_url: str, clock: FakeClock
 ):

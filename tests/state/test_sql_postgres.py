@@ -278,6 +278,8 @@ def test_bad_urls_and_unreachable_servers_are_configuration_errors():
         hx.SQLState("postgresql://host:notaport/db")
     with pytest.raises(hx.ConfigurationError, match="journal mode is a SQLite setting"):
         hx.SQLState(SERVER, journal_mode="wal")
+    with pytest.raises(hx.ConfigurationError, match=r"synchronous='off'\): a SQLite setting"):
+        hx.SQLState(SERVER, synchronous="off")
 
 
 def test_episode_on_postgres_state_commits_and_rolls_back(pg_url: str, tmp_path: Path):

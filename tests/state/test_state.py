@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -460,6 +461,34 @@ def test_sql_state_synchronous(tmp_path: Path):
     ):
         with hx.SQLState(path, journal_mode=journal, synchronous=synchronous) as state:
             assert state.connection.execute("PRAGMA synchronous").fetchone()[0] == expected
+
+
+def test_a_table_altered_between_opens_is_read_again(tmp_path: Path):
+    """Adapters remember each table's columns by its name and CREATE statement: a column
+    added since the last open is in the rows read and in the changes a window records."""
+    path = tmp_path / "s.db"
+    make_db(path).close()
+    copy = tmp_path / "copy.db"
+    shutil.copy(path, copy)
+    with hx.SQLState(copy) as state:  # (the copy's tables as they were, remembered)
+        assert state.get("orders/o1") == {"id": "o1", "status": "pending", "items": ["a"]}
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE orders ADD COLUMN note TEXT")
+    conn.execute("UPDATE orders SET note = 'gift' WHERE id = 'o1'")
+    conn.commit()
+    conn.close()
+    with hx.SQLState(path) as state:
+        assert state.get("orders/o1") == {
+            "id": "o1",
+            "status": "pending",
+            "items": ["a"],
+            "note": "gift",
+        }
+        mark = state.mark()
+        state.connection.execute("UPDATE orders SET note = 'rush' WHERE id = 'o2'")
+        state.connection.commit()
+        before = {"id": "o2", "status": "pending", "items": ["a"], "note": None}
+        assert state.changes(mark) == {"orders/o2": before}
 
 
 def test_sql_state_records_nothing_outside_windows(tmp_path: Path):
