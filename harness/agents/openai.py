@@ -65,8 +65,8 @@ Failures of the model server itself (connection refused or dropped, timeouts, HT
 ``Retry-After`` (every attempt is counted and every wait is ours), within two bounds:
 ``attempts`` failed attempts (429s included), and ``retry_for`` seconds over the call's
 attempts and waits, so a rate-limit burst can be waited out with many attempts and still not
-for ever; a wait that would end past ``retry_for`` (the server's
-``Retry-After`` included) ends the retries at once. Failures that persist are raised as
+for ever; a wait that would end past ``retry_for`` (the server's ``Retry-After`` included)
+ends the retries at once. Failures that persist are raised as
 :class:`ModelServerError`: an infrastructure error, not the agent's failure. A request the
 server refuses (HTTP 4xx other than 408 and 429: a wrong model name, a bad key, a request it
 cannot parse) is raised at once as :class:`ModelRequestError`, naming the status and the
@@ -101,6 +101,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from .._json import canonical, canonical_object, digest
+from .._version import __version__
 from ..action import ContextExecutor
 from ..errors import (
     RETRYABLE_STATUS,
@@ -649,7 +650,7 @@ class _ChatEndpoint:
                 f"(got {request_timeout}, {max_response_bytes})"
             )
         self.base_url = base_url.rstrip("/")
-        self.url = f"{self.base_url}/chat/completions"
+        self.url = _completions_url(self.base_url)
         self.model = model
         self.api_key = api_key
         self.timeout = timeout
@@ -751,7 +752,7 @@ class _ChatEndpoint:
         headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
-            "User-Agent": f"harness/{_harness_version()}",
+            "User-Agent": f"harness/{__version__}",
         }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -760,7 +761,7 @@ class _ChatEndpoint:
     @functools.cached_property
     def _post_url(self) -> Any:
         """Where a request goes, parsed once by the HTTP library."""
-        return _http().URL(_completions_url(self.base_url))
+        return _http().URL(self.url)
 
     # --- retries ---
     def _complete(self, client: Any, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -955,13 +956,6 @@ def _completions_url(base_url: str) -> str:
     parts = urlsplit(base_url)
     path = parts.path.rstrip("/") + "/chat/completions"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-@functools.cache
-def _harness_version() -> str:
-    from .._version import __version__
-
-    return __version__
 
 
 @functools.cache

@@ -44,16 +44,13 @@ class JsonLines:
 
     def msg(self, message: str) -> None:
         """Queue one line."""
-        with self._lock:
-            self._lines.append(message + "\n")
-            self._size += len(message) + 1
-            if self._size > 65536 or time.monotonic() - self._last > 1.0:
-                self._flush_locked()
+        self.lines([message])
 
     info = debug = warning = error = critical = exception = log = msg
 
     def lines(self, messages: list[str]) -> None:
-        """Queue several lines, as :meth:`msg` would one by one."""
+        """Queue lines, in order (written once 64 KiB are queued, or at the first call a second
+        after the last write)."""
         with self._lock:
             self._lines.extend(m + "\n" for m in messages)
             self._size += sum(map(len, messages)) + len(messages)
