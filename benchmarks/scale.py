@@ -756,7 +756,7 @@ def _met(ok: bool) -> str:
     return "met" if ok else "not met"
 
 
-def issue_targets(rows: list[Row], workers: int) -> list[str]:
+def performance_targets(rows: list[Row], workers: int) -> list[str]:
     """The performance targets, each from settings of this run: W worker processes against one
     process with as many trials in flight (trials per second, at least 0.9 W times: 1.8x at
     2); Ray's CPU per trial against that one process's (at most 1.2x); and the harness's
@@ -1059,7 +1059,7 @@ def main(argv: list[str] | None = None) -> None:
     for text in postgres_against_sqlite(rows):
         print(text)
     print()
-    for text in issue_targets(rows, args.workers):
+    for text in performance_targets(rows, args.workers):
         print(text)
 
 
