@@ -7,6 +7,7 @@ import datetime
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -326,7 +327,7 @@ def test_requests_go_to_the_base_url_s_chat_completions_keeping_its_query(
     ("failure", "status", "said"),
     [
         (Failure.disconnect(), None, "connection failed: RemoteProtocolError"),
-        (Failure.delay(30), None, "no answer within 0.05 s"),
+        (Failure.delay(30), None, "no answer within 1.0 s"),
         (Failure.rate_limited(retry_after=2), 429, "HTTP 429: rate limit exceeded"),
         (Failure.http(502, "bad gateway"), 502, "HTTP 502: bad gateway"),
     ],
@@ -337,14 +338,20 @@ def test_each_server_failure_is_an_infrastructure_error_saying_what_happened(
 ) -> None:
     """Dropped connections, timeouts, 429 and 5xx are ModelServerError (never the 4xx
     ModelRequestError), with the status and a message saying what happened, after every try."""
-    # (A timeout of 0.05 s only where the answer is delayed 30 s: an answer the server sends
-    # at once may take longer than that to come on a loaded machine.)
-    timeout = 0.05 if failure.kind == "delay" else 120.0
+    # (A timeout of 1 s only where the answer is delayed 30 s: an answer the server sends at
+    # once may take longer than that to come on a loaded machine. It bounds the connect and the
+    # write too, which take far less, even loaded: 0.05 s did not always.)
+    timeout = 1.0 if failure.kind == "delay" else 120.0
     with FakeChatServer([text_reply("never")], failures=[failure] * 2) as server:
         agent = agent_for(server, clock, timeout=timeout, attempts=2)
         url = f"{server.base_url}/chat/completions"
         with pytest.raises(ModelServerError) as info:
             agent.run(TASK, toolbox, seed=0)
+        # (The server records a request its thread has read: on a loaded machine, after the
+        # client gave up on it.)
+        deadline = time.monotonic() + 10
+        while len(server.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
     error = info.value
     assert not isinstance(error, ModelRequestError) and error.transient
     assert error.status == status and error.attempts == 2 and len(server.requests) == 2
