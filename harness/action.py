@@ -172,7 +172,7 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 
 
 _Built = tuple[type[BaseModel], list[str], str, Any]
-_MODELS: dict[tuple[Any, ...], _Built] = {}
+_MODELS: dict[tuple[Any, ...], tuple[_Built, inspect.Signature]] = {}
 
 
 def build_model(name: str, fn: Callable[..., Any]) -> _Built:
@@ -182,22 +182,51 @@ def build_model(name: str, fn: Callable[..., Any]) -> _Built:
     closures of the same code; building a pydantic model costs a millisecond, so models are
     shared between functions with the same code, defaults and docstring.
     """
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    if code is None:
-        return _make_model(name, fn)
-    defaults = getattr(getattr(fn, "__func__", fn), "__defaults__", None)
-    key = (name, code, repr(defaults), fn.__doc__, id(getattr(fn, "__globals__", None)))
+    return _built(name, fn)[0]
+
+
+def _built(name: str, fn: Callable[..., Any]) -> tuple[_Built, inspect.Signature]:
+    """:func:`build_model`'s answer and ``inspect.signature(fn)``, cached together.
+
+    The key is the function whose signature ``inspect.signature`` reads: through
+    ``functools.wraps`` wrappers (``__wrapped__``) down to one that states its own
+    ``__signature__``, or to the function itself, with its code, defaults and docstring, the
+    stated signature, and the action's name.
+    """
+    inner = inspect.unwrap(fn, stop=lambda f: hasattr(f, "__signature__"))
+    stated = getattr(inner, "__signature__", None)
+    function = getattr(inner, "__func__", inner)
+    code = getattr(function, "__code__", None)
+    try:
+        key: tuple[Any, ...] | None = (
+            name,
+            code,
+            repr(getattr(function, "__defaults__", None)),
+            repr(getattr(function, "__kwdefaults__", None)),
+            fn.__doc__,
+            id(getattr(function, "__globals__", None)),
+            stated,
+        )
+        hash(key)
+    except TypeError:  # a stated signature with an unhashable default
+        key = None
+    if code is None or key is None:
+        return _make_model(name, fn), _signature(name, fn)
     cached = _MODELS.get(key)
     if cached is None:
-        cached = _MODELS[key] = _make_model(name, fn)
+        cached = _MODELS[key] = (_make_model(name, fn), _signature(name, fn))
     return cached
 
 
-def _make_model(name: str, fn: Callable[..., Any]) -> _Built:
+def _signature(name: str, fn: Callable[..., Any]) -> inspect.Signature:
     try:
-        sig = inspect.signature(fn)
+        return inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"@action on {name!r}: cannot read its signature ({exc})") from exc
+
+
+def _make_model(name: str, fn: Callable[..., Any]) -> _Built:
+    sig = _signature(name, fn)
     try:
         hints = typing.get_type_hints(fn)
     except Exception as exc:  # unresolvable forward references
@@ -369,7 +398,8 @@ class Action(Generic[P, R]):
                 f"e.g. writes=[{writes!r}]"
             )
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.model, self.arg_names, summary, returns = build_model(self.name, fn)
+        built, signature = _built(self.name, fn)
+        self.model, self.arg_names, summary, returns = built
         self.returns: Any = None if _plain_return(returns) else returns
         self.description = description or summary
         self.writes = writes
@@ -413,9 +443,9 @@ class Action(Generic[P, R]):
                     f"arguments of {self.name}({', '.join(self.arg_names)})"
                 )
         self._schema: dict[str, Any] | None = None
-        self._look_like(fn)
+        self._look_like(fn, signature)
 
-    def _look_like(self, fn: Callable[..., Any]) -> None:
+    def _look_like(self, fn: Callable[..., Any], signature: inspect.Signature) -> None:
         """Carry the tool function's identity, so an action is taken for the function it wraps.
 
         ``functools.wraps`` metadata (name, qualified name, module, docstring, annotations,
@@ -431,7 +461,7 @@ class Action(Generic[P, R]):
         another library (tenacity's ``@retry`` sets ``.retry``) must not replace the action's.
         """
         functools.update_wrapper(self, fn, updated=())
-        self.__signature__ = inspect.signature(fn)  # (build_model has read it)
+        self.__signature__ = signature
         code = getattr(fn, "__code__", None)
         if isinstance(code, types.CodeType):
             self.__code__ = code

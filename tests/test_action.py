@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -32,6 +33,44 @@ def test_wrapper_keeps_name_signature_and_docstring():
     assert "Cancel a pending order." in (cancel_order.__doc__ or "")
     assert list(inspect.signature(cancel_order).parameters) == ["order_id", "reason", "quantity"]
     assert cancel_order.__wrapped__.__annotations__["quantity"] == "int"
+
+
+def _passed_through(fn: Any) -> Any:
+    """A decorator of the usual kind: one wrapper code for every function it wraps."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def test_each_wrapped_function_gets_its_own_arguments():
+    """Two different functions under one name, wrapped by one decorator (the same wrapper
+    code, the same docstring), each give their action their own arguments and signature; a
+    wrapper stating its own ``__signature__`` is read by it."""
+
+    def get(order_id: str) -> str:
+        return order_id
+
+    first = hx.action(_passed_through(get), name="get")
+
+    def get(user_id: str, page: int = 0) -> str:  # type: ignore[no-redef]
+        return user_id
+
+    second = hx.action(_passed_through(get), name="get")
+    assert first.arg_names == ["order_id"] and list(first.schema["properties"]) == ["order_id"]
+    assert second.arg_names == ["user_id", "page"]
+    assert list(inspect.signature(second).parameters) == ["user_id", "page"]
+    assert second.schema["properties"]["page"]["default"] == 0
+
+    stated = _passed_through(get)
+    stated.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("user_id", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)]
+    )
+    third = hx.action(stated, name="get")
+    assert third.arg_names == ["user_id"]
+    assert list(inspect.signature(third).parameters) == ["user_id"]
 
 
 def test_schema_comes_from_signature_and_docstring():
