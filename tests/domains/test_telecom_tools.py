@@ -68,6 +68,26 @@ def test_reads_answer_as_upstreams_tool_messages() -> None:
     assert _plain(env, "check_sim_status")() == "Your SIM card is active and working."
 
 
+def test_each_environment_starts_from_upstreams_databases_of_its_own() -> None:
+    """A fresh environment's two databases are upstream's TOML as tau2 validates it (equal
+    models, equal hashes), and what one environment's tools change no other sees."""
+    from harness.domains.telecom import load_db, load_user_db
+    from harness.domains.telecom.data_model import TelecomDB
+    from harness.domains.telecom.user_data_model import TelecomUserDB
+
+    upstream = TelecomDB.model_validate(load_db())
+    upstream_user = TelecomUserDB.model_validate(load_user_db())
+    first = TelecomEnvironment()
+    assert first.backend.db == upstream and first.user_backend.db == upstream_user
+    given = TelecomEnvironment(load_db(), load_user_db())
+    assert (first.db_hash(), first.user_db_hash()) == (given.db_hash(), given.user_db_hash())
+    _plain(first, "suspend_line")(customer_id="C1001", line_id="L1002", reason="lost")
+    first.user_backend.db.device.airplane_mode = True
+    second = TelecomEnvironment()
+    assert second.backend.db == upstream and second.user_backend.db == upstream_user
+    assert first.db_hash() != second.db_hash()
+
+
 def test_initialization_actions_and_sync_tools() -> None:
     """A task's initialization actions run on the user's side, and sync_tools carries the
     line's state to the phone: roaming off for a user abroad, then enabled by the agent."""

@@ -192,9 +192,15 @@ class TelecomEnvironment:
     def __init__(
         self, db: Mapping[str, Any] | None = None, user_db: Mapping[str, Any] | None = None
     ):
-        self.backend = TelecomTools(TelecomDB.model_validate(load_db() if db is None else db))
+        self.backend = TelecomTools(
+            TelecomDB.model_validate_json(_shipped_json(TelecomDB))
+            if db is None
+            else TelecomDB.model_validate(db)
+        )
         self.user_backend = TelecomUserTools(
-            TelecomUserDB.model_validate(load_user_db() if user_db is None else user_db)
+            TelecomUserDB.model_validate_json(_shipped_json(TelecomUserDB))
+            if user_db is None
+            else TelecomUserDB.model_validate(user_db)
         )
         self.state = TelecomState(self)
         self.sync_tools()  # as tau2's Environment.__init__
@@ -410,6 +416,15 @@ class TelecomEnvironment:
 
     def close(self) -> None:
         """Nothing to release: both databases live in memory."""
+
+
+@functools.cache
+def _shipped_json(model: type[BaseModel]) -> str:
+    """Upstream's database for ``model`` (the agent's or the user's), parsed from its TOML and
+    validated once a process, as JSON: validating that text gives every environment objects of
+    its own, ten times faster than parsing the TOML again."""
+    data = load_db() if model is TelecomDB else load_user_db()
+    return model.model_validate(data).model_dump_json()
 
 
 def _argument_error(kit: ToolKitBase, name: str, arguments: Mapping[str, Any]) -> str | None:
