@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import harness as hx
+from harness.state.sql import rollback_image
 
 __all__ = [
     "Column",
@@ -151,6 +152,7 @@ def connect(path: str | os.PathLike[str], *, timeout: float = 30.0) -> sqlite3.C
 
 _templates: dict[tuple[str, str, int, int], Path] = {}
 _templates_lock = threading.Lock()
+_images: dict[Path, bytes] = {}
 
 
 def _sha256_file(path: Path) -> str:
@@ -387,6 +389,24 @@ class Tables:
                 self.build_template(source, path)
             _templates[key] = path
             return path
+
+    def image(self, db_json_path: str | os.PathLike[str] | None = None) -> bytes:
+        """The template database's bytes, read once per process: what a trial's in-memory
+        database starts from (``hx.SQLState(":memory:", image=...)``).
+
+        Args:
+            db_json_path: Upstream's ``db.json``; the package's copy by default.
+        """
+        path = self.template_path(db_json_path)
+        with _templates_lock:
+            data = _images.get(path)
+        if data is None:
+            # The template's name is its content's (the data's and the schema's digests), so
+            # the bytes read once stay right for it; it is written whole, by a rename.
+            data = rollback_image(path.read_bytes())
+            with _templates_lock:
+                data = _images.setdefault(path, data)
+        return data
 
     def fresh_copy(
         self,

@@ -21,6 +21,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pydantic import Field, create_model
@@ -318,12 +319,13 @@ class Tau2Environment(FolderEnvironment):
 
     Args:
         folder: Where the database file goes (created if missing; left in place on
-            :meth:`close`). Default: a new temporary folder, removed on :meth:`close`.
+            :meth:`close`). Default: the database lives in memory, a copy of the template
+            nobody else can open, gone on :meth:`close`.
         db_json_path: Upstream's ``db.json`` to build the template from (default: the copy
             shipped in the package).
 
     Attributes:
-        path: The database file.
+        path: The database file (None: the database is in memory).
         state: The :class:`hx.SQLState` over it (resources ``<table>/<id>``).
         backend: The plain tools the actions call, over ``state.connection`` (its methods are
             looked up at each call: patch one to inject a fault).
@@ -347,18 +349,17 @@ class Tau2Environment(FolderEnvironment):
         *,
         db_json_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        name = self.DATABASE.name
-        root = self._open_folder(folder, f"harness-{name}-")
-        try:
+        if folder is None:
+            # A throwaway copy nobody else reads (a resumed trial gets a fresh environment):
+            # in memory, made and dropped without touching the disk.
+            self.path: Path | None = None
+            self.state = hx.SQLState(":memory:", image=self.DATABASE.image(db_json_path))
+        else:
+            name = self.DATABASE.name
+            root = self._open_folder(folder, f"harness-{name}-")
             self.path = self.DATABASE.fresh_copy(root / f"{name}.sqlite", db_json_path=db_json_path)
-            # The copy is the environment's own: WAL suits its many small writes. A temporary
-            # copy is thrown away (a resumed trial gets a fresh environment), so nothing reads
-            # it after an OS crash: its commits and its close need not wait for the disk.
-            synchronous = None if self._temporary is None else "off"
-            self.state = hx.SQLState(self.path, journal_mode="wal", synchronous=synchronous)
-        except BaseException:
-            self._remove_folder()
-            raise
+            # The copy is the environment's own: WAL suits its many small writes.
+            self.state = hx.SQLState(self.path, journal_mode="wal")
         self.backend = self.TOOLS(self.state.connection)
         build = type(self).BUILD_ACTIONS
         self.actions: dict[str, hx.Action[..., Any]] = build(self.backend, self.state)
@@ -444,10 +445,10 @@ class Tau2Environment(FolderEnvironment):
         return self.DATABASE.export(self.state.connection)
 
     def _release(self) -> None:
-        if self._temporary is not None:
-            self.state.discard()  # (the folder and its database are removed next)
+        if self.path is None:
+            self.state.discard()  # (the database goes with its connection)
         else:
             self.state.close()
 
     def _where(self) -> object:
-        return self.path
+        return ":memory:" if self.path is None else self.path

@@ -277,6 +277,41 @@ def _remove_everything(c: sqlite3.Connection) -> None:
     c.execute(f"DROP TABLE IF EXISTS main.{OPEN}")
 
 
+_HEADER = b"SQLite format 3\x00"
+_WAL_VERSIONS = slice(18, 20)  # the file format's write and read versions: 2 in WAL mode
+
+
+def _memory_image(url: str, path: str, image: object) -> bytes:
+    """``image`` checked as the bytes of a SQLite database for ``":memory:"``, with a WAL
+    file's format versions set back to rollback's (SQLite cannot write a WAL-mode image in
+    memory)."""
+    if not isinstance(image, bytes | bytearray | memoryview):
+        raise ConfigurationError(
+            f"SQLState(image=...): give the bytes of a SQLite database file, not "
+            f"{type(image).__name__}"
+        )
+    if path != ":memory:":
+        raise ConfigurationError(
+            f"SQLState({url!r}, image=...): an image starts an in-memory database; give "
+            "url=':memory:' with it, or leave image out to open the file"
+        )
+    data = bytes(image)
+    if not data.startswith(_HEADER) or len(data) < 100:
+        raise ConfigurationError(
+            "SQLState(':memory:', image=...): the bytes are not a SQLite database file (it "
+            "starts with 'SQLite format 3'); give a database file's bytes"
+        )
+    return rollback_image(data)
+
+
+def rollback_image(data: bytes) -> bytes:
+    """A database file's bytes with a WAL file's format versions set to rollback's: SQLite
+    cannot write a WAL-mode image in memory. (``data`` itself when it is not WAL.)"""
+    if data[_WAL_VERSIONS] == b"\x02\x02":
+        return data[:18] + b"\x01\x01" + data[20:]
+    return data
+
+
 def _clear_if_idle(c: sqlite3.Connection) -> None:
     """Empty the change table when no adapter has a window open (whatever its lease: a live
     window past its lease still reads its own rows)."""
@@ -337,6 +372,11 @@ class SQLState:
             default ``"normal"`` in WAL mode (safe against a process crash there) and SQLite's
             own default otherwise. ``"off"`` suits a throwaway copy nothing reads after an
             operating-system crash.
+        image: a SQLite database file's bytes (``Path(...).read_bytes()``, another
+            connection's ``serialize()``) to start an in-memory database from, with ``url``
+            ``":memory:"``: a copy nobody else can open, made without touching the disk (a
+            trial's throwaway database). The adapter works on its own copy of the bytes. A
+            WAL-mode image opens in rollback mode: memory has no write-ahead log.
 
     Raises:
         ConfigurationError: a missing file without ``create=True``, a wrong journal mode, a URL
@@ -353,6 +393,7 @@ class SQLState:
         create: bool = False,
         journal_mode: str | None = None,
         synchronous: str | None = None,
+        image: bytes | None = None,
     ) -> SQLState:
         if cls is SQLState and is_postgres(url):
             return super().__new__(PostgresState)
@@ -365,6 +406,7 @@ class SQLState:
         create: bool = False,
         journal_mode: str | None = None,
         synchronous: str | None = None,
+        image: bytes | None = None,
     ) -> None:
         if not isinstance(url, str | os.PathLike) or not isinstance(os.fspath(url), str):
             raise ConfigurationError(
@@ -389,6 +431,8 @@ class SQLState:
             )
         self.url = os.fspath(url)
         self.path = self._sqlite_path(self.url)
+        if image is not None:
+            image = _memory_image(self.url, self.path, image)
         if self.path != ":memory:" and not create and not Path(self.path).is_file():
             raise ConfigurationError(
                 f"SQLState({self.url!r}): no database file {self.path}; give the path of an "
@@ -411,6 +455,8 @@ class SQLState:
             self, _leave, self.connection, self._owner, self._attributed
         )
         try:
+            if image is not None:
+                self.connection.deserialize(image)
             if journal_mode is not None:
                 self.connection.execute(f"PRAGMA journal_mode={journal_mode.lower()}")
             if synchronous is not None:
@@ -744,7 +790,8 @@ class SQLState:
             with contextlib.suppress(sqlite3.Error):
                 _drop_own_triggers(other)
         try:
-            self.connection.execute(f"DELETE FROM {OPEN} WHERE owner = ?", (self._owner,))
+            if self.path != ":memory:":  # (nobody else can open an in-memory database)
+                self.connection.execute(f"DELETE FROM {OPEN} WHERE owner = ?", (self._owner,))
         except sqlite3.ProgrammingError:  # the connection was closed by hand
             pass
         finally:
@@ -795,12 +842,22 @@ class PostgresState(PostgresCapture, SQLState):  # type: ignore[misc]  # connect
     """
 
     def __init__(
-        self, url: str | os.PathLike[str], *, synchronous: str | None = None, **options: Any
+        self,
+        url: str | os.PathLike[str],
+        *,
+        synchronous: str | None = None,
+        image: bytes | None = None,
+        **options: Any,
     ) -> None:
         if synchronous is not None:
             raise ConfigurationError(
                 f"SQLState(synchronous={synchronous!r}): a SQLite setting; leave it out for a "
                 "Postgres URL"
+            )
+        if image is not None:
+            raise ConfigurationError(
+                "SQLState(image=...): an image starts an in-memory SQLite database; leave it "
+                "out for a Postgres URL"
             )
         super().__init__(url, **options)
 

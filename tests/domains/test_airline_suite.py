@@ -117,7 +117,7 @@ def test_each_trial_gets_an_environment_of_its_own(tmp_path: Path) -> None:
         try:
             assert second.state.get(f"reservations/{booked['reservation_id']}") is None
             assert "certificate_7504069" in second.state.get(f"users/{USER}")["payment_methods"]
-            assert second.path != first.path
+            assert second.state.connection is not first.state.connection
         finally:
             second.close()
     finally:

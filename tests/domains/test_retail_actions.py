@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -235,19 +237,23 @@ def test_tools_are_actions_for_writes_and_plain_methods_for_reads(
         assert env.tools[name] == getattr(env.backend, name)
 
 
-def test_environment_shares_one_connection_and_cleans_up() -> None:
-    """The tools write through the adapter's connection; close removes the temporary folder and
-    closing twice is harmless."""
-    env = RetailEnvironment()
-    folder = env.path.parent
-    assert env.backend.conn is env.state.connection
-    assert isinstance(env.state, hx.SQLState)
-    # A throwaway copy: no waiting for the disk (a given folder keeps WAL's NORMAL, below).
-    assert env.state.connection.execute("PRAGMA synchronous").fetchone()[0] == 0
-    assert env.path.exists()
-    env.close()
-    env.close()
-    assert not folder.exists()
+def test_environment_shares_one_connection_and_cleans_up(tmp_path: Path) -> None:
+    """The tools write through the adapter's connection; a throwaway environment lives in
+    memory (nothing written to disk, nothing left behind), and closing twice is harmless."""
+    tempfile.tempdir = str(tmp_path)  # where a file copy would go
+    try:
+        env = RetailEnvironment()
+        assert env.backend.conn is env.state.connection
+        assert isinstance(env.state, hx.SQLState)
+        assert env.path is None and env.state.path == ":memory:"
+        assert "memory" in repr(env)
+        assert not [p for p in tmp_path.rglob("*") if "harness-templates" not in str(p)]
+        env.close()
+        env.close()
+    finally:
+        tempfile.tempdir = None
+    with pytest.raises(sqlite3.ProgrammingError):
+        env.state.connection.execute("SELECT 1")
 
 
 def test_given_folder_is_kept(tmp_path: Path, pristine: Export) -> None:

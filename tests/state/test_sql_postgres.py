@@ -280,6 +280,8 @@ def test_bad_urls_and_unreachable_servers_are_configuration_errors():
         hx.SQLState(SERVER, journal_mode="wal")
     with pytest.raises(hx.ConfigurationError, match=r"synchronous='off'\): a SQLite setting"):
         hx.SQLState(SERVER, synchronous="off")
+    with pytest.raises(hx.ConfigurationError, match=r"image=...\): an image starts an in-memory"):
+        hx.SQLState(SERVER, image=b"SQLite format 3\x00")
 
 
 def test_episode_on_postgres_state_commits_and_rolls_back(pg_url: str, tmp_path: Path):

@@ -463,6 +463,60 @@ def test_sql_state_synchronous(tmp_path: Path):
             assert state.connection.execute("PRAGMA synchronous").fetchone()[0] == expected
 
 
+def test_an_image_starts_an_in_memory_database_of_its_own(tmp_path: Path):
+    """SQLState(":memory:", image=...) starts from a database file's bytes (a WAL file's too):
+    rows read, writes captured and undone in memory, the file and the bytes untouched, and two
+    adapters from one image apart."""
+    path = tmp_path / "s.db"
+    make_db(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=wal")
+    image = path.read_bytes()
+    assert image[18:20] == b"\x02\x02"  # a WAL-mode file
+    with (
+        hx.SQLState(":memory:", image=image) as one,
+        hx.SQLState(":memory:", image=bytearray(image)) as two,
+    ):
+        assert one.get("orders/o1") == {"id": "o1", "status": "pending", "items": ["a"]}
+        mark = one.mark()
+        one.connection.execute("UPDATE orders SET status = 'paid' WHERE id = 'o1'")
+        one.connection.execute("INSERT INTO orders VALUES ('o9', 'new', '[]')")
+        before = one.changes(mark)  # the rows as they were
+        assert before == {
+            "orders/o1": {"id": "o1", "status": "pending", "items": ["a"]},
+            "orders/o9": None,
+        }
+        assert two.get("orders/o1")["status"] == "pending"
+        one.apply_changes(before)
+        one.release(mark)
+        assert one.get("orders/o1")["status"] == "pending" and one.get("orders/o9") is None
+        one.connection.execute("DELETE FROM orders")
+        assert two.get("orders/o2") is not None
+    assert path.read_bytes() == image
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM orders").fetchone()[0] == 3
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert not {t for t in tables if t.startswith("_hx_")}
+
+
+def test_a_bad_image_is_refused_naming_the_fix(tmp_path: Path):
+    """An image with a file path, of the wrong type, not a SQLite file or corrupt past its
+    header is a ConfigurationError saying what to give."""
+    path = tmp_path / "s.db"
+    make_db(path).close()
+    image = path.read_bytes()
+    with pytest.raises(hx.ConfigurationError, match="give url=':memory:' with it"):
+        hx.SQLState(path, image=image)
+    with pytest.raises(hx.ConfigurationError, match="give the bytes of a SQLite database file"):
+        hx.SQLState(":memory:", image="s.db")  # type: ignore[arg-type]
+    with pytest.raises(hx.ConfigurationError, match="not a SQLite database file"):
+        hx.SQLState(":memory:", image=b"PK\x03\x04 a zip, say" * 20)
+    corrupt = image[:100] + b"\xff" * (len(image) - 100)
+    with pytest.raises(hx.ConfigurationError, match="could not open the database"):
+        hx.SQLState(":memory:", image=corrupt)
+    assert path.read_bytes() == image
+
+
 def test_a_table_altered_between_opens_is_read_again(tmp_path: Path):
     """Adapters remember each table's columns by its name and CREATE statement: a column
     added since the last open is in the rows read and in the changes a window records."""

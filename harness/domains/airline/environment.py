@@ -1,12 +1,12 @@
 """``AirlineEnvironment``: one isolated airline database with its tools, for one trial.
 
-It copies the template database (:meth:`harness.domains.records.Tables.fresh_copy`) into a
-folder of its own (a new temporary one unless given), opens it as an :class:`hx.SQLState`, and
+It starts from a copy of the template database, in memory
+(:meth:`harness.domains.records.Tables.image`) or in a folder given
+(:meth:`~harness.domains.records.Tables.fresh_copy`), opens it as an :class:`hx.SQLState`, and
 builds the tools over that adapter's connection: actions for the six write tools
 (:func:`~harness.domains.airline.actions.build_actions`), plain methods for the reads,
 ``calculate`` and ``transfer_to_human_agents`` (:class:`harness.domains.tau2.Tau2Environment`
-says how the connection is shared and how the agent sees upstream's words).
-"""
+says how the connection is shared and how the agent sees upstream's words)."""
 
 from __future__ import annotations
 

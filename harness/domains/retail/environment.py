@@ -1,7 +1,8 @@
 """``RetailEnvironment``: one isolated retail database with its tools, for one trial.
 
-It copies the template database (:func:`~harness.domains.retail.db.fresh_copy`) into a folder
-of its own (a new temporary one unless given), opens it as an :class:`hx.SQLState`, and builds
+It starts from a copy of the template database, in memory
+(:meth:`harness.domains.records.Tables.image`) or in a folder given
+(:func:`~harness.domains.retail.db.fresh_copy`), opens it as an :class:`hx.SQLState`, and builds
 the tools over that adapter's connection: actions for the seven write tools
 (:func:`~harness.domains.retail.actions.build_actions`), plain methods for the reads,
 ``calculate`` and ``transfer_to_human_agents``.
