@@ -76,6 +76,9 @@ def _live(held: Any, now: float, host: str) -> bool:
     return bool(held[3] > now and (held[2] != host or _pid_alive(int(held[1]))))
 
 
+_IDLE_KEPT = 16
+"""How many idle connections a store keeps for lease operations."""
+
 CLAIM_SECONDS = 60.0
 """How long an open episode's claim lasts without renewal (renewed every third of it)."""
 
@@ -115,7 +118,8 @@ class _Leases:
     """Lease methods of the store: taken under the write lock, renewed, released after."""
 
     _lease_lock: threading.Lock
-    _lease_conn: Any
+    _lease_idle: list[Any]
+    _lease_closed: bool
     database: str
     readonly: bool
 
@@ -142,6 +146,13 @@ class _Leases:
         owner in this process holds it (nothing is written then)."""
         now = time.time()
         host, pid = socket.gethostname(), os.getpid()
+        if this_process:
+            # A run's worker holds its trials' leases: seen in a read, without waiting for
+            # the write lock (no other process can take a live lease from under it).
+            held = self._holder(episode_id)
+            ours = held is not None and (held[2], int(held[1])) == (host, pid)
+            if ours and held[0] != owner and held[3] > now:
+                return "ours", None
         with self._locked("hx_lease") as (cur, mark):
             cur.execute(
                 f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
@@ -161,6 +172,18 @@ class _Leases:
             )
             return "taken", None
 
+    def _holder(self, episode_id: str) -> Any:
+        """The lease row ``(owner, pid, host, expires_at)`` of ``episode_id`` as the database
+        holds it now, or None: a read, taking no lock."""
+        with writing(self.database, readonly=self.readonly), self._lease_connection() as conn:
+            mark = "?" if _is_sqlite(conn) else "%s"
+            with committed(conn) as cur:
+                cur.execute(
+                    f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
+                    (episode_id,),
+                )
+                return cur.fetchone()
+
     def renew_lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> bool:
         """Extend ``owner``'s lease on ``episode_id`` to ``seconds`` from now; False (nothing
         written) when ``owner`` no longer holds it: a lease lost is never taken back by a
@@ -177,8 +200,7 @@ class _Leases:
 
     def release_lease(self, episode_id: str, *, owner: str) -> None:
         """Give the lease on ``episode_id`` back (only its owner can)."""
-        with self._lease_lock, writing(self.database, readonly=self.readonly):
-            conn = self._lease_connection()
+        with writing(self.database, readonly=self.readonly), self._lease_connection() as conn:
             mark = "?" if _is_sqlite(conn) else "%s"
             with committed(conn) as cur:
                 cur.execute(
@@ -261,8 +283,7 @@ class _Leases:
     def _locked(self, table: str) -> Iterator[tuple[Any, str]]:
         """A cursor in a transaction that holds the write lock of ``table`` (SQLite: the
         database's), committed when the block ends, and the driver's parameter mark."""
-        with self._lease_lock, writing(self.database, readonly=self.readonly):
-            conn = self._lease_connection()
+        with writing(self.database, readonly=self.readonly), self._lease_connection() as conn:
             sqlite = _is_sqlite(conn)
             with committed(conn) as cur:
                 if sqlite:
@@ -271,7 +292,34 @@ class _Leases:
                     cur.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
                 yield cur, "?" if sqlite else "%s"
 
-    def _lease_connection(self) -> Any:
-        if self._lease_conn is None:
-            self._lease_conn = self.raw_connection()
-        return self._lease_conn
+    @contextmanager
+    def _lease_connection(self) -> Iterator[Any]:
+        """A driver connection for one lease or run-row operation: an idle one of this
+        store's, or a new one, given back after (closed instead when the operation failed, the
+        store was closed, or enough are idle). Several threads' operations run at once, each on
+        its own connection, so none waits behind another's wait for the database's write
+        lock."""
+        with self._lease_lock:
+            conn = self._lease_idle.pop() if self._lease_idle else None
+        if conn is None:
+            conn = self.raw_connection()
+        done = False
+        try:
+            yield conn
+            done = True
+        finally:
+            with self._lease_lock:
+                if done and not self._lease_closed and len(self._lease_idle) < _IDLE_KEPT:
+                    self._lease_idle.append(conn)
+                    conn = None
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def _close_lease_connections(self) -> None:
+        with self._lease_lock:
+            self._lease_closed = True
+            idle, self._lease_idle = self._lease_idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.close()

@@ -155,7 +155,8 @@ class Store(_Chain, _Leases):
         self._jsonl_lock = threading.Lock()
         self._jsonl_file: Any = None
         self._lease_lock = threading.Lock()
-        self._lease_conn: Any = None
+        self._lease_idle: list[Any] = []
+        self._lease_closed = False
         self._snapshot = threading.local()
 
     def _readonly_connection(self) -> sqlite3.Connection:
@@ -613,10 +614,7 @@ class Store(_Chain, _Leases):
 
     def close(self) -> None:
         """Release connections and the JSON-lines file."""
-        with self._lease_lock:
-            if self._lease_conn is not None:
-                self._lease_conn.close()
-                self._lease_conn = None
+        self._close_lease_connections()
         self.engine.dispose()
         with self._jsonl_lock:
             if self._jsonl_file is not None:

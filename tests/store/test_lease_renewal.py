@@ -5,6 +5,8 @@ block the episode for the lease's length)."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -50,4 +52,54 @@ def test_a_held_lease_stops_renewing_once_lost(tmp_path: Path) -> None:
             assert store.leases() == []
         assert store.leases() == []
     finally:
+        store.close()
+
+
+def test_a_claim_in_the_process_holding_the_lease_waits_for_no_writer(tmp_path: Path) -> None:
+    """A run's worker holds its trial's lease; the episode's own claim then finds it held by
+    this process in a read, while another connection holds the store's write lock (another
+    process committing), and takes nothing."""
+    store = hx.Store(tmp_path / "h.db", create=True)
+    blocker = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
+    try:
+        assert store.acquire_lease("e1", owner="worker", seconds=60.0)
+        blocker.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        assert store.claim_episode("e1") is None
+        assert time.monotonic() - started < 5  # (the write lock is held for 30 s of timeout)
+        blocker.execute("ROLLBACK")
+        assert [x.owner for x in store.leases()] == ["worker"]
+    finally:
+        blocker.close()
+        store.close()
+
+
+def test_lease_operations_of_threads_run_at_once(tmp_path: Path) -> None:
+    """One thread's lease operation waiting for the store's write lock does not hold up
+    another thread's read of a lease it holds: each has a connection of its own, and every
+    lease taken is given back once."""
+    store = hx.Store(tmp_path / "h.db", create=True)
+    blocker = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
+    try:
+        assert store.acquire_lease("mine", owner="worker", seconds=60.0)
+        blocker.execute("BEGIN IMMEDIATE")
+        waiting = threading.Thread(
+            target=store.acquire_lease, args=("other",), kwargs={"owner": "x"}
+        )
+        waiting.start()  # (waits for the write lock)
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert store.claim_episode("mine") is None
+        assert time.monotonic() - started < 5
+        blocker.execute("ROLLBACK")
+        waiting.join(timeout=30)
+        assert sorted(x.episode_id for x in store.leases()) == ["mine", "other"]
+        for episode_id, owner in (("mine", "worker"), ("other", "x")):
+            store.release_lease(episode_id, owner=owner)
+        assert store.leases() == []
+        # (a closed store keeps no connection, and still answers)
+        store.close()
+        assert store.acquire_lease("again", owner="y", seconds=1.0)
+    finally:
+        blocker.close()
         store.close()
