@@ -199,6 +199,7 @@ class RunGate:
         self._freed = threading.Condition()
         self._stale: list[tuple[str, str]] = []  # slots a failed give-back left
         self._circuits: dict[str, tuple[float, Circuit | None]] = {}
+        self._reading = threading.Lock()  # (one thread of the process reads a circuit anew)
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
 
@@ -304,8 +305,15 @@ class RunGate:
         cached = self._circuits.get(url)
         if not fresh and cached is not None and now - cached[0] < CIRCUIT_CACHE:
             return cached[1]
-        found = self.limiter.circuit(url)
-        self._circuits[url] = (now, found)
+        if fresh or cached is None:
+            self._reading.acquire()
+        elif not self._reading.acquire(blocking=False):
+            return cached[1]  # another thread is reading it anew: what it last was, meanwhile
+        try:
+            found = self.limiter.circuit(url)
+            self._circuits[url] = (now, found)
+        finally:
+            self._reading.release()
         return found
 
     def _give_back_stale(self) -> None:

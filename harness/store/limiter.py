@@ -101,9 +101,10 @@ class Limiter:
 
     # --- one transaction ---
     @contextlib.contextmanager
-    def _transaction(self, url: str) -> Iterator[tuple[Any, str, float]]:
-        """A cursor in a transaction holding the run's and server's lock, the parameter mark
-        and the database's time now; commits when the block ends, rolls back if it raises."""
+    def _transaction(self, url: str, *, lock: bool = True) -> Iterator[tuple[Any, str, float]]:
+        """A cursor in a transaction holding the run's and server's lock (a read that
+        changes nothing needs none: ``lock=False``), the parameter mark and the database's
+        time now; commits when the block ends, rolls back if it raises."""
         with self._lock, writing(self.store.database, readonly=self.store.readonly):
             if self._conn is None:
                 self._conn = self.store.raw_connection()
@@ -111,10 +112,12 @@ class Limiter:
             sqlite = _is_sqlite(conn)
             with committed(conn) as cur:
                 if sqlite:
-                    cur.execute("BEGIN IMMEDIATE")
+                    cur.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
                     now = time.time()
                 else:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.run_id, url),))
+                    if lock:
+                        key = _lock_key(self.run_id, url)
+                        cur.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
                     cur.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
                     now = float(cur.fetchone()[0])
                 yield cur, "?" if sqlite else "%s", now
@@ -241,8 +244,9 @@ class Limiter:
             )
 
     def circuit(self, url: str) -> Circuit | None:
-        """The circuit of ``url`` a process of the run opened, while it is open."""
-        with self._transaction(url) as (cur, m, now):
+        """The circuit of ``url`` a process of the run opened, while it is open (a read:
+        it waits for no other process's write)."""
+        with self._transaction(url, lock=False) as (cur, m, now):
             cur.execute(
                 "SELECT until, why, failures, down_for, pid, host FROM hx_circuit "
                 f"WHERE run_id = {m} AND url = {m} AND until > {m}",

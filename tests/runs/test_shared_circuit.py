@@ -101,3 +101,49 @@ def test_a_gate_s_heartbeat_keeps_its_slots_and_its_circuit_refuses_other_proces
     other.close()
     assert there.enter("u") is not None
     store.close()
+
+
+def test_one_thread_reads_a_circuit_anew_while_the_others_go_on_with_the_last_look(
+    tmp_path: Path,
+) -> None:
+    """When a process's look at a server's circuit lapses, one thread reads it again; the
+    other threads' requests go on with what was last read instead of queueing behind that
+    read (every request of a run passes the gate), and the next look is the new one."""
+    store = hx.Store(tmp_path / "harness.db", create=True)
+    gate = RunGate(store, "r", RunLimits())
+    reading, release = threading.Event(), threading.Event()
+    real = gate.limiter.circuit
+    reads: list[str] = []
+
+    def slow(url: str) -> Any:
+        reads.append(url)
+        reading.set()
+        release.wait(10)
+        return real(url)
+
+    assert gate.enter("u") is None  # (the first look, cached)
+    gate._circuits["u"] = (time.monotonic() - 10, None)  # (that look lapsed)
+    gate.limiter.circuit = slow  # type: ignore[method-assign]
+    outcomes: list[Any] = []
+
+    def enter() -> None:
+        try:
+            outcomes.append(gate.enter("u"))
+        except EndpointDown as exc:
+            outcomes.append(exc)
+
+    reader = threading.Thread(target=enter)
+    reader.start()
+    assert reading.wait(10)
+    started = time.monotonic()
+    assert gate.enter("u") is None  # (the last look: not down)
+    assert time.monotonic() - started < 5 and reads == ["u"]
+    Limiter(store, "r").open_circuit("u", 30, "model server at u is down")
+    release.set()
+    reader.join(10)
+    assert [type(o) for o in outcomes] == [EndpointDown]  # (the reader saw the new record)
+    with pytest.raises(EndpointDown, match="model server at u is down"):
+        gate.enter("u")  # (the new look, cached)
+    assert reads == ["u"]
+    gate.limiter.close()
+    store.close()

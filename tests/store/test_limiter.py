@@ -168,6 +168,28 @@ def test_the_circuit_one_process_opens_is_seen_by_another_until_it_closes(
     b.close()
 
 
+def test_reading_a_circuit_waits_for_no_writer(tmp_path: Path) -> None:
+    """A circuit is read while another connection holds the SQLite store's write lock (as
+    another process's episode commit does): every model request of a run reads it, and none
+    waits for that lock."""
+    store = hx.Store(tmp_path / "harness.db", create=True)
+    a, b = Limiter(store, "r"), Limiter(store, "r")
+    a.open_circuit("u", 30, "model server at u is down")
+    blocker = sqlite3.connect(tmp_path / "harness.db", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        seen = b.circuit("u")
+        assert time.monotonic() - started < 5  # (the write lock is held for 30 s of timeout)
+        assert seen is not None and seen.why == "model server at u is down"
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    a.close()
+    b.close()
+    store.close()
+
+
 def test_a_store_written_before_the_limiter_tables_opens_and_verifies(tmp_path: Path) -> None:
     """A store without the limiter's tables opens read-only and verifies; opened for
     writing, it gets them."""
