@@ -240,6 +240,7 @@ class Worker:
         self.faults = spec.faults
         self.references: dict[str, Reference] = {}
         self._references_lock = threading.Lock()
+        self._computing: dict[str, threading.Lock] = {}  # a lock per task being computed
         # Leases name their holder: host, process and this worker.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_seconds = spec.lease_seconds
@@ -253,9 +254,18 @@ class Worker:
         """The task's reference outcome (computed once per worker, whichever of its threads
         asks first)."""
         with self._references_lock:
-            if task.id not in self.references:
-                self.references[task.id] = reference_outcome(self.suite, task)
-            return self.references[task.id]
+            found = self.references.get(task.id)
+            if found is not None:
+                return found
+            lock = self._computing.setdefault(task.id, threading.Lock())
+        with lock:  # (one thread computes it; the others of the same task wait for it)
+            with self._references_lock:
+                found = self.references.get(task.id)
+            if found is None:
+                found = reference_outcome(self.suite, task)
+                with self._references_lock:
+                    self.references[task.id] = found
+            return found
 
     def trial(self, job: Job) -> TrialResult | None:
         """Run one trial while holding its lease.
