@@ -5,6 +5,7 @@ as transactions in one episode."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,26 @@ def test_each_environment_starts_from_upstreams_databases_of_its_own() -> None:
     first.user_backend.db.device.airplane_mode = True
     second = TelecomEnvironment()
     assert second.backend.db == upstream and second.user_backend.db == upstream_user
+    assert first.db_hash() != second.db_hash()
+
+
+def test_each_environment_has_actions_of_its_own() -> None:
+    """Environments copy their write actions from one made once: each copy calls its own
+    environment's tools, undoes into its own databases, keys its own calls, and a check
+    registered on one environment's action is not on another's."""
+    first, second = TelecomEnvironment(), TelecomEnvironment()
+    assert set(first.actions) == set(second.actions) and len(first.actions) > 10
+    for name, act in first.actions.items():
+        other = second.actions[name]
+        assert act is not other and act.fn is not other.fn
+        assert act.compensate.__self__ is first and other.compensate.__self__ is second
+        assert act.idempotency_key.__self__ is not other.idempotency_key.__self__
+        assert act.schema == other.schema and act.__wrapped__ is act.fn
+        assert inspect.signature(act) == inspect.signature(other)
+    first.actions["suspend_line"].precondition(lambda ctx: False)
+    assert second.actions["suspend_line"].preconditions == []
+    assert TelecomEnvironment().actions["suspend_line"].preconditions == []
+    _plain(first, "suspend_line")(customer_id="C1001", line_id="L1002", reason="lost")
     assert first.db_hash() != second.db_hash()
 
 

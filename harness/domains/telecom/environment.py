@@ -33,7 +33,7 @@ from harness._json import json_copy
 from harness.domains.base import OccurrenceKeys
 from harness.domains.tau2 import UpstreamError
 from harness.domains.telecom import load_db, load_user_db, policy
-from harness.domains.telecom._toolkit import ToolKitBase, ToolType, get_dict_hash
+from harness.domains.telecom._toolkit import TOOL_TYPE_ATTR, ToolKitBase, ToolType, get_dict_hash
 from harness.domains.telecom.data_model import LineStatus, TelecomDB
 from harness.domains.telecom.tools import TelecomTools
 from harness.domains.telecom.user_data_model import PaymentRequest, TelecomUserDB
@@ -213,12 +213,15 @@ class TelecomEnvironment:
         self, kit: ToolKitBase, occurrences: OccurrenceKeys
     ) -> dict[str, Callable[..., Any]]:
         tools: dict[str, Callable[..., Any]] = {}
-        for name in type(kit).tool_names():
+        for name, write in _tools_of(type(kit)):
             call = self._upstream_call(getattr(kit, name))
-            if kit.tool_type(name) == ToolType.WRITE:
-                act: hx.Action[..., Any] = hx.Action(
-                    call, writes=list(TelecomState.KEYS), idempotency_key=occurrences.key
-                )
+            if write:
+                made = _ACTIONS.get((type(kit), name))
+                if made is None:
+                    made = _ACTIONS[type(kit), name] = hx.Action(
+                        call, writes=list(TelecomState.KEYS), idempotency_key=occurrences.key
+                    )
+                act = made._around(call, idempotency_key=occurrences.key)
                 act.compensation(self._restore)
                 self.actions[name] = act
                 tools[name] = act
@@ -416,6 +419,24 @@ class TelecomEnvironment:
 
     def close(self) -> None:
         """Nothing to release: both databases live in memory."""
+
+
+_ACTIONS: dict[tuple[type, str], hx.Action[..., Any]] = {}
+"""A write tool's action as first built, by toolkit and name: every environment copies it."""
+
+
+_TOOLS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _tools_of(kit: type[ToolKitBase]) -> tuple[tuple[str, bool], ...]:
+    """The toolkit's tools in upstream's order, each with whether it writes (read once)."""
+    found = _TOOLS.get(kit)
+    if found is None:
+        found = _TOOLS[kit] = tuple(
+            (name, getattr(getattr(kit, name), TOOL_TYPE_ATTR, None) == ToolType.WRITE)
+            for name in kit.tool_names()
+        )
+    return found
 
 
 @functools.cache
