@@ -19,6 +19,7 @@ from harness.domains.retail.tools import (
     WRITE_TOOLS,
     RetailError,
     RetailTools,
+    _fold,
 )
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tau2-retail"
@@ -181,6 +182,35 @@ def test_write_inside_callers_transaction_uses_a_savepoint(
     assert tools.get_user_details(user_id)["address"]["city"] == "Oslo"
     conn.execute("ROLLBACK")
     assert db.export(conn) == pristine
+
+
+def test_name_and_zip_find_the_first_user_of_that_name_with_that_zip(
+    tools: RetailTools, pristine: dict[str, Any]
+) -> None:
+    """Upstream's search, for every user: the first user in the database's order whose names
+    match (ignoring case and accents) and whose zip is the same string; a zip that differs,
+    even as a number, finds nobody."""
+    users = list(pristine["users"].items())
+    for _, user in users:
+        first, last = user["name"]["first_name"], user["name"]["last_name"]
+        zip_code = user["address"]["zip"]
+        expected = next(
+            uid
+            for uid, other in users
+            if (_fold(other["name"]["first_name"]), _fold(other["name"]["last_name"]))
+            == (_fold(first), _fold(last))
+            and other["address"]["zip"] == zip_code
+        )
+        assert tools.find_user_id_by_name_zip(first.lower(), last.upper(), zip_code) == expected
+    user = users[0][1]
+    first, last, zip_code = (
+        user["name"]["first_name"],
+        user["name"]["last_name"],
+        user["address"]["zip"],
+    )
+    for wrong in (zip_code + " ", int(zip_code), "0" + zip_code):
+        with pytest.raises(RetailError, match="User not found"):
+            tools.find_user_id_by_name_zip(first, last, wrong)  # type: ignore[arg-type]
 
 
 def test_read_tools_never_write(

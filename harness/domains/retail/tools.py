@@ -244,14 +244,16 @@ class RetailTools(Tau2Tools):
             RetailError: If no user matches (names ignoring case and accents, zip exactly).
         """
         wanted_first, wanted_last = _fold(first_name), _fold(last_name)
-        for user_id, name, address in self.conn.execute(
-            "SELECT user_id, name, address FROM users ORDER BY rowid"
+        # Only the users with that zip are read (an exact match, as upstream's), in order.
+        for user_id, name in self.conn.execute(
+            "SELECT user_id, name FROM users WHERE json_extract(address, '$.zip') = ? "
+            "AND json_type(address, '$.zip') = 'text' ORDER BY rowid",
+            (zip,),
         ):
-            name, address = json.loads(name), json.loads(address)
+            name = json.loads(name)
             if (
                 _fold(name["first_name"]) == wanted_first
                 and _fold(name["last_name"]) == wanted_last
-                and address["zip"] == zip
             ):
                 return str(user_id)
         raise RetailError("User not found")
