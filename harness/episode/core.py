@@ -828,7 +828,7 @@ class Episode:
                 f"Episode.remember({what!r}): the value or request is not JSON ({exc}); "
                 "return dicts, lists, strings, numbers, booleans or None"
             ) from exc
-        self.recorder.note_text(REMEMBERED, None, payload)
+        self.recorder.note_hot(REMEMBERED, payload)
         return loads(payload)["value"]
 
     def _log_divergence(self, error: Diverged) -> None:

@@ -56,6 +56,12 @@ class Recorder:
             self.writer.append_text(kind, txn_id, payload)
             self.update_episode()
 
+    def note_hot(self, kind: str, payload: str) -> None:
+        """One record of no transaction (a remembered value), JSON text already, committed on
+        its own as an intent is: a single-row append, the episode's row (its witness) moved by
+        the next batch (steps and digest are unchanged by such a record)."""
+        self.writer.hot(kind, None, payload)
+
     # --- records (the hot path) ---
     def update_episode(self) -> None:
         self.writer.update_episode(status=self.m.outcome, steps=self.m.steps, digest=self.m.digest)

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._json import digest, dumps, loads
-from .projection import HOT_OUTCOMES
+from .projection import HOT_NOTES, HOT_OUTCOMES
 from .statuses import EpisodeStatus
 from .tables import GENESIS, ChainReport, EpisodeRow, LogRow, record_hash
 
-_HOT_KINDS = HOT_OUTCOMES | {"intent"}
+_HOT_KINDS = HOT_OUTCOMES | HOT_NOTES | {"intent"}
 
 
 class _Chain:
@@ -61,9 +61,9 @@ def chain_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
 def witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | None:
     """Check the chain against the episode row's witness (record count and head hash).
 
-    The witness moves with every write but the hot path's (intents and commits, whose rows
-    follow with the next write), so a crashed episode may end with those past it; anything
-    else past it, or a chain shorter than it, was tampered.
+    The witness moves with every write but the hot path's (intents, commits and remembered
+    values, whose rows follow with the next write), so a crashed episode may end with those
+    past it; anything else past it, or a chain shorter than it, was tampered.
     """
     if len(rows) < ep.log_count:
         return (

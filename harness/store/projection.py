@@ -19,6 +19,11 @@ from .tables import CheckpointRow, LogRow, TransactionRow, transaction_row, txn_
 HOT_OUTCOMES = frozenset({"committed", "recovered"})
 """Outcome kinds written on the hot path: their rows are materialised later."""
 
+HOT_NOTES = frozenset({"recorded"})
+"""Records of no transaction written on the hot path: a remembered value (a model's answer, a
+tool's read; :data:`harness.episode.cursor.REMEMBERED`). The episode's row follows with the
+next write."""
+
 
 def committed_row(
     episode_id: str,

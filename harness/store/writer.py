@@ -218,8 +218,11 @@ class EpisodeWriter:
             finally:
                 self._depth -= 1
 
-    def hot(self, kind: str, txn_id: str, text: str, projected: Projected | None = None) -> None:
-        """One record (an intent or a hot-path outcome) as its own database transaction.
+    def hot(
+        self, kind: str, txn_id: str | None, text: str, projected: Projected | None = None
+    ) -> None:
+        """One record (an intent, a hot-path outcome, a remembered value) as its own database
+        transaction.
 
         Only the record is written: a single-row append. A commit's transaction row and
         checkpoint follow with the next batch (or this one, past :data:`FLUSH_EVERY`):
@@ -230,7 +233,7 @@ class EpisodeWriter:
         with self._lock:
             self._hot(kind, txn_id, text, projected)
 
-    def _hot(self, kind: str, txn_id: str, text: str, projected: Projected | None) -> None:
+    def _hot(self, kind: str, txn_id: str | None, text: str, projected: Projected | None) -> None:
         if len(self.pending) >= FLUSH_EVERY:
             with self.batch():
                 self.append_text(kind, txn_id, text, projected)

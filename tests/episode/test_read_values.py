@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -122,6 +123,38 @@ def test_a_read_tool_returning_a_dataclass_gives_the_agent_json(store: hx.Store)
         result = RecordingToolbox({"when": when}, ep).call("when", {"order_id": "o1"})
     assert result.ok and result.content == {"order_id": "o1", "placed": "2024-05-01"}
     assert result.as_text() == '{"order_id":"o1","placed":"2024-05-01"}'
+
+
+def test_a_remembered_value_is_durable_on_its_own_and_given_back_after_a_crash(
+    store: hx.Store, store_url: str
+):
+    """A remembered value is written as an intent is, a single-row commit: in the log at once
+    while the episode's row (its witness) waits for the next write. A process that dies there
+    leaves a store that verifies (a crashed episode may end with such records past its
+    witness), and the resumed episode gets the recorded value without computing it again."""
+    pid = os.fork()
+    if pid == 0:  # the child: remembers a value, then dies
+        code = 1
+        try:
+            mine = hx.Store(store_url)
+            ep = episode(mine, episode_id="e1")
+            ep.__enter__()
+            if ep.remember("read", {"item": "apple"}, lambda: {"stock": 7}) == {"stock": 7}:
+                code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    (row,) = remembered(store, "e1")
+    found = store.episode("e1")
+    assert found is not None and row.seq > found.log_count and found.status == "running"
+    assert store.verify_chain("e1").ok
+    computed: list[int] = []
+    with episode(store, episode_id="e1", resume=True) as again:
+        assert again.remember("read", {"item": "apple"}, lambda: computed.append(1)) == {"stock": 7}
+    assert computed == []
+    assert store.verify_chain("e1").ok
+    found = store.episode("e1")
+    assert found is not None and found.log_count == len(store.log("e1"))
 
 
 # --- C. arguments nested too deep ---
