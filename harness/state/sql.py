@@ -278,6 +278,7 @@ def _remove_everything(c: sqlite3.Connection) -> None:
 
 
 _HEADER = b"SQLite format 3\x00"
+_IMAGE_CACHE_KIB = 128  # an in-memory database's page cache (SQLite's default: 2 MiB)
 _WAL_VERSIONS = slice(18, 20)  # the file format's write and read versions: 2 in WAL mode
 
 
@@ -457,6 +458,8 @@ class SQLState:
         try:
             if image is not None:
                 self.connection.deserialize(image)
+                # Its pages are in memory already: a page cache would hold them twice.
+                self.connection.execute(f"PRAGMA cache_size=-{_IMAGE_CACHE_KIB}")
             if journal_mode is not None:
                 self.connection.execute(f"PRAGMA journal_mode={journal_mode.lower()}")
             if synchronous is not None:

@@ -478,6 +478,8 @@ def test_an_image_starts_an_in_memory_database_of_its_own(tmp_path: Path):
         hx.SQLState(":memory:", image=bytearray(image)) as two,
     ):
         assert one.get("orders/o1") == {"id": "o1", "status": "pending", "items": ["a"]}
+        # (its pages are in memory already: a small page cache, not SQLite's 2 MiB)
+        assert one.connection.execute("PRAGMA cache_size").fetchone()[0] == -128
         mark = one.mark()
         one.connection.execute("UPDATE orders SET status = 'paid' WHERE id = 'o1'")
         one.connection.execute("INSERT INTO orders VALUES ('o9', 'new', '[]')")
