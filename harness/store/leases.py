@@ -175,7 +175,7 @@ class _Leases:
     def _holder(self, episode_id: str) -> Any:
         """The lease row ``(owner, pid, host, expires_at)`` of ``episode_id`` as the database
         holds it now, or None: a read, taking no lock."""
-        with writing(self.database, readonly=self.readonly), self._lease_connection() as conn:
+        with writing(self.database, readonly=self.readonly), self._pooled() as conn:
             mark = "?" if _is_sqlite(conn) else "%s"
             with committed(conn) as cur:
                 cur.execute(
@@ -200,7 +200,7 @@ class _Leases:
 
     def release_lease(self, episode_id: str, *, owner: str) -> None:
         """Give the lease on ``episode_id`` back (only its owner can)."""
-        with writing(self.database, readonly=self.readonly), self._lease_connection() as conn:
+        with writing(self.database, readonly=self.readonly), self._pooled() as conn:
             mark = "?" if _is_sqlite(conn) else "%s"
             with committed(conn) as cur:
                 cur.execute(
@@ -283,7 +283,7 @@ class _Leases:
     def _locked(self, table: str) -> Iterator[tuple[Any, str]]:
         """A cursor in a transaction that holds the write lock of ``table`` (SQLite: the
         database's), committed when the block ends, and the driver's parameter mark."""
-        with writing(self.database, readonly=self.readonly), self._lease_connection() as conn:
+        with writing(self.database, readonly=self.readonly), self._pooled() as conn:
             sqlite = _is_sqlite(conn)
             with committed(conn) as cur:
                 if sqlite:
@@ -293,12 +293,12 @@ class _Leases:
                 yield cur, "?" if sqlite else "%s"
 
     @contextmanager
-    def _lease_connection(self) -> Iterator[Any]:
-        """A driver connection for one lease or run-row operation: an idle one of this
-        store's, or a new one, given back after (closed instead when the operation failed, the
-        store was closed, or enough are idle). Several threads' operations run at once, each on
-        its own connection, so none waits behind another's wait for the database's write
-        lock."""
+    def _pooled(self) -> Iterator[Any]:
+        """A driver connection for one short operation (a lease, a run's row, a read): an idle
+        one of this store's, or a new one, given back after (closed instead when the operation
+        failed, the store was closed, or enough are idle). Several threads' operations run at
+        once, each on its own connection, so none waits behind another's wait for the
+        database's write lock."""
         with self._lease_lock:
             conn = self._lease_idle.pop() if self._lease_idle else None
         if conn is None:

@@ -68,6 +68,11 @@ def _normalise_url(url: str | Path) -> str:
 _SCHEMA_LOCK = 0x6878_5343
 
 
+_EPISODE_COLUMNS = tuple(EpisodeRow.model_fields)
+_EPISODE_SELECT = f"SELECT {', '.join(_EPISODE_COLUMNS)} FROM hx_episode WHERE id = ?"
+_LAST_SEQ = "SELECT max(seq) FROM hx_log WHERE id BETWEEN ? AND ?"
+
+
 class _Session(Session):
     """A SQLModel session whose writes (its flushes and commits) raise
     :class:`~harness.errors.StoreWriteFailed` when the database refuses them; the session
@@ -436,8 +441,23 @@ class Store(_Chain, _Leases):
 
     def episode(self, episode_id: str) -> EpisodeRow | None:
         """One episode's row, or None."""
+        if self._plain_reads():  # (every trial asks several times: a statement, no session)
+            with self._pooled() as conn:
+                found = conn.execute(_EPISODE_SELECT, (episode_id,)).fetchone()
+            if found is None:
+                return None
+            return EpisodeRow(**dict(zip(_EPISODE_COLUMNS, found, strict=True)))
         with self.session() as s:
             return s.get(EpisodeRow, episode_id)
+
+    def _plain_reads(self) -> bool:
+        """Whether a read may go to SQLite on a pooled connection: a SQLite store open for
+        writing, outside :meth:`snapshot` (whose reads share its one session)."""
+        return (
+            self.path is not None
+            and not self.readonly
+            and getattr(self._snapshot, "session", None) is None
+        )
 
     def transactions(self, episode_id: str) -> list[Transaction]:
         """An episode's finished transactions in the order they started, with their arguments,
@@ -482,10 +502,16 @@ class Store(_Chain, _Leases):
         if ep is None:
             return None
         keys = log_range(ep.num)
-        with self.session() as s:
-            last = s.exec(
-                select(func.max(LogRow.seq)).where(col(LogRow.id).between(keys["lo"], keys["hi"]))
-            ).one()
+        if self._plain_reads():
+            with self._pooled() as conn:
+                last = conn.execute(_LAST_SEQ, (keys["lo"], keys["hi"])).fetchone()[0]
+        else:
+            with self.session() as s:
+                last = s.exec(
+                    select(func.max(LogRow.seq)).where(
+                        col(LogRow.id).between(keys["lo"], keys["hi"])
+                    )
+                ).one()
         if last is None or last <= ep.log_count:
             return None
         return derive(self._log_of(ep), materialised)

@@ -45,6 +45,27 @@ def recorded(shop: Shop, store_url: str) -> str:
     return store_url
 
 
+def test_an_episode_read_plainly_is_the_row_the_session_reads(recorded: str):
+    """``Store.episode`` (a statement on a pooled connection) gives the row a session gives,
+    field for field, and None for an unknown id; inside ``snapshot`` it reads the snapshot's
+    state, not a write committed after it began."""
+    store = hx.Store(recorded)
+    plain = store.episode("e1")
+    assert plain is not None
+    with store.snapshot():  # (the session's reads)
+        expected = store.episode("e1")
+        assert expected is not None and plain.model_dump() == expected.model_dump()
+    assert store.episode("nobody") is None
+    with store.snapshot():
+        before = store.episode("e1")
+        assert before is not None
+        steps = before.steps
+        edit(recorded, "UPDATE hx_episode SET steps = steps + 5 WHERE id = 'e1'")
+        assert store.episode("e1").steps == steps
+    assert store.episode("e1").steps == steps + 5
+    store.close()
+
+
 def test_clean_chain_verifies(recorded: str):
     """An unedited log verifies and reports how many records it checked."""
     report = hx.Store(recorded).verify_chain()
