@@ -19,7 +19,7 @@ import harness as hx
 from .test_resume import PLAN, ledger_suite
 
 ROOT = Path(__file__).resolve().parents[2]
-TASKS, TRIALS = 3, 4
+TASKS, TRIALS = 3, 8  # (24 trials, 8 in flight: a stop after the first leaves some unstarted)
 
 
 def start_run(tmp_path: Path, suite: Path, *options: str) -> subprocess.Popen[str]:
