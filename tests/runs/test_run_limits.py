@@ -241,3 +241,56 @@ def test_rates_parse_in_their_three_forms_and_refuse_others() -> None:
             Rate.parse(bad)
     with pytest.raises(ConfigurationError, match="max_in_flight=0"):
         RunLimits(max_in_flight=0)
+
+
+def test_a_worker_computes_two_tasks_references_at_once_and_each_once(
+    toy: Suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Threads asking for different tasks' reference outcomes compute them at once (one
+    slow reference does not hold up another task's trials), and threads asking for the same
+    task share one computation."""
+    import threading
+    import time
+
+    from harness.runs import worker as worker_module
+    from harness.runs.spec import RunSpec
+
+    store = tmp_path / "harness.db"
+    hx.Store(store, create=True).close()
+    spec = RunSpec(
+        suite=str(toy.path), agent=None, store_url=str(store), run_id="r", policy=hx.Policy()
+    )
+    worker = Worker(spec, suite=toy, agent="simulated")  # type: ignore[arg-type]
+    first, second = toy.tasks[0], toy.tasks[1]
+    second_done = threading.Event()
+    computed: list[str] = []
+
+    def slow(suite: Any, task: Any) -> Any:
+        computed.append(task.id)
+        if task.id == first.id:  # (waits for the other task's, which must not wait for it)
+            assert second_done.wait(10), "the second task's reference waited for the first's"
+            time.sleep(0.1)
+        return f"reference of {task.id}"
+
+    monkeypatch.setattr(worker_module, "reference_outcome", slow)
+    answers: dict[int, Any] = {}
+
+    def ask(i: int, task: Any) -> None:
+        answers[i] = worker.reference(task)
+        if task is second:
+            second_done.set()
+
+    threads = [
+        threading.Thread(target=ask, args=(i, task))
+        for i, task in enumerate([first, first, second])
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert answers == {
+        0: f"reference of {first.id}",
+        1: f"reference of {first.id}",
+        2: f"reference of {second.id}",
+    }
+    assert sorted(computed) == sorted([first.id, second.id])
