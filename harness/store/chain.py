@@ -63,7 +63,8 @@ def witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | Non
 
     The witness moves with every write but the hot path's (intents, commits and remembered
     values, whose rows follow with the next write), so a crashed episode may end with those
-    past it; anything else past it, or a chain shorter than it, was tampered.
+    past it (after a rollback or an escalation, remembered values only); anything else past
+    it, or a chain shorter than it, was tampered.
     """
     if len(rows) < ep.log_count:
         return (
@@ -74,9 +75,10 @@ def witness_problem(ep: EpisodeRow, rows: list[LogRow]) -> tuple[int, str] | Non
     if ep.log_count and rows[ep.log_count - 1].hash != ep.head_hash:
         return ep.log_count, "the episode's recorded head does not match this record"
     extra = rows[ep.log_count :]
-    if extra and (
-        ep.status != EpisodeStatus.RUNNING or any(r.kind not in _HOT_KINDS for r in extra)
-    ):
+    # (A remembered value may follow a rollback or an escalation too: the episode is still
+    # open then, and its end's write moves the witness past it.)
+    hot = _HOT_KINDS if ep.status == EpisodeStatus.RUNNING else HOT_NOTES
+    if any(r.kind not in hot for r in extra):
         return (
             ep.log_count + 1,
             f"{len(extra)} record(s) after the episode's recorded head "

@@ -157,6 +157,33 @@ def test_a_remembered_value_is_durable_on_its_own_and_given_back_after_a_crash(
     assert found is not None and found.log_count == len(store.log("e1"))
 
 
+def test_a_value_remembered_after_a_rollback_then_a_crash_verifies(store: hx.Store, store_url: str):
+    """An episode rolled back is still open, and its agent's next model answer is remembered;
+    a process that dies right after leaves that record past the witness of a rolled-back
+    episode, which verifies (only remembered values may be there)."""
+    pid = os.fork()
+    if pid == 0:  # the child: rolls back, remembers a value, then dies
+        code = 1
+        try:
+            ep = episode(hx.Store(store_url), episode_id="e1")
+            ep.__enter__()
+            ep.rollback()
+            if ep.remember("model_call", {"turn": 1}, lambda: {"text": "sorry"}) is not None:
+                code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    found = store.episode("e1")
+    assert found is not None and found.status == "rolled_back"
+    (row,) = remembered(store, "e1")
+    assert row.seq > found.log_count
+    assert store.verify_chain("e1").ok
+    edit = store.raw_connection()
+    edit.execute("UPDATE hx_log SET kind = 'committed' WHERE id = ?", (row.id,))
+    edit.close()
+    assert not store.verify_chain("e1").ok  # (anything else there is still caught)
+
+
 # --- C. arguments nested too deep ---
 
 
