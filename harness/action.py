@@ -190,8 +190,8 @@ def _built(name: str, fn: Callable[..., Any]) -> tuple[_Built, inspect.Signature
 
     The key is the function whose signature ``inspect.signature`` reads: through
     ``functools.wraps`` wrappers (``__wrapped__``) down to one that states its own
-    ``__signature__``, or to the function itself, with its code, defaults and docstring, the
-    stated signature, and the action's name.
+    ``__signature__``, or to the function itself, with its code, defaults, annotations and
+    docstring, whether it is bound, the stated signature, and the action's name.
     """
     inner = inspect.unwrap(fn, stop=lambda f: hasattr(f, "__signature__"))
     stated = getattr(inner, "__signature__", None)
@@ -201,8 +201,10 @@ def _built(name: str, fn: Callable[..., Any]) -> tuple[_Built, inspect.Signature
         key: tuple[Any, ...] | None = (
             name,
             code,
+            inner is not function,  # (a bound method's signature has no self)
             repr(getattr(function, "__defaults__", None)),
             repr(getattr(function, "__kwdefaults__", None)),
+            repr(getattr(function, "__annotations__", None)),
             fn.__doc__,
             id(getattr(function, "__globals__", None)),
             stated,

@@ -73,6 +73,35 @@ def test_each_wrapped_function_gets_its_own_arguments():
     assert list(inspect.signature(third).parameters) == ["user_id"]
 
 
+class _Shelf:
+    def take(self, item: str) -> str:
+        """Take an item."""
+        return item
+
+
+def _typed_as(kind: type) -> Any:
+    def put(item):  # type: ignore[no-untyped-def]
+        """Put an item."""
+        return item
+
+    put.__annotations__ = {"item": kind}
+    return put
+
+
+def test_a_method_bound_or_not_and_closures_typed_apart_get_their_own_models():
+    """The class's function (``self`` first) and the bound method (no ``self``) are two
+    signatures; two closures of one code whose arguments are typed differently are two
+    models."""
+    unbound = hx.action(_Shelf.take, name="take")
+    bound = hx.action(_Shelf().take, name="take")
+    assert list(inspect.signature(unbound).parameters) == ["self", "item"]
+    assert list(inspect.signature(bound).parameters) == ["item"] == bound.arg_names
+    as_int, as_str = hx.action(_typed_as(int), name="put"), hx.action(_typed_as(str), name="put")
+    assert as_int.schema["properties"]["item"]["type"] == "integer"
+    assert as_str.schema["properties"]["item"]["type"] == "string"
+    assert inspect.signature(as_str).parameters["item"].annotation is str
+
+
 def test_schema_comes_from_signature_and_docstring():
     """The JSON Schema has the arguments' types, defaults, requirements and descriptions."""
     schema = cancel_order.schema
