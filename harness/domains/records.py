@@ -403,7 +403,13 @@ class Tables:
         if data is None:
             # The template's name is its content's (the data's and the schema's digests), so
             # the bytes read once stay right for it; it is written whole, by a rename.
-            data = rollback_image(path.read_bytes())
+            try:
+                data = rollback_image(path.read_bytes())
+            except FileNotFoundError:
+                # The shared template was removed after it was found (as in fresh_copy):
+                # build it again, once.
+                path = self.template_path(db_json_path)
+                data = rollback_image(path.read_bytes())
             with _templates_lock:
                 data = _images.setdefault(path, data)
         return data

@@ -325,3 +325,22 @@ def test_changes_compares_without_null_keys_and_reports_final_values() -> None:
     assert db.changes_fingerprint({"x": {"a": 71.96000000000001, "b": None}}) == (
         db.changes_fingerprint({"x": {"a": 71.96}})
     )
+
+
+def test_an_image_of_a_template_removed_meanwhile_is_built_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The template found, then removed before its bytes were read (another process
+    cleaning the temporary folder): the image is built again and read, once."""
+    monkeypatch.setattr(records, "_images", {})
+    real = db.DATABASE.template_path
+    asked: list[object] = []
+
+    def gone_the_first_time(db_json_path: object = None) -> Path:
+        asked.append(db_json_path)
+        return tmp_path / "removed.sqlite" if len(asked) == 1 else real(db_json_path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(db.DATABASE, "template_path", gone_the_first_time)
+    image = db.DATABASE.image()
+    assert image.startswith(b"SQLite format 3\x00") and image[18:20] == b"\x01\x01"
+    assert len(asked) == 2
