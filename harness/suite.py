@@ -27,6 +27,7 @@ import json
 import sys
 import tempfile
 import textwrap
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -605,6 +606,9 @@ class _ReferenceReplay:
         return Reference(changes, self.writes, refusals, approvals)
 
 
+_REPLAY_STORE_LOCK = threading.Lock()
+
+
 def _remove_store(store: Store, folder: tempfile.TemporaryDirectory[str]) -> None:
     store.close()
     folder.cleanup()
@@ -962,11 +966,12 @@ class Suite:
     def _replay_store(self) -> Store:
         """The store of this suite's reference replays: a temporary one, made at the first
         replay and removed with the suite (one for all: making a store costs milliseconds)."""
-        if self._store is None:
-            folder = tempfile.TemporaryDirectory(prefix="harness-reference-")
-            self._store = Store(Path(folder.name) / "reference.db", create=True)
-            weakref.finalize(self, _remove_store, self._store, folder)
-        return self._store
+        with _REPLAY_STORE_LOCK:  # (a worker's threads replay different tasks at once)
+            if self._store is None:
+                folder = tempfile.TemporaryDirectory(prefix="harness-reference-")
+                self._store = Store(Path(folder.name) / "reference.db", create=True)
+                weakref.finalize(self, _remove_store, self._store, folder)
+            return self._store
 
     def _replay_task(self, task: Task, store: Store) -> Reference:
         env = self.environment_for(task)

@@ -77,7 +77,9 @@ def _live(held: Any, now: float, host: str) -> bool:
 
 
 _IDLE_KEPT = 16
-"""How many idle connections a store keeps for lease operations."""
+"""How many idle connections a SQLite store keeps for short operations."""
+_IDLE_KEPT_ON_A_SERVER = 2
+"""The same for a database server's store (each counts against its ``max_connections``)."""
 
 CLAIM_SECONDS = 60.0
 """How long an open episode's claim lasts without renewal (renewed every third of it)."""
@@ -309,7 +311,8 @@ class _Leases:
             done = True
         finally:
             with self._lease_lock:
-                if done and not self._lease_closed and len(self._lease_idle) < _IDLE_KEPT:
+                kept = _IDLE_KEPT if _is_sqlite(conn) else _IDLE_KEPT_ON_A_SERVER
+                if done and not self._lease_closed and len(self._lease_idle) < kept:
                     self._lease_idle.append(conn)
                     conn = None
             if conn is not None:

@@ -60,12 +60,13 @@ class RetailEnvironment(Tau2Environment):
 
     Args:
         folder: Where the database file goes (created if missing; left in place on
-            :meth:`close`). Default: a new temporary folder, removed on :meth:`close`.
+            :meth:`close`). Default: the database lives in memory, a copy of the template
+            nobody else can open, gone on :meth:`close`.
         db_json_path: Upstream's ``db.json`` to build the template from (default: the copy
             shipped in the package, ``harness/domains/retail/data/db.json``).
 
     Attributes:
-        path: The database file.
+        path: The database file (None: the database is in memory).
         state: The :class:`hx.SQLState` over it (resources ``orders/<id>``, ``users/<id>``,
             ``products/<id>``).
         backend: The plain :class:`RetailTools` the actions call, over ``state.connection``
