@@ -81,6 +81,23 @@ class Circuit:
     host: str
 
 
+@contextlib.contextmanager
+def _timed(conn: Any, *, lock: tuple[str, str] | None) -> Iterator[tuple[Any, str, float]]:
+    """A cursor of ``conn`` in a transaction (holding the run's and server's lock when
+    ``lock`` names them), its parameter mark and the database's time now."""
+    sqlite = _is_sqlite(conn)
+    with committed(conn) as cur:
+        if sqlite:
+            cur.execute("BEGIN" if lock is None else "BEGIN IMMEDIATE")
+            now = time.time()
+        else:
+            if lock is not None:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(*lock),))
+            cur.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
+            now = float(cur.fetchone()[0])
+        yield cur, "?" if sqlite else "%s", now
+
+
 class Limiter:
     """One process's share of a run's limits in its store (see the module docstring).
 
@@ -101,26 +118,22 @@ class Limiter:
 
     # --- one transaction ---
     @contextlib.contextmanager
-    def _transaction(self, url: str, *, lock: bool = True) -> Iterator[tuple[Any, str, float]]:
-        """A cursor in a transaction holding the run's and server's lock (a read that
-        changes nothing needs none: ``lock=False``), the parameter mark and the database's
-        time now; commits when the block ends, rolls back if it raises."""
+    def _transaction(self, url: str) -> Iterator[tuple[Any, str, float]]:
+        """A cursor in a transaction holding the run's and server's lock, the parameter mark
+        and the database's time now; commits when the block ends, rolls back if it raises."""
         with self._lock, writing(self.store.database, readonly=self.store.readonly):
             if self._conn is None:
                 self._conn = self.store.raw_connection()
-            conn = self._conn
-            sqlite = _is_sqlite(conn)
-            with committed(conn) as cur:
-                if sqlite:
-                    cur.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
-                    now = time.time()
-                else:
-                    if lock:
-                        key = _lock_key(self.run_id, url)
-                        cur.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-                    cur.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8")
-                    now = float(cur.fetchone()[0])
-                yield cur, "?" if sqlite else "%s", now
+            with _timed(self._conn, lock=(self.run_id, url)) as found:
+                yield found
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[tuple[Any, str, float]]:
+        """:meth:`_transaction` for a read that changes nothing: on a pooled connection of the
+        store's, taking no lock (so it waits neither for another process's write nor for this
+        process's threads that wait for one)."""
+        with self.store._pooled() as conn, _timed(conn, lock=None) as found:
+            yield found
 
     # --- requests ---
     def take(
@@ -246,7 +259,7 @@ class Limiter:
     def circuit(self, url: str) -> Circuit | None:
         """The circuit of ``url`` a process of the run opened, while it is open (a read:
         it waits for no other process's write)."""
-        with self._transaction(url, lock=False) as (cur, m, now):
+        with self._read() as (cur, m, now):
             cur.execute(
                 "SELECT until, why, failures, down_for, pid, host FROM hx_circuit "
                 f"WHERE run_id = {m} AND url = {m} AND until > {m}",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,6 +183,22 @@ def test_reading_a_circuit_waits_for_no_writer(tmp_path: Path) -> None:
         seen = b.circuit("u")
         assert time.monotonic() - started < 5  # (the write lock is held for 30 s of timeout)
         assert seen is not None and seen.why == "model server at u is down"
+        # (another thread of the process holds the limiter's lock, waiting to take a slot)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with b._lock:
+                holding.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(10)
+        started = time.monotonic()
+        assert b.circuit("u") is not None
+        assert time.monotonic() - started < 5
+        release.set()
+        holder.join(10)
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
