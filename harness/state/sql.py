@@ -387,15 +387,8 @@ class SQLState:
     attributes_writes = True
     """Changes are told apart by writer: a window's :meth:`changes` are its own connection's."""
 
-    def __new__(
-        cls,
-        url: str | os.PathLike[str],
-        *,
-        create: bool = False,
-        journal_mode: str | None = None,
-        synchronous: str | None = None,
-        image: bytes | None = None,
-    ) -> SQLState:
+    def __new__(cls, url: str | os.PathLike[str], **options: Any) -> SQLState:
+        # (the options are __init__'s; only the URL chooses the class)
         if cls is SQLState and is_postgres(url):
             return super().__new__(PostgresState)
         return super().__new__(cls)
@@ -407,7 +400,7 @@ class SQLState:
         create: bool = False,
         journal_mode: str | None = None,
         synchronous: str | None = None,
-        image: bytes | None = None,
+        image: bytes | bytearray | memoryview | None = None,
     ) -> None:
         if not isinstance(url, str | os.PathLike) or not isinstance(os.fspath(url), str):
             raise ConfigurationError(
@@ -849,7 +842,7 @@ class PostgresState(PostgresCapture, SQLState):  # type: ignore[misc]  # connect
         url: str | os.PathLike[str],
         *,
         synchronous: str | None = None,
-        image: bytes | None = None,
+        image: bytes | bytearray | memoryview | None = None,
         **options: Any,
     ) -> None:
         if synchronous is not None:
