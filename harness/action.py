@@ -213,10 +213,12 @@ def _built(name: str, fn: Callable[..., Any]) -> tuple[_Built, inspect.Signature
     except TypeError:  # a stated signature with an unhashable default
         key = None
     if code is None or key is None:
-        return _make_model(name, fn), _signature(name, fn)
+        sig = _signature(name, fn)
+        return _make_model(name, fn, sig), sig
     cached = _MODELS.get(key)
     if cached is None:
-        cached = _MODELS[key] = (_make_model(name, fn), _signature(name, fn))
+        sig = _signature(name, fn)
+        cached = _MODELS[key] = (_make_model(name, fn, sig), sig)
     return cached
 
 
@@ -227,8 +229,7 @@ def _signature(name: str, fn: Callable[..., Any]) -> inspect.Signature:
         raise ConfigurationError(f"@action on {name!r}: cannot read its signature ({exc})") from exc
 
 
-def _make_model(name: str, fn: Callable[..., Any]) -> _Built:
-    sig = _signature(name, fn)
+def _make_model(name: str, fn: Callable[..., Any], sig: inspect.Signature) -> _Built:
     try:
         hints = typing.get_type_hints(fn)
     except Exception as exc:  # unresolvable forward references
