@@ -76,6 +76,9 @@ def _live(held: Any, now: float, host: str) -> bool:
     return bool(held[3] > now and (held[2] != host or _pid_alive(int(held[1]))))
 
 
+_HOLDER = "SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}"
+"""A lease's holder, ``(owner, pid, host, expires_at)``, with the driver's parameter mark."""
+
 _IDLE_KEPT = 16
 """How many idle connections a SQLite store keeps for short operations."""
 _IDLE_KEPT_ON_A_SERVER = 2
@@ -119,9 +122,9 @@ class Held:
 class _Leases:
     """Lease methods of the store: taken under the write lock, renewed, released after."""
 
-    _lease_lock: threading.Lock
-    _lease_idle: list[Any]
-    _lease_closed: bool
+    _pool_lock: threading.Lock
+    _pool_idle: list[Any]
+    _pool_closed: bool
     database: str
     readonly: bool
 
@@ -156,10 +159,7 @@ class _Leases:
             if ours and held[0] != owner and held[3] > now:
                 return "ours", None
         with self._locked("hx_lease") as (cur, mark):
-            cur.execute(
-                f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
-                (episode_id,),
-            )
+            cur.execute(_HOLDER.format(mark=mark), (episode_id,))
             held = cur.fetchone()
             if held is not None and held[0] != owner and _live(held, now, host):
                 cur.connection.rollback()
@@ -180,10 +180,7 @@ class _Leases:
         with writing(self.database, readonly=self.readonly), self._pooled() as conn:
             mark = "?" if _is_sqlite(conn) else "%s"
             with committed(conn) as cur:
-                cur.execute(
-                    f"SELECT owner, pid, host, expires_at FROM hx_lease WHERE episode_id = {mark}",
-                    (episode_id,),
-                )
+                cur.execute(_HOLDER.format(mark=mark), (episode_id,))
                 return cur.fetchone()
 
     def renew_lease(self, episode_id: str, *, owner: str, seconds: float = 600.0) -> bool:
@@ -301,8 +298,8 @@ class _Leases:
         failed, the store was closed, or enough are idle). Several threads' operations run at
         once, each on its own connection, so none waits behind another's wait for the
         database's write lock."""
-        with self._lease_lock:
-            conn = self._lease_idle.pop() if self._lease_idle else None
+        with self._pool_lock:
+            conn = self._pool_idle.pop() if self._pool_idle else None
         if conn is None:
             conn = self.raw_connection()
         done = False
@@ -310,19 +307,19 @@ class _Leases:
             yield conn
             done = True
         finally:
-            with self._lease_lock:
+            with self._pool_lock:
                 kept = _IDLE_KEPT if _is_sqlite(conn) else _IDLE_KEPT_ON_A_SERVER
-                if done and not self._lease_closed and len(self._lease_idle) < kept:
-                    self._lease_idle.append(conn)
+                if done and not self._pool_closed and len(self._pool_idle) < kept:
+                    self._pool_idle.append(conn)
                     conn = None
             if conn is not None:
                 with contextlib.suppress(Exception):
                     conn.close()
 
-    def _close_lease_connections(self) -> None:
-        with self._lease_lock:
-            self._lease_closed = True
-            idle, self._lease_idle = self._lease_idle, []
+    def _close_pool(self) -> None:
+        with self._pool_lock:
+            self._pool_closed = True
+            idle, self._pool_idle = self._pool_idle, []
         for conn in idle:
             with contextlib.suppress(Exception):
                 conn.close()

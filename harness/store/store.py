@@ -159,9 +159,9 @@ class Store(_Chain, _Leases):
             self._open_schema()
         self._jsonl_lock = threading.Lock()
         self._jsonl_file: Any = None
-        self._lease_lock = threading.Lock()
-        self._lease_idle: list[Any] = []
-        self._lease_closed = False
+        self._pool_lock = threading.Lock()
+        self._pool_idle: list[Any] = []
+        self._pool_closed = False
         self._snapshot = threading.local()
 
     def _readonly_connection(self) -> sqlite3.Connection:
@@ -640,7 +640,7 @@ class Store(_Chain, _Leases):
 
     def close(self) -> None:
         """Release connections and the JSON-lines file."""
-        self._close_lease_connections()
+        self._close_pool()
         self.engine.dispose()
         with self._jsonl_lock:
             if self._jsonl_file is not None:
