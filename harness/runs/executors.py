@@ -218,7 +218,25 @@ def run_in_threads(
     A stop request, or a job raising (a model server down: :class:`EndpointDown`), starts no
     new job; the jobs in flight end (their results are yielded) before the stop
     (KeyboardInterrupt) or the first error is raised.
+
+    The worker's gate (the run's limits and shared circuits) stays installed from the first
+    job to the last, not set up and taken down around each trial; the store's idle
+    connections are closed after the last.
     """
+    try:
+        with worker.gate:
+            yield from _jobs_in_threads(worker, jobs, concurrency, stop, on_start)
+    finally:
+        worker.store.close_idle()
+
+
+def _jobs_in_threads(
+    worker: Worker,
+    jobs: Iterable[Job],
+    concurrency: int,
+    stop: Stop | None,
+    on_start: OnStart | None,
+) -> Iterable[tuple[Job, TrialResult | None]]:
     pending = iter(jobs)
     error: BaseException | None = None
     if concurrency == 1:  # (no thread: a trial's own stack, as a plain loop has it)

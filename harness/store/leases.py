@@ -298,27 +298,42 @@ class _Leases:
         failed, the store was closed, or enough are idle). Several threads' operations run at
         once, each on its own connection, so none waits behind another's wait for the
         database's write lock."""
-        with self._pool_lock:
-            conn = self._pool_idle.pop() if self._pool_idle else None
-        if conn is None:
-            conn = self.raw_connection()
+        conn = self._checkout()
         done = False
         try:
             yield conn
             done = True
         finally:
-            with self._pool_lock:
-                kept = _IDLE_KEPT if _is_sqlite(conn) else _IDLE_KEPT_ON_A_SERVER
-                if done and not self._pool_closed and len(self._pool_idle) < kept:
-                    self._pool_idle.append(conn)
-                    conn = None
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    conn.close()
+            self._checkin(conn, reusable=done)
+
+    def _checkout(self) -> Any:
+        """An idle pooled connection, or a new one (give it back with :meth:`_checkin`)."""
+        with self._pool_lock:
+            conn = self._pool_idle.pop() if self._pool_idle else None
+        return self.raw_connection() if conn is None else conn
+
+    def _checkin(self, conn: Any, *, reusable: bool = True) -> None:
+        """Give ``conn`` back to the pool, or close it: when it is not ``reusable`` (its
+        operation failed), holds a transaction still open, the store was closed, or enough
+        are idle."""
+        if reusable and _is_sqlite(conn) and conn.in_transaction:
+            reusable = False
+        with self._pool_lock:
+            kept = _IDLE_KEPT if _is_sqlite(conn) else _IDLE_KEPT_ON_A_SERVER
+            if reusable and not self._pool_closed and len(self._pool_idle) < kept:
+                self._pool_idle.append(conn)
+                return
+        with contextlib.suppress(Exception):
+            conn.close()
 
     def _close_pool(self) -> None:
         with self._pool_lock:
             self._pool_closed = True
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
+        """Close the pool's idle connections (the pool goes on)."""
+        with self._pool_lock:
             idle, self._pool_idle = self._pool_idle, []
         for conn in idle:
             with contextlib.suppress(Exception):

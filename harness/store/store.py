@@ -71,6 +71,18 @@ _SCHEMA_LOCK = 0x6878_5343
 _EPISODE_COLUMNS = tuple(EpisodeRow.model_fields)
 _EPISODE_SELECT = f"SELECT {', '.join(_EPISODE_COLUMNS)} FROM hx_episode WHERE id = ?"
 _LAST_SEQ = "SELECT max(seq) FROM hx_log WHERE id BETWEEN ? AND ?"
+_TRANSACTION_COLUMNS = tuple(TransactionRow.model_fields)
+_TRANSACTIONS_SELECT = (
+    f"SELECT {', '.join(_TRANSACTION_COLUMNS)} FROM hx_transaction WHERE episode_id = ? "
+    "ORDER BY seq"
+)
+
+
+def _transaction_row(values: Sequence[Any]) -> TransactionRow:
+    """A transaction's row from its columns as SQLite gives them (``mutating`` as 0 or 1)."""
+    row = dict(zip(_TRANSACTION_COLUMNS, values, strict=True))
+    row["mutating"] = bool(row["mutating"])
+    return TransactionRow(**row)
 
 
 class _Session(Session):
@@ -306,7 +318,16 @@ class Store(_Chain, _Leases):
 
     # --- the hot path ---
     def writer(self, episode_id: str) -> EpisodeWriter:
-        """A writer bound to one episode, on its own driver connection."""
+        """A writer bound to one episode, on its own driver connection (on SQLite, one of the
+        pool's, given back when the writer closes)."""
+        if self.path is not None and not self.readonly:
+            return EpisodeWriter(
+                self._checkout(),
+                self.engine.dialect,
+                episode_id,
+                database=self.database,
+                release=self._checkin,
+            )
         return EpisodeWriter(
             self.raw_connection(), self.engine.dialect, episode_id, database=self.database
         )
@@ -475,9 +496,14 @@ class Store(_Chain, _Leases):
         log until its outcome is written. Commits of a running (or crashed) episode whose rows
         are not written yet are built from their log records (:mod:`.projection`).
         """
-        with self.session() as s:
-            q = select(TransactionRow).where(TransactionRow.episode_id == episode_id)
-            rows = list(s.exec(q.order_by(TransactionRow.seq)))  # type: ignore[arg-type]
+        if self._plain_reads():  # (every trial's verdict reads them: a statement, no session)
+            with self._pooled() as conn:
+                found = conn.execute(_TRANSACTIONS_SELECT, (episode_id,)).fetchall()
+            rows = [_transaction_row(values) for values in found]
+        else:
+            with self.session() as s:
+                q = select(TransactionRow).where(TransactionRow.episode_id == episode_id)
+                rows = list(s.exec(q.order_by(TransactionRow.seq)))  # type: ignore[arg-type]
         tail = self.unmaterialised(episode_id, {r.id for r in rows})
         if tail is None or not tail[0]:
             return rows
@@ -637,6 +663,14 @@ class Store(_Chain, _Leases):
         with self._jsonl_lock:
             if self._jsonl_file is not None:
                 self._jsonl_file.flush()
+
+    def close_idle(self) -> None:
+        """Close the connections kept idle for the next operation; the store stays open.
+
+        SQLite ends a database's write-ahead log with its last connection: once a process's
+        trials are done, its run's folder is left as one database file."""
+        self._drop_idle()
+        self.engine.dispose()
 
     def close(self) -> None:
         """Release connections and the JSON-lines file."""

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -113,9 +113,17 @@ class EpisodeWriter:
     """
 
     def __init__(
-        self, connection: Any, dialect: Dialect, episode_id: str, *, database: str = ""
+        self,
+        connection: Any,
+        dialect: Dialect,
+        episode_id: str,
+        *,
+        database: str = "",
+        release: Callable[[Any], None] | None = None,
     ) -> None:
         self.episode_id = episode_id
+        self._release = release
+        self._closed = False
         self.database = database
         self.conn = connection
         self._sqlite = isinstance(self.conn, sqlite3.Connection)
@@ -536,9 +544,16 @@ class EpisodeWriter:
         return str(esc_id)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection, or give it to ``release``; closing again does nothing (a
+        connection given back may be another writer's by then)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._cursor.close()
-            self.conn.close()
-        except Exception:  # closing twice or after the database went away is harmless
+            if self._release is not None:
+                self._release(self.conn)
+            else:
+                self.conn.close()
+        except Exception:  # closing after the database went away is harmless
             pass

@@ -63,6 +63,17 @@ def _commands(run: Path, out: Path, episode: str, suite: Path | None = None) -> 
     ]
 
 
+def test_a_run_in_this_process_leaves_one_database_file(toy: Any, tmp_path: Path) -> None:
+    """Once ``run_trials`` returns, the run's process holds no connection to its store: the
+    write-ahead log is folded into the database and removed (a folder to copy or send is
+    whole), and the store reads back every trial."""
+    result = hx.run_trials(toy, agent="simulated", trials=3, seed=1, logs=tmp_path, concurrency=4)
+    names = sorted(p.name for p in result.folder.iterdir())
+    assert not [n for n in names if n.endswith(("-wal", "-shm"))], names
+    with open_run(result.folder) as opened:
+        assert len(opened.trials) == 3 * len(toy.tasks)
+
+
 def test_read_only_commands_leave_a_good_run_unchanged(good_run: Path, tmp_path: Path) -> None:
     with open_run(good_run) as opened:
         episode = opened.trials[0].episode_id

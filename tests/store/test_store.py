@@ -66,6 +66,48 @@ def test_an_episode_read_plainly_is_the_row_the_session_reads(recorded: str):
     store.close()
 
 
+def test_transaction_rows_read_plainly_are_the_rows_the_session_reads(recorded: str):
+    """``Store.transaction_rows`` (a statement on a pooled connection) gives the rows a
+    session gives, field for field and type for type (``mutating`` a bool), in order."""
+    store = hx.Store(recorded)
+    plain = store.transaction_rows("e1")
+    with store.snapshot():  # (the session's reads, compared while it is open)
+        expected = [row.model_dump() for row in store.transaction_rows("e1")]
+    assert len(plain) == len(expected) >= 2
+    for mine, theirs in zip(plain, expected, strict=True):
+        assert mine.model_dump() == theirs
+        assert {k: type(v) for k, v in mine.model_dump().items()} == {
+            k: type(v) for k, v in theirs.items()
+        }
+    assert store.transaction_rows("nobody") == []
+    store.close()
+
+
+def test_a_writer_gives_its_connection_back_clean_and_once(recorded: str):
+    """A writer's connection goes back to the store's pool when it closes: closing it again
+    does not close the connection another operation has taken since, and a connection left
+    in a transaction (a writer abandoned mid-write) is closed, not handed on holding the
+    database's write lock."""
+    store = hx.Store(recorded)
+    writer = store.writer("e1")
+    conn = writer.conn
+    writer.close()
+    assert store._pool_idle == [conn]
+    with store._pooled() as taken:
+        assert taken is conn
+        writer.close()  # (again: nothing happens to the connection now in use)
+        assert taken.execute("SELECT COUNT(*) FROM hx_episode").fetchone()[0] == 1
+    stuck = store.writer("e1")
+    stuck.conn.execute("BEGIN IMMEDIATE")
+    stuck.close()
+    assert stuck.conn not in store._pool_idle
+    other = sqlite3.connect(db_path(recorded), timeout=0.5)
+    other.execute("BEGIN IMMEDIATE")  # (the write lock was let go)
+    other.rollback()
+    other.close()
+    store.close()
+
+
 def test_clean_chain_verifies(recorded: str):
     """An unedited log verifies and reports how many records it checked."""
     report = hx.Store(recorded).verify_chain()
