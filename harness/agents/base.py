@@ -207,6 +207,7 @@ class Toolbox:
         self._specs: list[dict[str, Any]] | None = None
         self._user_specs: list[dict[str, Any]] | None = None
         self._specs_canonical: str | None = None
+        self._specs_compact: str | None = None
 
     @property
     def user_tools(self) -> dict[str, Callable[..., Any]]:
@@ -255,6 +256,14 @@ class Toolbox:
         if self._specs_canonical is None:
             self._specs_canonical = canonical(self.specs)
         return self._specs_canonical
+
+    @property
+    def specs_compact(self) -> str:
+        """:attr:`specs` as compact JSON in their own key order (what a request sends), built
+        once as they are."""
+        if self._specs_compact is None:
+            self._specs_compact = dumps(self.specs)
+        return self._specs_compact
 
     @staticmethod
     def _build_specs(

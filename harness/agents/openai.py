@@ -406,14 +406,54 @@ def _add_usage(total: dict[str, int], usage: Any) -> None:
             total[k] = total.get(k, 0) + v
 
 
-def _request_digest(body: dict[str, Any], toolbox: Toolbox) -> str:
-    """``digest(body)``, with the toolbox's tool definitions canonicalised once a trial rather
-    than at every call (they are most of a request)."""
-    if body.get("tools") is not toolbox.specs:
-        return digest(body)
-    texts = {k: canonical(v) for k, v in body.items() if k != "tools"}
-    texts["tools"] = toolbox.specs_canonical
-    return hashlib.sha256(canonical_object(texts).encode()).hexdigest()
+_MESSAGE_TEXTS: dict[tuple[tuple[str, Any], ...], tuple[str, str]] = {}
+_MESSAGE_TEXTS_KEPT = 4096  # (the whole cache is dropped when full)
+
+
+def _message_texts(message: Any) -> tuple[str, str]:
+    """A chat message's canonical JSON (for the digest) and its compact JSON as sent.
+
+    A message whose every value is a string or None (the system prompt, the user's and the
+    tools' messages: most of a conversation's text) is kept by its content: each request
+    sends the whole conversation again, and its old messages are not encoded again. Others
+    (an assistant's message with tool calls) are encoded each time."""
+    if type(message) is dict and all(v is None or type(v) is str for v in message.values()):
+        key = tuple(message.items())
+        found = _MESSAGE_TEXTS.get(key)
+        if found is None:
+            found = (canonical(message), _REQUEST_JSON.encode(message))
+            if len(_MESSAGE_TEXTS) >= _MESSAGE_TEXTS_KEPT:
+                _MESSAGE_TEXTS.clear()
+            _MESSAGE_TEXTS[key] = found
+        return found
+    return canonical(message), _REQUEST_JSON.encode(message)
+
+
+def _request_texts(body: dict[str, Any], toolbox: Toolbox | None) -> tuple[str, str]:
+    """The request's digest and its JSON as sent (the text of ``_REQUEST_JSON.encode(body)``,
+    byte for byte), built from each message's texts (:func:`_message_texts`) and the
+    toolbox's tool definitions encoded once a trial (they are most of a request).
+
+    Raises:
+        TypeError, ValueError: the body holds something JSON cannot write.
+    """
+    messages = body.get("messages")
+    if type(messages) is not list:
+        return digest(body), _REQUEST_JSON.encode(body)
+    pairs = [_message_texts(m) for m in messages]
+    canon: dict[str, str] = {}
+    sent: list[str] = []
+    for key, value in body.items():
+        if key == "messages":
+            canon[key] = "[" + ",".join(c for c, _ in pairs) + "]"
+            text = "[" + ",".join(p for _, p in pairs) + "]"
+        elif key == "tools" and toolbox is not None and value is toolbox.specs:
+            canon[key], text = toolbox.specs_canonical, toolbox.specs_compact
+        else:
+            canon[key], text = canonical(value), _REQUEST_JSON.encode(value)
+        sent.append(f"{_REQUEST_JSON.encode(key)}:{text}")
+    request_digest = hashlib.sha256(canonical_object(canon).encode()).hexdigest()
+    return request_digest, "{" + ",".join(sent) + "}"
 
 
 def _failed_call(
@@ -764,9 +804,12 @@ class _ChatEndpoint:
         return _http().URL(self.url)
 
     # --- retries ---
-    def _complete(self, client: Any, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    def _complete(
+        self, client: Any, body: dict[str, Any], payload: bytes | None = None
+    ) -> tuple[dict[str, Any], int]:
         """Ask for one completion, retrying infrastructure errors within ``attempts`` and
-        ``retry_for``; the response and the attempts it took.
+        ``retry_for``; the response and the attempts it took. ``payload``: ``body`` encoded
+        already (:func:`_request_texts`).
 
         Raises:
             ModelServerError: the retries ran out (every attempt's error in ``errors``), or a
@@ -783,7 +826,7 @@ class _ChatEndpoint:
             try:
                 with self.endpoint.request(retry=bool(errors), patience=left):
                     sent += 1
-                    response = self._post(client, body)
+                    response = self._post(client, body, payload)
                     self._message(response)
                 self.endpoint.used(_total_tokens(response))
                 return response, sent
@@ -839,7 +882,9 @@ class _ChatEndpoint:
         )
 
     # --- one attempt ---
-    def _post(self, client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(
+        self, client: Any, body: dict[str, Any], payload: bytes | None = None
+    ) -> dict[str, Any]:
         """One attempt; its failures as :class:`ModelServerError` (or its 4xx subclass).
 
         The body is sent as it is (the typed ``chat.completions.create`` walks the whole
@@ -849,10 +894,13 @@ class _ChatEndpoint:
         (:meth:`_bound_body`).
         """
         http = _http()
-        try:
-            payload = _REQUEST_JSON.encode(body).encode("utf-8")
-        except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
-            raise TypeError(f"the request to {self.url} cannot be written as JSON: {exc}") from None
+        if payload is None:
+            try:
+                payload = _REQUEST_JSON.encode(body).encode("utf-8")
+            except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
+                raise TypeError(
+                    f"the request to {self.url} cannot be written as JSON: {exc}"
+                ) from None
         self._attempt.deadline = time.monotonic() + self.request_timeout
         try:
             with client.stream(
@@ -1506,10 +1554,15 @@ class OpenAIAgent(_ChatEndpoint):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """One model call of the agent, recorded as without a user: its message and response."""
         body = self._request_body(history, toolbox.specs, seed)
-        request_digest = _request_digest(body, toolbox)
+        try:
+            request_digest, text = _request_texts(body, toolbox)
+        except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
+            raise TypeError(f"the request to {self.url} cannot be written as JSON: {exc}") from None
         started = time.perf_counter()
         try:
-            response, attempts = self._recorded_complete(client, toolbox, request_digest, body)
+            response, attempts = self._recorded_complete(
+                client, toolbox, request_digest, body, text.encode("utf-8")
+            )
         except ModelServerError as exc:
             calls.append(_failed_call(exc, request_digest, time.perf_counter() - started))
             raise
@@ -1624,7 +1677,12 @@ class OpenAIAgent(_ChatEndpoint):
 
     # --- the model ---
     def _recorded_complete(
-        self, client: Any, toolbox: Toolbox, request_digest: str, body: dict[str, Any]
+        self,
+        client: Any,
+        toolbox: Toolbox,
+        request_digest: str,
+        body: dict[str, Any],
+        payload: bytes | None = None,
     ) -> tuple[dict[str, Any], int]:
         """The completion for ``body``, from the episode's record when it has it.
 
@@ -1633,7 +1691,7 @@ class OpenAIAgent(_ChatEndpoint):
         and follows the same path without asking the server again.
         """
         response, attempts = toolbox.episode.remember(
-            "model_call", request_digest, lambda: list(self._complete(client, body))
+            "model_call", request_digest, lambda: list(self._complete(client, body, payload))
         )
         return dict(response), int(attempts)
 
@@ -1748,16 +1806,21 @@ class _ChatRole(_ChatEndpoint):
         """The server's answer to ``body``, remembered by ``session`` as ``what`` under the
         request's digest (a resumed call does not ask again): the response, the attempts it
         took, the seconds this call took and the digest."""
-        request_digest = digest(body)
+        try:
+            request_digest, text = _request_texts(body, None)
+        except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
+            raise TypeError(f"the request to {self.url} cannot be written as JSON: {exc}") from None
         started = time.perf_counter()
         response, attempts = session.remember(
-            what, request_digest, lambda: list(self._complete_once(body))
+            what, request_digest, lambda: list(self._complete_once(body, text.encode("utf-8")))
         )
         return dict(response), int(attempts), time.perf_counter() - started, request_digest
 
-    def _complete_once(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    def _complete_once(
+        self, body: dict[str, Any], payload: bytes | None = None
+    ) -> tuple[dict[str, Any], int]:
         """Ask the server (a resumed call does not)."""
-        return self._complete(self._client(), body)
+        return self._complete(self._client(), body, payload)
 
 
 class OpenAIUser(_ChatRole):

@@ -14,11 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import harness as hx
 from harness._json import digest
 from harness.agents.base import Toolbox
-from harness.agents.openai import DEFAULT_SYSTEM_PROMPT, OpenAIAgent
+from harness.agents.openai import (
+    _REQUEST_JSON,
+    DEFAULT_SYSTEM_PROMPT,
+    OpenAIAgent,
+    _request_texts,
+)
 from harness.errors import ModelRequestError, ModelServerError
 from harness.suite import Task, load_suite
 from harness.testing import FakeClock
@@ -70,6 +77,51 @@ def test_each_request_digest_is_the_digest_of_the_request_sent(
         output = agent_for(server, clock).run(TASK, toolbox, seed=3)
     recorded = [c["request_digest"] for c in output.meta["model_calls"]]
     assert recorded == [digest(request) for request in server.requests] and len(recorded) == 2
+
+
+_TEXT = st.text(max_size=30)  # (any characters: non-ASCII, quotes, control characters)
+_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_MESSAGE = st.dictionaries(
+    st.sampled_from(["role", "content", "name", "tool_call_id"]), _TEXT | st.none()
+) | st.dictionaries(_TEXT, _VALUE, max_size=4)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(messages=st.lists(_MESSAGE, max_size=6), seed=st.integers(), edit=_TEXT)
+def test_a_request_is_sent_and_digested_as_its_whole_body_would_be(
+    toolbox: Toolbox, messages: list[dict[str, Any]], seed: int, edit: str
+) -> None:
+    """The request's bytes and digest, built from messages encoded once and kept by content,
+    are those of the whole body encoded at once, every turn: a message repeated, and a
+    message changed in place after it was sent (its old text is not sent again). (The
+    toolbox is only read: one for every example.)"""
+    body: dict[str, Any] = {"model": "m", "messages": messages, "seed": seed}
+    body["tools"], body["tool_choice"] = toolbox.specs, "auto"
+    for _turn in range(2):
+        assert _request_texts(body, toolbox) == (digest(body), _REQUEST_JSON.encode(body))
+        assert _request_texts(body, None) == (digest(body), _REQUEST_JSON.encode(body))
+        if messages:
+            messages[0]["content"] = edit  # (in place: the same dict, other content)
+            messages.append(messages[0])
+
+
+def test_a_request_json_cannot_write_is_refused_before_anything_is_sent(
+    toolbox: Toolbox, clock: FakeClock
+) -> None:
+    """A body holding a value JSON cannot write is a TypeError naming the server, and no
+    request is made."""
+    body = {"model": "m", "messages": [{"role": "user", "content": object()}]}
+    with pytest.raises(TypeError):
+        _request_texts(body, toolbox)
+    agent = OpenAIAgent(base_url="http://127.0.0.1:9/v1", model="m")
+    with pytest.raises(TypeError, match="cannot be written as JSON"):
+        agent._agent_turn(None, toolbox, body["messages"], 0, [], {})
 
 
 def test_environment_policy_is_appended_to_the_system_prompt(
