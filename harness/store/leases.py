@@ -119,12 +119,34 @@ class Held:
         self._leases.release_lease(self.episode_id, owner=self.owner)
 
 
+_WRITE_GATES: dict[str, threading.RLock] = {}
+_WRITE_GATES_LOCK = threading.Lock()
+# A child forked while a thread held one would wait for it forever: a child starts with none.
+os.register_at_fork(after_in_child=_WRITE_GATES.clear)
+
+
+def _write_gate(key: str) -> threading.RLock:
+    """The lock this process's writers to the SQLite file ``key`` (its real path) take around
+    each write transaction, whichever store object opened it.
+
+    SQLite lets one writer in at a time; another that finds the file locked sleeps and looks
+    again (1, 2, 5, 10 ms and up), so threads of one process queueing for it lose milliseconds
+    each and wake to find it taken again. Queued on a lock of the process instead, each goes
+    in as the one before comes out. (Writers of other processes still meet SQLite's wait.)"""
+    gate = _WRITE_GATES.get(key)
+    if gate is None:
+        with _WRITE_GATES_LOCK:
+            gate = _WRITE_GATES.setdefault(key, threading.RLock())
+    return gate
+
+
 class _Leases:
     """Lease methods of the store: taken under the write lock, renewed, released after."""
 
     _pool_lock: threading.Lock
     _pool_idle: list[Any]
     _pool_closed: bool
+    _gate_key: str | None
     database: str
     readonly: bool
 
@@ -201,7 +223,7 @@ class _Leases:
         """Give the lease on ``episode_id`` back (only its owner can)."""
         with writing(self.database, readonly=self.readonly), self._pooled() as conn:
             mark = "?" if _is_sqlite(conn) else "%s"
-            with committed(conn) as cur:
+            with self._gated(), committed(conn) as cur:
                 cur.execute(
                     f"DELETE FROM hx_lease WHERE episode_id = {mark} AND owner = {mark}",
                     (episode_id, owner),
@@ -284,12 +306,18 @@ class _Leases:
         database's), committed when the block ends, and the driver's parameter mark."""
         with writing(self.database, readonly=self.readonly), self._pooled() as conn:
             sqlite = _is_sqlite(conn)
-            with committed(conn) as cur:
+            with self._gated(), committed(conn) as cur:
                 if sqlite:
                     cur.execute("BEGIN IMMEDIATE")
                 else:
                     cur.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
                 yield cur, "?" if sqlite else "%s"
+
+    def _gated(self) -> Any:
+        """The process's lock for writes to this store's SQLite file (a context manager that
+        does nothing on a server, which queues its writers itself)."""
+        key = self._gate_key
+        return contextlib.nullcontext() if key is None else _write_gate(key)
 
     @contextmanager
     def _pooled(self) -> Iterator[Any]:

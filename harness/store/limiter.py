@@ -124,7 +124,7 @@ class Limiter:
         with self._lock, writing(self.store.database, readonly=self.store.readonly):
             if self._conn is None:
                 self._conn = self.store.raw_connection()
-            with _timed(self._conn, lock=(self.run_id, url)) as found:
+            with self.store._gated(), _timed(self._conn, lock=(self.run_id, url)) as found:
                 yield found
 
     @contextlib.contextmanager

@@ -3,6 +3,7 @@ leases."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -174,6 +175,7 @@ class Store(_Chain, _Leases):
         self._pool_lock = threading.Lock()
         self._pool_idle: list[Any] = []
         self._pool_closed = False
+        self._gate_key = None if self.path is None else os.path.realpath(self.path)
         self._snapshot = threading.local()
 
     def _readonly_connection(self) -> sqlite3.Connection:
@@ -327,6 +329,7 @@ class Store(_Chain, _Leases):
                 episode_id,
                 database=self.database,
                 release=self._checkin,
+                gate=self._gated,
             )
         return EpisodeWriter(
             self.raw_connection(), self.engine.dialect, episode_id, database=self.database

@@ -120,9 +120,13 @@ class EpisodeWriter:
         *,
         database: str = "",
         release: Callable[[Any], None] | None = None,
+        gate: Callable[[], Any] | None = None,
     ) -> None:
         self.episode_id = episode_id
+        # The process's lock around each write transaction (see Store._gated).
+        self._gate = gate if gate is not None else contextlib.nullcontext
         self._release = release
+        self._taken = connection  # (what goes back to ``release``, whatever wraps it since)
         self._closed = False
         self.database = database
         self.conn = connection
@@ -192,7 +196,7 @@ class EpisodeWriter:
         witness (record count, head hash, step and digest) unless :meth:`update_episode` did:
         every commit up to the witness has its row.
         """
-        with self._lock:
+        with self._lock, self._gate():
             self._depth += 1
             outer = self._depth == 1
             chain = (self.seq, self.head, len(self.pending), self.steps, self.digest)
@@ -250,7 +254,8 @@ class EpisodeWriter:
             # Autocommit: the INSERT commits itself, and append_text accounts for it even when
             # an exception arrives just after.
             try:
-                self.append_text(kind, txn_id, text, projected)
+                with self._gate():
+                    self.append_text(kind, txn_id, text, projected)
             except self._driver_errors as exc:
                 raise _unwritable(exc, self.database) from exc
             return
@@ -552,7 +557,7 @@ class EpisodeWriter:
         try:
             self._cursor.close()
             if self._release is not None:
-                self._release(self.conn)
+                self._release(self._taken)
             else:
                 self.conn.close()
         except Exception:  # closing after the database went away is harmless

@@ -1,0 +1,141 @@
+"""Writers of one process to one SQLite store take turns on a lock of the process, not on
+SQLite's sleep-and-retry: none of them meets the database locked by a thread of its own
+process, whichever store object it writes through, and a forked child does not inherit a
+turn some thread of its parent held."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness as hx
+from harness.store.leases import _write_gate
+
+THREADS = 8
+EPISODES = 6  # per thread
+
+
+def _writes(store: hx.Store, name: str, errors: list[BaseException]) -> None:
+    """Episodes of a write each, with a lease taken and given back around each (the thread's
+    own state)."""
+    state = hx.DictState({})
+
+    @hx.action(writes=["counters/{key}"], idempotency_key=lambda a: a.key)
+    def bump(key: str) -> int:
+        """Add one to a counter."""
+        value = int((state.get(f"counters/{key}") or {"n": 0})["n"]) + 1
+        state[f"counters/{key}"] = {"n": value}
+        return value
+
+    try:
+        for i in range(EPISODES):
+            eid = f"{name}-{i}"
+            with store.lease(eid, owner=name, seconds=60.0) as held:
+                assert held
+                with hx.Episode(state=state, store=store, episode_id=eid) as ep:
+                    bump(eid)
+                assert ep.outcome == "committed"
+    except BaseException as exc:  # (reported by the test)
+        errors.append(exc)
+
+
+def test_threads_writing_one_store_never_meet_it_locked_by_their_own_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With SQLite told not to wait at all for a locked database (busy_timeout 0: a writer
+    that finds it locked fails at once), threads of one process writing episodes and leases
+    through two store objects of one file all succeed: each write transaction waited for the
+    one before it on the process's lock, never on SQLite's."""
+    original = hx.Store._sqlite_pragmas
+
+    def impatient(self: hx.Store, conn: Any, record: Any) -> None:
+        original(self, conn, record)
+        conn.execute("PRAGMA busy_timeout=0")
+
+    monkeypatch.setattr(hx.Store, "_sqlite_pragmas", impatient)
+    path = tmp_path / "h.db"
+    stores = [hx.Store(path, create=True), hx.Store(tmp_path / "." / "h.db")]
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(target=_writes, args=(stores[i % 2], f"t{i}", errors))
+        for i in range(THREADS)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[:3]
+    try:
+        assert len(stores[0].episodes()) == THREADS * EPISODES
+        assert stores[0].leases() == []
+        assert stores[0].verify_chain().ok
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_one_lock_a_file_whichever_way_it_is_named(tmp_path: Path) -> None:
+    """Stores of one file share the lock (a path through a link included); another file has
+    its own; a store of a server has none."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    first = hx.Store(tmp_path / "a" / "h.db", create=True)
+    second = hx.Store(tmp_path / "link" / "h.db")
+    other = hx.Store(tmp_path / "b.db", create=True)
+    try:
+        assert first._gated() is second._gated()
+        assert first._gated() is not other._gated()
+        assert first._gated() is _write_gate(os.path.realpath(tmp_path / "a" / "h.db"))
+    finally:
+        for s in (first, second, other):
+            s.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_thread_holds_the_lock_still_writes(tmp_path: Path) -> None:
+    """A thread of the parent holds the store's write lock when the process forks: the child
+    (where that thread does not exist) writes an episode all the same, instead of waiting
+    forever for a lock nobody there will give back."""
+    store = hx.Store(tmp_path / "h.db", create=True)
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store._gated():
+            taken.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            state = hx.DictState({})
+            with hx.Episode(state=state, store=store, episode_id="child") as ep:
+                ep.remember("value", "k", lambda: 1)
+            code = 0 if ep.outcome == "committed" else 2
+        finally:
+            os._exit(code)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the child waited for a lock its parent's thread held")
+            time.sleep(0.05)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        done.set()
+        holder.join()
+    assert store.episode("child") is not None and store.episode("child").status == "committed"
+    store.close()
