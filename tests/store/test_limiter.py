@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import harness as hx
 from harness.store.limiter import Limiter
 
 from ..postgres import fresh_database
+from ..threads import held_by_another_thread
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -184,21 +184,10 @@ def test_reading_a_circuit_waits_for_no_writer(tmp_path: Path) -> None:
         assert time.monotonic() - started < 5  # (the write lock is held for 30 s of timeout)
         assert seen is not None and seen.why == "model server at u is down"
         # (another thread of the process holds the limiter's lock, waiting to take a slot)
-        holding, release = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            with b._lock:
-                holding.set()
-                release.wait(10)
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert holding.wait(10)
-        started = time.monotonic()
-        assert b.circuit("u") is not None
-        assert time.monotonic() - started < 5
-        release.set()
-        holder.join(10)
+        with held_by_another_thread(b._lock):
+            started = time.monotonic()
+            assert b.circuit("u") is not None
+            assert time.monotonic() - started < 5
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()

@@ -16,6 +16,8 @@ import pytest
 import harness as hx
 from harness.store.leases import _write_gate
 
+from ..threads import held_by_another_thread
+
 THREADS = 8
 EPISODES = 6  # per thread
 
@@ -102,27 +104,17 @@ def test_a_child_forked_while_a_thread_holds_the_lock_still_writes(tmp_path: Pat
     (where that thread does not exist) writes an episode all the same, instead of waiting
     forever for a lock nobody there will give back."""
     store = hx.Store(tmp_path / "h.db", create=True)
-    taken, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with store._gated():
-            taken.set()
-            done.wait(30)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert taken.wait(10)
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 1
-        try:
-            state = hx.DictState({})
-            with hx.Episode(state=state, store=store, episode_id="child") as ep:
-                ep.remember("value", "k", lambda: 1)
-            code = 0 if ep.outcome == "committed" else 2
-        finally:
-            os._exit(code)
-    try:
+    with held_by_another_thread(store._gated()):
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                state = hx.DictState({})
+                with hx.Episode(state=state, store=store, episode_id="child") as ep:
+                    ep.remember("value", "k", lambda: 1)
+                code = 0 if ep.outcome == "committed" else 2
+            finally:
+                os._exit(code)
         deadline = time.monotonic() + 60
         while True:
             finished, status = os.waitpid(pid, os.WNOHANG)
@@ -134,8 +126,5 @@ def test_a_child_forked_while_a_thread_holds_the_lock_still_writes(tmp_path: Pat
                 pytest.fail("the child waited for a lock its parent's thread held")
             time.sleep(0.05)
         assert os.waitstatus_to_exitcode(status) == 0
-    finally:
-        done.set()
-        holder.join()
     assert store.episode("child") is not None and store.episode("child").status == "committed"
     store.close()
