@@ -9,7 +9,9 @@ The built-in ``openai`` agent runs the suite's tasks against the fake chat-compl
 (:class:`~harness.testing.model_server.FakeChatServer` playing each task's reference actions,
 :class:`~harness.testing.model_server.ReplayPolicy`), which answers every call after
 ``--latency`` seconds, as a model would. The server runs in a process of its own, so its CPU is
-not counted as the harness's. Settings, each a run of ``--trials`` trials (the suite's tasks,
+not counted as the harness's, and answers from one asyncio thread (:class:`LeanServer`: the
+same answers, about half the CPU a call of a thread a connection), so that it takes as little
+as it can of the cores the harness's processes are measured on. Settings, each a run of ``--trials`` trials (the suite's tasks,
 the same number of trials each):
 
 - ``concurrency N``: one process, N trials in flight (threads), for each of ``--levels``; by
@@ -59,14 +61,17 @@ minutes::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import importlib.util
 import inspect
 import itertools
+import json
 import multiprocessing
 import os
 import re
 import resource
+import socket
 import statistics
 import sys
 import tempfile
@@ -74,6 +79,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -83,7 +89,12 @@ from sqlalchemy.exc import ArgumentError
 
 from harness.runs.start import run_trials
 from harness.suite import Suite, load_suite
-from harness.testing.model_server import FakeChatServer, ReplayPolicy
+from harness.testing.model_server import (
+    FakeChatServer,
+    ReplayPolicy,
+    _check_request,
+    _error,
+)
 
 TARGET = 0.80  # of the ideal throughput, until the harness's cores are saturated
 POSTGRES_ENV = "HX_BENCH_POSTGRES_URL"  # the default --store
@@ -94,30 +105,131 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # (Ray colours its errors' text)
 # --- the fake model server, in a process of its own ---
 
 
+class LeanServer:
+    """The fake server's answers over a lean HTTP/1.1 server: one asyncio loop in one thread.
+
+    It answers as :class:`~harness.testing.model_server.FakeChatServer` does (its request
+    checks, its policy, its completions and token counts), but not with a thread a
+    connection: at hundreds of connections those threads take turns at the interpreter lock,
+    and the server took about 0.8 ms of CPU a call, a share of a small machine's cores that
+    the harness's processes are measured without. Requests are counted, not kept.
+    """
+
+    def __init__(self, fake: FakeChatServer, latency: float) -> None:
+        self.fake = fake
+        self.latency = latency
+        self.requests = 0
+        self._sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.port: int = self._sock.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._stopped: asyncio.Future[None] | None = None
+        # The open connections: {id(task): (task, writer)}.
+        self._open: dict[int, tuple[asyncio.Task[None], asyncio.StreamWriter]] = {}
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self._thread.start()
+        ready.wait(30)
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._stopped = self._loop.create_future()
+
+        async def main() -> None:
+            server = await asyncio.start_server(self._connection, sock=self._sock)
+            ready.set()
+            assert self._stopped is not None
+            await self._stopped
+            server.close()
+            # (closed, each connection's read ends and its task with it)
+            tasks = [task for task, _ in self._open.values()]
+            for _, writer in list(self._open.values()):
+                writer.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        self._loop.run_until_complete(main())
+
+    def stop(self) -> None:
+        """End the server (the connections in flight are dropped)."""
+        if self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set_result, None)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._open[id(task)] = (task, writer)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+                lines = head.split("\r\n")
+                path = lines[0].split(" ")[1]
+                length, close = 0, False
+                for line in lines[1:]:
+                    name, _, value = line.partition(":")
+                    name = name.strip().lower()
+                    if name == "content-length":
+                        length = int(value)
+                    elif name == "connection" and value.strip().lower() == "close":
+                        close = True
+                body = await reader.readexactly(length) if length else b""
+                if self.latency:
+                    await asyncio.sleep(self.latency)
+                status, data = self._answer(path, body)
+                writer.write(
+                    b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s"
+                    % (status, HTTPStatus(status).phrase.encode(), len(data), data)
+                )
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, IndexError, ValueError):
+            pass
+        finally:
+            self._open.pop(id(task), None)
+            writer.close()
+
+    def _answer(self, path: str, body: bytes) -> tuple[int, bytes]:
+        self.requests += 1
+        if not path.rstrip("/").endswith("/chat/completions"):
+            return 404, json.dumps(_error(f"no route {path}", "not_found")).encode()
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        problem = _check_request(request)
+        if problem is not None:
+            self.fake.errors.append(f"request {self.requests - 1}: {problem}")
+            return 400, json.dumps(_error(problem)).encode()
+        message = dict(self.fake.policy(request))
+        return 200, json.dumps(self.fake._completion(request, message)).encode()
+
+
 def _serve(suite_path: str, latency: float, conn: Connection) -> None:
-    """Serve the suite's reference actions with ``latency`` until told to stop.
+    """Serve the suite's reference actions with ``latency`` until told to stop
+    (:class:`LeanServer`).
 
     Commands on ``conn``: ``("stats",)`` answers (requests received, errors, CPU seconds of
-    this process); ``("latency", s)`` changes the latency; ``("stop",)`` ends. What the server
-    records of each request is counted and dropped every second, so 10,000 recorded
-    conversations do not pile up in memory.
+    this process); ``("latency", s)`` changes the latency; ``("stop",)`` ends. The responses
+    the answers keep are dropped every second, so 10,000 conversations do not pile up in
+    memory.
     """
     suite = load_suite(suite_path, check_references=False)
-    server = FakeChatServer(ReplayPolicy(suite.tasks), latency=latency).start()
+    fake = FakeChatServer(ReplayPolicy(suite.tasks))
+    server = LeanServer(fake, latency)
     conn.send(server.port)
-    dropped = 0
 
-    def drop() -> int:
-        # Each del removes only what was there when counted (appends go on behind it).
-        n = len(server.requests)
-        del server.requests[:n], server.headers[:n]
-        del server.responses[: len(server.responses)]
-        return n
+    def drop() -> None:
+        del fake.responses[: len(fake.responses)]  # (appends go on behind it)
 
     try:
         while True:
             if not conn.poll(1.0):
-                dropped += drop()
+                drop()
                 continue
             command = conn.recv()
             if command[0] == "stop":
@@ -126,8 +238,8 @@ def _serve(suite_path: str, latency: float, conn: Connection) -> None:
                 server.latency = float(command[1])
                 conn.send(server.latency)
             elif command[0] == "stats":
-                dropped += drop()
-                conn.send((dropped, len(server.errors), time.process_time()))
+                drop()
+                conn.send((server.requests, len(fake.errors), time.process_time()))
     finally:
         server.stop()
 
