@@ -180,6 +180,8 @@ class _Leases:
             ours = held is not None and (held[2], int(held[1])) == (host, pid)
             if ours and held[0] != owner and held[3] > now:
                 return "ours", None
+        if self._take_free(episode_id, owner, pid, host, now, now + seconds):
+            return "taken", None
         with self._locked("hx_lease") as (cur, mark):
             cur.execute(_HOLDER.format(mark=mark), (episode_id,))
             held = cur.fetchone()
@@ -195,6 +197,24 @@ class _Leases:
                 (episode_id, owner, pid, host, now, now + seconds),
             )
             return "taken", None
+
+    def _take_free(
+        self, episode_id: str, owner: str, pid: int, host: str, now: float, until: float
+    ) -> bool:
+        """Take a lease nobody holds, in one statement (its row inserted unless one is
+        there): the write lock is held for that statement alone, not across the look and
+        the write. False (nothing written) when a row is there: whose, and whether it is
+        still live, is for the full look under the lock."""
+        with writing(self.database, readonly=self.readonly), self._pooled() as conn:
+            mark = "?" if _is_sqlite(conn) else "%s"
+            with self._gated(), committed(conn) as cur:
+                cur.execute(
+                    "INSERT INTO hx_lease (episode_id, owner, pid, host, acquired_at, "
+                    f"expires_at) VALUES ({', '.join([mark] * 6)}) "
+                    "ON CONFLICT (episode_id) DO NOTHING",
+                    (episode_id, owner, pid, host, now, until),
+                )
+                return bool(cur.rowcount == 1)
 
     def _holder(self, episode_id: str) -> Any:
         """The lease row ``(owner, pid, host, expires_at)`` of ``episode_id`` as the database
