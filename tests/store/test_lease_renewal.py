@@ -5,10 +5,14 @@ block the episode for the lease's length)."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import queue
 import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import harness as hx
 
@@ -102,4 +106,38 @@ def test_lease_operations_of_threads_run_at_once(tmp_path: Path) -> None:
         assert store.acquire_lease("again", owner="y", seconds=1.0)
     finally:
         blocker.close()
+        store.close()
+
+
+def _race_for(path: str, owner: str, start: Any, won: Any) -> None:
+    store = hx.Store(path)
+    start.wait(30)
+    if store.acquire_lease("free", owner=owner, seconds=60.0):
+        won.put(owner)
+    store.close()
+
+
+def test_a_free_lease_raced_for_by_processes_is_taken_once(tmp_path: Path) -> None:
+    """Processes that try at once to take a lease nobody holds (each a single insert unless a
+    row is there): one takes it, the others are refused, and the row is the winner's."""
+    path = str(tmp_path / "h.db")
+    hx.Store(path, create=True).close()
+    ctx = multiprocessing.get_context("fork")
+    start, won = ctx.Barrier(4), ctx.Queue()
+    racers = [ctx.Process(target=_race_for, args=(path, f"p{i}", start, won)) for i in range(4)]
+    for p in racers:
+        p.start()
+    for p in racers:
+        p.join(60)
+        assert p.exitcode == 0
+    winners = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            winners.append(won.get(timeout=1))
+    store = hx.Store(path)
+    try:
+        assert len(winners) == 1
+        (lease,) = store.leases()
+        assert lease.owner == winners[0]
+    finally:
         store.close()
