@@ -220,17 +220,32 @@ def build_actions(
 
     actions: dict[str, hx.Action[..., Any]] = {}
     for name in names:
-        act: hx.Action[..., Any] = hx.Action(
-            delegate(tools, name), writes=scope(state, name), idempotency_key=occurrences.key
-        )
-        for check in preconditions[name]:
-            act.precondition(check)
-        for check in postconditions[name]:
-            act.postcondition(check)
+        call, writes = delegate(tools, name), scope(state, name)
+        pre, post = tuple(preconditions[name]), tuple(postconditions[name])
+        key = (type(tools), name, pre, post)
+        made = _PROTOTYPES.get(key)
+        if made is None:
+            made = hx.Action(call, writes=writes, idempotency_key=occurrences.key)
+            for check in pre:
+                made.precondition(check)
+            for check in post:
+                made.postcondition(check)
+            if len(_PROTOTYPES) < _PROTOTYPES_KEPT:
+                _PROTOTYPES[key] = made
+        # Every environment's action is a copy of the one made first (its arguments' model,
+        # schema and checks read once a process): its own function, scope, key and undo.
+        act = made._around(call, idempotency_key=occurrences.key)
+        act.writes = writes
+        act.preconditions, act.postconditions = list(made.preconditions), list(made.postconditions)
         act.compensation(compensate)
         act.recover(recovered(tools, name))
         actions[name] = act
     return actions
+
+
+_PROTOTYPES: dict[tuple[Any, ...], hx.Action[..., Any]] = {}
+"""The first action made for each (tools class, tool name, checks): the others copy it."""
+_PROTOTYPES_KEPT = 1024
 
 
 def upstream_error(tools: Any, name: str, arguments: Mapping[str, Any]) -> str | None:

@@ -344,3 +344,40 @@ def test_an_image_of_a_template_removed_meanwhile_is_built_again(
     image = db.DATABASE.image()
     assert image.startswith(b"SQLite format 3\x00") and image[18:20] == b"\x01\x01"
     assert len(asked) == 2
+
+
+@pytest.mark.parametrize("suite_name", ["retail", "airline"])
+def test_each_environment_has_write_actions_of_its_own(suite_name: str) -> None:
+    """Environments copy their write actions from ones made once a process: each copy calls
+    its own environment's tools, scopes and undoes in its own database, keys its own calls,
+    and a check registered on one environment's action is on no other's."""
+    import harness as hx
+
+    suite = hx.load_suite(suite_name, check_references=False)
+    first, second = suite.new_environment(), suite.new_environment()
+    try:
+        assert set(first.actions) == set(second.actions) and len(first.actions) >= 6
+        for name, act in first.actions.items():
+            other = second.actions[name]
+            assert act is not other and act.fn is not other.fn
+            assert act.writes is not other.writes and callable(act.writes)
+            assert act.compensate is not other.compensate
+            assert act.recovered_result is not other.recovered_result
+            assert act.idempotency_key.__self__ is not other.idempotency_key.__self__
+            assert act.preconditions == other.preconditions and act.preconditions
+            assert act.preconditions is not other.preconditions
+            assert act.schema == other.schema and act.__wrapped__ is act.fn
+            assert inspect.signature(act) == inspect.signature(other)
+        name = next(iter(first.actions))
+        first.actions[name].precondition(lambda ctx: False)
+        assert len(second.actions[name].preconditions) == len(first.actions[name].preconditions) - 1
+        third = suite.new_environment()
+        assert third.actions[name].preconditions == second.actions[name].preconditions
+        third.close()
+        # Each action's function reaches its own environment's tools (patched on one only).
+        first.backend.__dict__[name] = lambda *a, **k: "first's"
+        assert first.actions[name].fn() == "first's"
+        assert second.actions[name].fn is not first.actions[name].fn
+    finally:
+        first.close()
+        second.close()
