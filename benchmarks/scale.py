@@ -11,8 +11,8 @@ The built-in ``openai`` agent runs the suite's tasks against the fake chat-compl
 ``--latency`` seconds, as a model would. The server runs in a process of its own, so its CPU is
 not counted as the harness's, and answers from one asyncio thread (:class:`LeanServer`: the
 same answers, about half the CPU a call of a thread a connection), so that it takes as little
-as it can of the cores the harness's processes are measured on. Settings, each a run of ``--trials`` trials (the suite's tasks,
-the same number of trials each):
+as it can of the cores the harness's processes are measured on. Settings, each a run of
+``--trials`` trials (the suite's tasks, the same number of trials each):
 
 - ``concurrency N``: one process, N trials in flight (threads), for each of ``--levels``; by
   default concurrency 1 runs only about 100 trials and concurrency 8 about 500 (``--caps``), as
