@@ -3,8 +3,10 @@
 
 The agent speaks the chat-completions protocol with tool calling (OpenAI, vLLM, llama.cpp's
 server, Ollama) on the HTTP client the official ``openai`` package runs on (its pooled
-``httpx`` client, with openai's connection limits), pointed at the server by ``base_url``: a
-request is one POST of the body as it is, without the typed client's rebuilding of it.
+``httpx`` client, with openai's connection limits; a plain ``http://`` server reached with no
+proxy goes over the standard library's kept-alive connections, :mod:`.plainhttp`), pointed at
+the server by ``base_url``: a request is one POST of the body as it is, without the typed
+client's rebuilding of it.
 The toolbox's tools are offered as functions, and every tool call the model makes goes through
 :meth:`Toolbox.call`, so writes run as transactions and refusals come back to the model as tool
 results. Several tool calls in one reply run at once, each its own transaction (the episode
@@ -113,6 +115,7 @@ from ..errors import (
 from ..suite import Task
 from .base import AgentOutput, Session, Toolbox, ToolResult, registry
 from .endpoint import DOWN_AFTER, DOWN_FAILURES, endpoint
+from .plainhttp import plain_transport_type
 from .user import (
     SIMULATION_GUIDELINES,
     SIMULATION_GUIDELINES_TOOLS,
@@ -758,14 +761,22 @@ class _ChatEndpoint:
         """openai's own HTTP client (``DefaultHttpxClient``: its connection limits, redirects
         followed), which retries nothing (we do), reads no environment variable (no proxy but
         ``proxy``, no key but ``api_key``: never ``OPENAI_API_KEY``) and reads every body
-        through its limits (:meth:`_bound_body`)."""
+        through its limits (:meth:`_bound_body`). A plain ``http://`` server with no proxy is
+        reached through :mod:`.plainhttp`'s transport (about 0.25 ms of CPU a call against
+        0.36 through the client's own pool, body encoded beforehand); TLS and proxies keep the
+        client's own."""
         import openai
 
+        options: dict[str, Any] = {}
+        if self.proxy is None and self.url.startswith("http://"):
+            # A plain HTTP server reached directly: the standard library's connections.
+            options["transport"] = plain_transport_type(_http())()
         return openai.DefaultHttpxClient(
             trust_env=False,
             proxy=self.proxy,
             timeout=self.timeout,  # httpx's: each connect, write and read (not the total)
             event_hooks={"response": [self._bound_body]},
+            **options,
         )
 
     def _bound_body(self, response: Any) -> None:

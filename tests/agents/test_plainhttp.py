@@ -1,0 +1,86 @@
+"""The lean transport for plain-HTTP model servers: kept-alive connections reused, a connection
+the server closed while idle never used, errors as the HTTP library's own types, and only for
+``http://`` with no proxy."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from typing import Any
+
+import pytest
+
+from harness.agents.openai import OpenAIAgent, _http
+from harness.agents.plainhttp import plain_transport_type
+from harness.errors import ModelServerError
+from harness.testing.model_server import FakeChatServer, text_reply
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def counting() -> Any:
+    """A script answering call ``i`` (whatever the conversation) with the text ``i``."""
+    calls = iter(range(1000))
+    return lambda request: text_reply(str(next(calls)))
+
+
+@pytest.fixture
+def connections(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every ``http.client`` connection opened meanwhile."""
+    made: list[Any] = []
+    connect = http.client.HTTPConnection.connect
+
+    def counted(self: http.client.HTTPConnection) -> None:
+        made.append(self)
+        connect(self)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "connect", counted)
+    return made
+
+
+def test_requests_share_one_kept_alive_connection(connections: list[Any]) -> None:
+    """Five calls one after another go over one connection, given back after each answer."""
+    with FakeChatServer(counting()) as server:
+        agent = OpenAIAgent(base_url=server.base_url, model="m")
+        client = agent._client()
+        assert isinstance(client._transport, plain_transport_type(_http()))
+        answers = [agent._post(client, BODY)["choices"][0]["message"]["content"] for _ in range(5)]
+    assert answers == ["0", "1", "2", "3", "4"] and len(connections) == 1
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_used(connections: list[Any]) -> None:
+    """The server closes the kept-alive connection between two calls: the next call goes on
+    a new connection and is answered (the request is never sent on the dead one)."""
+    with FakeChatServer(counting()) as server:
+        agent = OpenAIAgent(base_url=server.base_url, model="m")
+        client = agent._client()
+        agent._post(client, BODY)
+        (conn,) = connections
+        conn.sock.shutdown(socket.SHUT_RD)  # (reads as closed, as a server's FIN does)
+        answer = agent._post(client, BODY)
+        assert answer["choices"][0]["message"]["content"] == "1"
+    assert len(connections) == 2 and len(server.requests) == 2
+
+
+def test_errors_are_the_http_librarys_own(connections: list[Any]) -> None:
+    """Nothing listening: a ConnectError, told by the agent as a server it cannot reach."""
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]
+    agent = OpenAIAgent(base_url=f"http://127.0.0.1:{port}/v1", model="m", attempts=1)
+    transport = plain_transport_type(_http())()
+    request = _http().Request("POST", f"http://127.0.0.1:{port}/v1/chat/completions")
+    with pytest.raises(_http().ConnectError):
+        transport.handle_request(request)
+    with pytest.raises(ModelServerError, match="cannot reach the server"):
+        agent._complete(agent._client(), BODY)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "proxy"),
+    [("https://127.0.0.1:9/v1", None), ("http://127.0.0.1:9/v1", "http://127.0.0.1:8")],
+)
+def test_tls_and_proxies_keep_the_clients_own_transport(base_url: str, proxy: str | None) -> None:
+    """An https server, or one reached through a proxy, is left to the client's own pool."""
+    agent = OpenAIAgent(base_url=base_url, model="m", proxy=proxy)
+    assert not isinstance(agent._client()._transport, plain_transport_type(_http()))
