@@ -40,6 +40,13 @@ def plain_transport_type(library: Any) -> type:
     """The transport class for the HTTP library ``library`` (``httpx`` or its successor): a
     subclass of its ``BaseTransport`` that raises its exception types."""
 
+    def _lost(exc: BaseException, kind: Any) -> Exception:
+        """The library's error for an exchange cut short by ``exc``: a timeout as
+        ``ReadTimeout``, anything else as ``kind``."""
+        if isinstance(exc, TimeoutError):
+            return library.ReadTimeout(str(exc) or "timed out")  # type: ignore[no-any-return]
+        return kind(f"{type(exc).__name__}: {exc}")  # type: ignore[no-any-return]
+
     class _Body(library.SyncByteStream):  # type: ignore[misc]
         """A response's body as it arrives; the connection goes back to the pool once the
         body was read to its end (closed instead when it was not, or the server closes it)."""
@@ -54,12 +61,9 @@ def plain_transport_type(library: Any) -> type:
             while True:
                 try:
                     chunk = self._response.read1(CHUNK)  # (what has come, up to CHUNK)
-                except TimeoutError as exc:
-                    self.close()
-                    raise library.ReadTimeout(str(exc) or "timed out") from exc
                 except (OSError, http.client.HTTPException) as exc:
                     self.close()
-                    raise library.ReadError(f"{type(exc).__name__}: {exc}") from exc
+                    raise _lost(exc, library.ReadError) from exc
                 if not chunk:
                     self._done = True
                     return
@@ -96,13 +100,10 @@ def plain_transport_type(library: Any) -> type:
             conn = self._take(key) or self._connect(key, timeout)
             try:
                 response = self._exchange(conn, request.method, target, headers, body)
-            except TimeoutError as exc:
-                conn.close()
-                raise library.ReadTimeout(str(exc) or "timed out") from exc
             except (OSError, http.client.HTTPException) as exc:
                 # (sent, or partly: never sent again here, as the client's own pool does not)
                 conn.close()
-                raise library.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
+                raise _lost(exc, library.RemoteProtocolError) from exc
             return library.Response(
                 status_code=response.status,
                 headers=response.getheaders(),
