@@ -17,11 +17,17 @@ import http.client
 import select
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 KEEP_ALIVE = 100
 """Idle connections kept per server (the official client's ``max_keepalive_connections``)."""
+
+KEEP_ALIVE_FOR = 4.0
+"""Seconds an idle connection is kept (the official client's pool keeps one 5 s): servers
+close theirs after a few seconds (uvicorn's default is 5), and one that closes it just as a
+request goes out loses the request."""
 
 CHUNK = 65536
 
@@ -65,6 +71,13 @@ def plain_transport_type(library: Any) -> type:
                     self.close()
                     raise _lost(exc, library.ReadError) from exc
                 if not chunk:
+                    owed = self._response.length  # (bytes the Content-Length still promises)
+                    if owed:
+                        self.close()
+                        raise library.RemoteProtocolError(
+                            f"the server closed the connection {owed} bytes short of the "
+                            "body's Content-Length"
+                        )
                     self._done = True
                     return
                 yield chunk
@@ -85,7 +98,8 @@ def plain_transport_type(library: Any) -> type:
 
         def __init__(self) -> None:
             self._lock = threading.Lock()
-            self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
+            # Idle connections per server, each with when it was given back (monotonic).
+            self._idle: dict[tuple[str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
             self._closed = False
 
         def handle_request(self, request: Any) -> Any:
@@ -148,10 +162,11 @@ def plain_transport_type(library: Any) -> type:
             while True:
                 with self._lock:
                     idle = self._idle.get(key)
-                    conn = idle.pop() if idle else None
+                    conn, since = idle.pop() if idle else (None, 0.0)
                 if conn is None:
                     return None
-                if conn.sock is not None and not _readable(conn.sock):
+                fresh = time.monotonic() - since < KEEP_ALIVE_FOR
+                if fresh and conn.sock is not None and not _readable(conn.sock):
                     return conn
                 conn.close()
 
@@ -160,14 +175,14 @@ def plain_transport_type(library: Any) -> type:
             with self._lock:
                 idle = self._idle.setdefault(key, [])
                 if not self._closed and len(idle) < KEEP_ALIVE:
-                    idle.append(conn)
+                    idle.append((conn, time.monotonic()))
                     return
             conn.close()
 
         def close(self) -> None:
             with self._lock:
                 self._closed = True
-                idle = [c for conns in self._idle.values() for c in conns]
+                idle = [c for conns in self._idle.values() for c, _ in conns]
                 self._idle.clear()
             for conn in idle:
                 conn.close()

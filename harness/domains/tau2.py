@@ -231,7 +231,12 @@ def build_actions(
             for check in post:
                 made.postcondition(check)
             if len(_PROTOTYPES) < _PROTOTYPES_KEPT:
-                _PROTOTYPES[key] = made
+                # Kept without this environment's function, scope and keys (each copy gets
+                # its own), so the prototype does not keep the environment alive.
+                _PROTOTYPES[key] = made._around(_detached, idempotency_key=_detached)
+                _PROTOTYPES[key].writes = _detached
+                _PROTOTYPES[key].preconditions = list(made.preconditions)
+                _PROTOTYPES[key].postconditions = list(made.postconditions)
         # Every environment's action is a copy of the one made first (its arguments' model,
         # schema and checks read once a process): its own function, scope, key and undo.
         act = made._around(call, idempotency_key=occurrences.key)
@@ -241,6 +246,11 @@ def build_actions(
         act.recover(recovered(tools, name))
         actions[name] = act
     return actions
+
+
+def _detached(*_args: Any, **_kwargs: Any) -> Any:
+    """A kept prototype's function, scope and keys: never called (copies replace them)."""
+    raise RuntimeError("a prototype action is only copied, never called")
 
 
 _PROTOTYPES: dict[tuple[Any, ...], hx.Action[..., Any]] = {}

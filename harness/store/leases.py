@@ -173,14 +173,16 @@ class _Leases:
         owner in this process holds it (nothing is written then)."""
         now = time.time()
         host, pid = socket.gethostname(), os.getpid()
+        seen = False  # (a lease row seen already: the look under the lock decides)
         if this_process:
             # A run's worker holds its trials' leases: seen in a read, without waiting for
             # the write lock (no other process can take a live lease from under it).
             held = self._holder(episode_id)
+            seen = held is not None
             ours = held is not None and (held[2], int(held[1])) == (host, pid)
             if ours and held[0] != owner and held[3] > now:
                 return "ours", None
-        if self._take_free(episode_id, owner, pid, host, now, now + seconds):
+        if not seen and self._take_free(episode_id, owner, pid, host, now, now + seconds):
             return "taken", None
         with self._locked("hx_lease") as (cur, mark):
             cur.execute(_HOLDER.format(mark=mark), (episode_id,))

@@ -550,15 +550,36 @@ class EpisodeWriter:
 
     def close(self) -> None:
         """Close the connection, or give it to ``release``; closing again does nothing (a
-        connection given back may be another writer's by then)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._cursor.close()
-            if self._release is not None:
-                self._release(self._taken)
-            else:
-                self.conn.close()
-        except Exception:  # closing after the database went away is harmless
-            pass
+        connection given back may be another writer's by then). A write after the close
+        fails as on a closed connection: it never reaches the connection given back."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            cursor, conn = self._cursor, self.conn
+            self._cursor = self.conn = _CLOSED
+            try:
+                cursor.close()
+                if self._release is not None:
+                    self._release(self._taken)
+                else:
+                    conn.close()
+            except Exception:  # closing after the database went away is harmless
+                pass
+
+
+class _Closed:
+    """What a closed writer's connection and cursor are: every use raises, as a closed
+    ``sqlite3`` connection does; closing again does nothing."""
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        def refuse(*_args: Any, **_kwargs: Any) -> Any:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+
+        return refuse
+
+
+_CLOSED: Any = _Closed()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import threading
 from typing import Any
 
 import pytest
@@ -84,3 +85,43 @@ def test_tls_and_proxies_keep_the_clients_own_transport(base_url: str, proxy: st
     """An https server, or one reached through a proxy, is left to the client's own pool."""
     agent = OpenAIAgent(base_url=base_url, model="m", proxy=proxy)
     assert not isinstance(agent._client()._transport, plain_transport_type(_http()))
+
+
+def _one_answer(raw: bytes) -> int:
+    """A server that answers one request with ``raw`` and closes: its port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(raw)
+        conn.close()
+        listener.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return int(listener.getsockname()[1])
+
+
+def test_a_body_cut_short_of_its_length_is_a_lost_connection() -> None:
+    """The server promises 100 bytes and closes after 6: the client's protocol error (as its
+    own pool raises), told by the agent as a connection lost, not as a malformed answer."""
+    port = _one_answer(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"a":1')
+    agent = OpenAIAgent(base_url=f"http://127.0.0.1:{port}/v1", model="m", attempts=1)
+    with pytest.raises(ModelServerError, match="connection failed: RemoteProtocolError") as info:
+        agent._complete(agent._client(), BODY)
+    assert "short of the body's Content-Length" in str(info.value)
+
+
+def test_a_connection_idle_past_its_time_is_not_used(
+    connections: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept-alive connection idle longer than servers keep theirs is closed, not sent on."""
+    monkeypatch.setattr("harness.agents.plainhttp.KEEP_ALIVE_FOR", 0.0)
+    with FakeChatServer(counting()) as server:
+        agent = OpenAIAgent(base_url=server.base_url, model="m")
+        client = agent._client()
+        agent._post(client, BODY)
+        agent._post(client, BODY)
+    assert len(connections) == 2 and connections[0].sock is None

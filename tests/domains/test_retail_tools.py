@@ -381,3 +381,27 @@ def test_each_environment_has_write_actions_of_its_own(suite_name: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_an_environment_closed_is_freed_whichever_made_the_actions_first() -> None:
+    """The actions kept to copy from hold no environment: the first one made in a process
+    (whose actions were the first) is freed once closed, its database with it."""
+    import gc
+    import weakref
+
+    from harness.domains import tau2
+    from harness.domains.retail.environment import RetailEnvironment
+
+    tau2._PROTOTYPES.clear()
+    env = RetailEnvironment()
+    assert tau2._PROTOTYPES  # (its actions were the first made)
+    backend, state = weakref.ref(env.backend), weakref.ref(env.state)
+    env.close()
+    del env
+    gc.collect()
+    assert backend() is None and state() is None
+    again = RetailEnvironment()  # (copied from the kept ones, and working)
+    try:
+        assert again.actions["cancel_pending_order"].fn is not tau2._detached
+    finally:
+        again.close()

@@ -97,10 +97,25 @@ def test_a_writer_gives_its_connection_back_clean_and_once(recorded: str):
         assert taken is conn
         writer.close()  # (again: nothing happens to the connection now in use)
         assert taken.execute("SELECT COUNT(*) FROM hx_episode").fetchone()[0] == 1
+    # A writer used after its close fails as on a closed connection, and the writer that
+    # has its connection now keeps its transaction.
+    with pytest.raises(hx.StoreError):
+        with writer.batch():
+            pass
+    second = store.writer("e1")
+    assert second.conn is conn
+    with second.batch():
+        second.load_head()
+        second.append("note", None, {"n": 1})
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            writer.append("note", None, {"n": 2})
+    assert second.head == hx.Store(recorded).log("e1")[-1].hash
+    second.close()
     stuck = store.writer("e1")
-    stuck.conn.execute("BEGIN IMMEDIATE")
+    taken = stuck.conn
+    taken.execute("BEGIN IMMEDIATE")
     stuck.close()
-    assert stuck.conn not in store._pool_idle
+    assert taken not in store._pool_idle
     other = sqlite3.connect(db_path(recorded), timeout=0.5)
     other.execute("BEGIN IMMEDIATE")  # (the write lock was let go)
     other.rollback()
