@@ -140,6 +140,24 @@ def _write_gate(key: str) -> threading.RLock:
     return gate
 
 
+GATE_WAIT = 30.0
+"""Seconds a writer waits for its process's turn (SQLite's own wait for the database, the
+store's busy timeout, comes after it): another program holding the database's write lock
+fails each writer of the process within about a minute, not one after another."""
+
+
+@contextmanager
+def _turn(gate: threading.RLock) -> Iterator[None]:
+    """Hold ``gate`` for the block, or go on without it after :data:`GATE_WAIT` seconds (to
+    SQLite's own wait, which then ends the write if the database stays locked)."""
+    got = gate.acquire(timeout=GATE_WAIT)
+    try:
+        yield
+    finally:
+        if got:
+            gate.release()
+
+
 class _Leases:
     """Lease methods of the store: taken under the write lock, renewed, released after."""
 
@@ -336,10 +354,10 @@ class _Leases:
                 yield cur, "?" if sqlite else "%s"
 
     def _gated(self) -> Any:
-        """The process's lock for writes to this store's SQLite file (a context manager that
+        """The process's turn for a write to this store's SQLite file (a context manager that
         does nothing on a server, which queues its writers itself)."""
         key = self._gate_key
-        return contextlib.nullcontext() if key is None else _write_gate(key)
+        return contextlib.nullcontext() if key is None else _turn(_write_gate(key))
 
     @contextmanager
     def _pooled(self) -> Iterator[Any]:

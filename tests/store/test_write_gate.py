@@ -90,9 +90,10 @@ def test_one_lock_a_file_whichever_way_it_is_named(tmp_path: Path) -> None:
     second = hx.Store(tmp_path / "link" / "h.db")
     other = hx.Store(tmp_path / "b.db", create=True)
     try:
-        assert first._gated() is second._gated()
-        assert first._gated() is not other._gated()
-        assert first._gated() is _write_gate(os.path.realpath(tmp_path / "a" / "h.db"))
+        gate = _write_gate(os.path.realpath(tmp_path / "a" / "h.db"))
+        assert first._gate_key is not None and second._gate_key is not None
+        assert _write_gate(first._gate_key) is _write_gate(second._gate_key) is gate
+        assert other._gate_key is not None and _write_gate(other._gate_key) is not gate
     finally:
         for s in (first, second, other):
             s.close()
@@ -128,3 +129,24 @@ def test_a_child_forked_while_a_thread_holds_the_lock_still_writes(tmp_path: Pat
         assert os.waitstatus_to_exitcode(status) == 0
     assert store.episode("child") is not None and store.episode("child").status == "committed"
     store.close()
+
+
+def test_a_turn_not_given_in_time_leaves_the_write_to_sqlites_own_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread that keeps the process's turn (stuck, say, on a database another program
+    locked) holds the others up for GATE_WAIT at most: then they go on to SQLite's own wait,
+    and here, the database being free, write."""
+    monkeypatch.setattr("harness.store.leases.GATE_WAIT", 0.2)
+    store = hx.Store(tmp_path / "h.db", create=True)
+    try:
+        assert store._gate_key is not None
+        with held_by_another_thread(_write_gate(store._gate_key)):
+            started = time.monotonic()
+            assert store.acquire_lease("e1", owner="a", seconds=60.0)
+            with hx.Episode(state=hx.DictState({}), store=store, episode_id="e1") as ep:
+                ep.remember("value", "k", lambda: 1)
+            assert time.monotonic() - started < 20
+        assert ep.outcome == "committed" and [x.owner for x in store.leases()] == ["a"]
+    finally:
+        store.close()
