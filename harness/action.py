@@ -474,19 +474,32 @@ class Action(Generic[P, R]):
     def __get__(self, instance: Any, owner: type | None = None) -> Action[P, R]:
         return self
 
-    def _around(self, fn: Callable[P, R], *, idempotency_key: Callable[[Any], Any]) -> Action[P, R]:
+    def _around(
+        self,
+        fn: Callable[P, R],
+        *,
+        idempotency_key: Callable[[Any], Any],
+        writes: Callable[[Any], list[str]] | None = None,
+    ) -> Action[P, R]:
         """A new action configured as this one, around ``fn``: a function of the same name,
         signature and docstring (another environment's copy of the tool this action was built
-        from), keyed by ``idempotency_key``, with no checks or undo registered yet.
+        from), keyed by ``idempotency_key``, with ``writes`` in place of this one's scope
+        function when given, this one's checks (lists of its own) and no undo registered yet.
 
         Environments that build the same actions for every trial copy one made once, instead
         of reading each function again (a few microseconds an action).
         """
+        if writes is not None and not callable(self.writes):
+            raise ConfigurationError(
+                f"{self.name}: only an action whose writes is a function takes another"
+            )
         new: Action[P, R] = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new.fn = new.__wrapped__ = fn  # type: ignore[attr-defined]
         new.idempotency_key = idempotency_key
-        new.preconditions, new.postconditions = [], []
+        if writes is not None:
+            new.writes = writes
+        new.preconditions, new.postconditions = list(self.preconditions), list(self.postconditions)
         new.compensate = new.undo_check = new.recovered_result = None
         return new
 

@@ -268,3 +268,37 @@ def test_exceptions_share_one_root():
         if isinstance(obj, type) and issubclass(obj, Exception) and obj is not hx.TransientError:
             assert issubclass(obj, hx.HarnessError), name
     assert issubclass(hx.ScopeViolation, hx.ActionFailed)
+
+
+def test_an_action_copied_around_another_function_keeps_its_checks_apart() -> None:
+    """``Action._around`` (environments copy the actions they make every trial): the copy has
+    the new function, key and scope function, the original's checks in lists of its own, no
+    undo; a scope that is a list of patterns cannot be swapped for a function."""
+
+    def ship(order_id: str) -> str:
+        """Ship an order."""
+        return order_id
+
+    def scope(args: Any) -> list[str]:
+        return [f"orders/{args.order_id}"]
+
+    made = hx.Action(ship, writes=scope, idempotency_key=lambda a: a.order_id)
+    made.precondition(lambda ctx: True)
+    made.compensation(lambda ctx: None)
+
+    def other(order_id: str) -> str:
+        """Ship an order."""
+        return "other " + order_id
+
+    def other_scope(args: Any) -> list[str]:
+        return []
+
+    copy = made._around(other, idempotency_key=str, writes=other_scope)
+    assert copy.fn is other and copy.idempotency_key is str and copy.writes is other_scope
+    assert copy.preconditions == made.preconditions
+    assert copy.preconditions is not made.preconditions and copy.compensate is None
+    copy.postcondition(lambda ctx: True)
+    assert made.postconditions == [] and made.writes is scope
+    listed = hx.Action(ship, writes=["orders/{order_id}"])
+    with pytest.raises(hx.ConfigurationError, match="writes is a function"):
+        listed._around(other, idempotency_key=str, writes=other_scope)

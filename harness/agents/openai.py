@@ -814,6 +814,19 @@ class _ChatEndpoint:
         """Where a request goes, parsed once by the HTTP library."""
         return _http().URL(self.url)
 
+    def _encoded(self, body: dict[str, Any], toolbox: Toolbox | None) -> tuple[str, bytes]:
+        """The request's digest and the bytes sent (:func:`_request_texts`).
+
+        Raises:
+            TypeError: the body holds something JSON cannot write (a bug of the caller's,
+                not the server's).
+        """
+        try:
+            request_digest, text = _request_texts(body, toolbox)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"the request to {self.url} cannot be written as JSON: {exc}") from None
+        return request_digest, text.encode("utf-8")
+
     # --- retries ---
     def _complete(
         self, client: Any, body: dict[str, Any], payload: bytes | None = None
@@ -906,12 +919,7 @@ class _ChatEndpoint:
         """
         http = _http()
         if payload is None:
-            try:
-                payload = _REQUEST_JSON.encode(body).encode("utf-8")
-            except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
-                raise TypeError(
-                    f"the request to {self.url} cannot be written as JSON: {exc}"
-                ) from None
+            payload = self._encoded(body, None)[1]
         self._attempt.deadline = time.monotonic() + self.request_timeout
         try:
             with client.stream(
@@ -1565,14 +1573,11 @@ class OpenAIAgent(_ChatEndpoint):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """One model call of the agent, recorded as without a user: its message and response."""
         body = self._request_body(history, toolbox.specs, seed)
-        try:
-            request_digest, text = _request_texts(body, toolbox)
-        except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
-            raise TypeError(f"the request to {self.url} cannot be written as JSON: {exc}") from None
+        request_digest, payload = self._encoded(body, toolbox)
         started = time.perf_counter()
         try:
             response, attempts = self._recorded_complete(
-                client, toolbox, request_digest, body, text.encode("utf-8")
+                client, toolbox, request_digest, body, payload
             )
         except ModelServerError as exc:
             calls.append(_failed_call(exc, request_digest, time.perf_counter() - started))
@@ -1817,13 +1822,10 @@ class _ChatRole(_ChatEndpoint):
         """The server's answer to ``body``, remembered by ``session`` as ``what`` under the
         request's digest (a resumed call does not ask again): the response, the attempts it
         took, the seconds this call took and the digest."""
-        try:
-            request_digest, text = _request_texts(body, None)
-        except (TypeError, ValueError) as exc:  # a bug of the caller's, not the server's
-            raise TypeError(f"the request to {self.url} cannot be written as JSON: {exc}") from None
+        request_digest, payload = self._encoded(body, None)
         started = time.perf_counter()
         response, attempts = session.remember(
-            what, request_digest, lambda: list(self._complete_once(body, text.encode("utf-8")))
+            what, request_digest, lambda: list(self._complete_once(body, payload))
         )
         return dict(response), int(attempts), time.perf_counter() - started, request_digest
 

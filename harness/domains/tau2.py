@@ -233,15 +233,12 @@ def build_actions(
             if len(_PROTOTYPES) < _PROTOTYPES_KEPT:
                 # Kept without this environment's function, scope and keys (each copy gets
                 # its own), so the prototype does not keep the environment alive.
-                _PROTOTYPES[key] = made._around(_detached, idempotency_key=_detached)
-                _PROTOTYPES[key].writes = _detached
-                _PROTOTYPES[key].preconditions = list(made.preconditions)
-                _PROTOTYPES[key].postconditions = list(made.postconditions)
+                _PROTOTYPES[key] = made._around(
+                    _detached, idempotency_key=_detached, writes=_detached
+                )
         # Every environment's action is a copy of the one made first (its arguments' model,
         # schema and checks read once a process): its own function, scope, key and undo.
-        act = made._around(call, idempotency_key=occurrences.key)
-        act.writes = writes
-        act.preconditions, act.postconditions = list(made.preconditions), list(made.postconditions)
+        act = made._around(call, idempotency_key=occurrences.key, writes=writes)
         act.compensation(compensate)
         act.recover(recovered(tools, name))
         actions[name] = act

@@ -127,7 +127,6 @@ class EpisodeWriter:
         self._gate = gate if gate is not None else contextlib.nullcontext
         self._release = release
         self._taken = connection  # (what goes back to ``release``, whatever wraps it since)
-        self._closed = False
         self.database = database
         self.conn = connection
         self._sqlite = isinstance(self.conn, sqlite3.Connection)
@@ -553,9 +552,8 @@ class EpisodeWriter:
         connection given back may be another writer's by then). A write after the close
         fails as on a closed connection: it never reaches the connection given back."""
         with self._lock:
-            if self._closed:
+            if self._cursor is _CLOSED:
                 return
-            self._closed = True
             cursor, conn = self._cursor, self.conn
             self._cursor = self.conn = _CLOSED
             try:

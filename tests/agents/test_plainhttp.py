@@ -63,7 +63,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_used(connections: list
     assert len(connections) == 2 and len(server.requests) == 2
 
 
-def test_errors_are_the_http_librarys_own(connections: list[Any]) -> None:
+def test_errors_are_the_http_librarys_own() -> None:
     """Nothing listening: a ConnectError, told by the agent as a server it cannot reach."""
     with socket.socket() as spare:
         spare.bind(("127.0.0.1", 0))
