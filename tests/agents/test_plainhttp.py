@@ -5,6 +5,7 @@ the server closed while idle never used, errors as the HTTP library's own types,
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import threading
 from typing import Any
@@ -95,8 +96,20 @@ def _one_answer(raw: bytes) -> int:
 
     def serve() -> None:
         conn, _ = listener.accept()
-        conn.recv(65536)
+        conn.settimeout(10)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += conn.recv(65536)
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head)[1])  # type: ignore[index]
+        while len(body) < length:
+            body += conn.recv(65536)
         conn.sendall(raw)
+        # (closed only after the client has: a close with the request unread, or before the
+        # client has read the answer, can reach it as a reset instead of the answer's end)
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(65536):
+            pass
         conn.close()
         listener.close()
 
