@@ -868,6 +868,22 @@ def _met(ok: bool) -> str:
     return "met" if ok else "not met"
 
 
+def cores_bound(multi: Row, one: Row) -> str:
+    """The most ``multi`` could reach against ``one`` on this machine at the same CPU a trial:
+    the cores free to its processes over the cores the one process kept busy. One process keeps
+    more than a core busy when enough of its work runs outside the interpreter's lock (SQLite,
+    the kernel's sockets, hashing), and then W processes on W cores cannot reach W times it."""
+    busy = one.cpu / one.seconds
+    if busy <= 0:
+        return ""
+    free = free_cores(multi)
+    return (
+        f"; at the same CPU a trial the cores allow at most {free / busy:.2f}x here ({free:.2f} "
+        f"free / {busy:.2f} busy with one process), and {multi.setting} kept "
+        f"{multi.cpu / multi.seconds / free:.0%} of its free cores busy"
+    )
+
+
 def performance_targets(rows: list[Row], workers: int) -> list[str]:
     """The performance targets, each from settings of this run: W worker processes against one
     process with as many trials in flight (trials per second, at least 0.9 W times: 1.8x at
@@ -921,6 +937,7 @@ def performance_targets(rows: list[Row], workers: int) -> list[str]:
                 f"; cores busy {multi.cpu / multi.seconds:.2f} / {one.cpu / one.seconds:.2f}, "
                 f"free to the harness {free_cores(multi):.2f} / {free_cores(one):.2f}; CPU s a "
                 f"trial {multi.cpu_per_trial:.4f} / {one.cpu_per_trial:.4f}"
+                + cores_bound(multi, one)
             ),
         )
     )

@@ -146,16 +146,24 @@ store's busy timeout, comes after it): another program holding the database's wr
 fails each writer of the process within about a minute, not one after another."""
 
 
-@contextmanager
-def _turn(gate: threading.RLock) -> Iterator[None]:
+class _Turn:
     """Hold ``gate`` for the block, or go on without it after :data:`GATE_WAIT` seconds (to
-    SQLite's own wait, which then ends the write if the database stays locked)."""
-    got = gate.acquire(timeout=GATE_WAIT)
-    try:
-        yield
-    finally:
-        if got:
-            gate.release()
+    SQLite's own wait, which then ends the write if the database stays locked). A class, not
+    a generator: it is taken around every write of the hot path."""
+
+    __slots__ = ("gate", "got")
+
+    def __init__(self, gate: threading.RLock) -> None:
+        self.gate = gate
+        self.got = False
+
+    def __enter__(self) -> None:
+        self.got = self.gate.acquire(timeout=GATE_WAIT)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.got:
+            self.got = False
+            self.gate.release()
 
 
 class _Leases:
@@ -357,7 +365,7 @@ class _Leases:
         """The process's turn for a write to this store's SQLite file (a context manager that
         does nothing on a server, which queues its writers itself)."""
         key = self._gate_key
-        return contextlib.nullcontext() if key is None else _turn(_write_gate(key))
+        return contextlib.nullcontext() if key is None else _Turn(_write_gate(key))
 
     @contextmanager
     def _pooled(self) -> Iterator[Any]:

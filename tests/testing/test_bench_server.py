@@ -78,3 +78,25 @@ def test_it_refuses_what_the_fake_server_refuses(suite: Any) -> None:
         lean.stop()
     with pytest.raises(OSError):
         http.client.HTTPConnection("127.0.0.1", lean.port, timeout=2).request("GET", "/")
+
+
+def test_the_cores_target_names_the_most_the_machine_allows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One process keeping 1.06 cores busy, two with 1.81 cores free to them: the cores target
+    says at most 1.71x is reachable at the same CPU a trial, and how much of the free cores the
+    two kept busy, beside the ratio it judges."""
+    from scale import Row, performance_targets
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+
+    def row(setting: str, workers: int, seconds: float, cpu: float) -> Row:
+        return Row(setting, 256, workers, 2000, seconds, 10620, cpu, others=0.0)
+
+    one = row("concurrency 256", 1, 30.0, 31.8)
+    two = row("processes 2x128", 2, 20.0, 29.0)
+    two.server_cpu = 3.8  # (0.19 cores of the two the machine has)
+    (line,) = [t for t in performance_targets([one, two], 2) if t.startswith("target cores")]
+    assert "= 1.500x trials/s" in line and "not met" in line
+    assert "at most 1.71x here (1.81 free / 1.06 busy with one process)" in line
+    assert "processes 2x128 kept 80% of its free cores busy" in line
