@@ -405,18 +405,21 @@ def joined(store_url: str, run_id: str, ledger: Path, *options: str) -> subproce
     )
 
 
-def held_on_second(store_url: str) -> str | None:
-    """An episode the second host holds the lease of and has begun, if any."""
+def held_on_second(store_url: str, worker: subprocess.Popen[str]) -> str | None:
+    """An episode the second host holds the lease of and has begun but not ended, if any, with
+    ``worker``'s process group left stopped (SIGSTOP) so that it cannot end that episode before
+    it is killed. A lease alone does not say so: the worker takes the lease of a trial the
+    head has finished, to read that it is done, and gives it back."""
     store = hx.Store(store_url)
     try:
-        return next(
-            (
-                x.episode_id
-                for x in store.leases()
-                if x.host == SECOND and store.episode(x.episode_id) is not None
-            ),
-            None,
-        )
+        for lease in store.leases():
+            if lease.host != SECOND or store.episode(lease.episode_id) is None:
+                continue
+            os.killpg(worker.pid, signal.SIGSTOP)
+            if "end" not in [r.kind for r in store.log(lease.episode_id)]:
+                return lease.episode_id
+            os.killpg(worker.pid, signal.SIGCONT)  # (it ended, or was never its: look again)
+        return None
     finally:
         store.close()
 
@@ -508,7 +511,7 @@ def test_a_joined_worker_killed_on_the_second_host_loses_nothing(tmp_path: Path)
                 deadline = time.monotonic() + 60
                 held = None
                 while held is None and worker.poll() is None and time.monotonic() < deadline:
-                    held = held_on_second(store_url)
+                    held = held_on_second(store_url, worker)
                     time.sleep(0.02)
                 assert held is not None, "the worker took no trial"
             finally:
