@@ -10,6 +10,7 @@ pyproject.toml under ``[tool.importlinter]`` and are checked by ``lint-imports``
 from __future__ import annotations
 
 import ast
+import contextlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,11 +49,23 @@ def _resolve(path: Path, node: ast.ImportFrom) -> str:
     return ".".join([*package, node.module] if node.module else package)
 
 
+def _parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree. Python 3.11 keeps the AST constructor's depth count per
+    interpreter, not per thread, so another thread parsing at the same moment (a traceback
+    being formatted parses its source lines) can fail a parse with ``SystemError: AST
+    constructor recursion depth mismatch`` (CPython issue 106905): that one is parsed again."""
+    source = path.read_text(encoding="utf-8")
+    for _ in range(2):
+        with contextlib.suppress(SystemError):
+            return ast.parse(source, filename=str(path))
+    return ast.parse(source, filename=str(path))
+
+
 def private_imports_across_packages() -> list[str]:
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            tree = _parsed(path)
             for node in ast.walk(tree):
                 if not isinstance(node, ast.ImportFrom):
                     continue

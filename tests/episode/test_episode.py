@@ -13,6 +13,7 @@ import harness as hx
 from harness.testing import FakeClock
 
 from ..conftest import Shop
+from ..crashes import die
 from ..test_transaction import cancel_action
 
 
@@ -219,8 +220,7 @@ def test_call_held_for_a_person_on_resume_leaves_the_episode_running(
         assert ep.outcome == "running"
         assert hx.Store(store_url).episode("e1").status == "running"  # type: ignore[union-attr]
         ep._writer.hot("intent", "e1:9", '{"action":"x","key":"k","args":{},"before":{}}')
-        ep._writer.close()  # and the process dies
-        ep._writer = None
+        die(ep)  # and the process dies
     store = hx.Store(store_url)
     assert [e.status for e in store.escalations(episode_id="e1")] == ["pending"]
     assert store.verify_chain().ok

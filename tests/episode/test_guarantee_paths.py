@@ -20,6 +20,7 @@ import harness as hx
 from harness.testing import FakeClock
 
 from ..conftest import restore_before
+from ..crashes import die
 
 
 class Ledger:
@@ -327,8 +328,7 @@ def test_outcome_write_failure_is_settled_on_resume(store: hx.Store, store_url: 
         _fail_kind(ep, "committed", times=10)
         with pytest.raises(hx.StoreError):
             deposit("a")
-        ep._writer.close()  # the process dies here: the episode never ends
-        ep._writer = None
+        die(ep)  # the process dies here: the episode never ends
 
     contextvars.copy_context().run(first_process)
     with episode(ledger, hx.Store(store_url), episode_id=ep.id, resume=True, actions=[deposit]):

@@ -20,6 +20,7 @@ import harness as hx
 from harness.testing import FakeClock
 
 from ..conftest import Shop
+from ..crashes import die
 from ..episode.test_episode import escalating_run
 from ..test_transaction import cancel_action
 
@@ -145,8 +146,7 @@ def test_crash_then_resume_writes_the_rows(shop: Shop, pg_url: str):
     ep = hx.Episode(state=shop.state, store=pg_url, episode_id="e1")
     with ep:
         cancel("o1")
-        ep._writer.close()  # the process dies here: nothing else is written
-        ep._writer = None
+        die(ep)  # the process dies here: nothing else is written
     assert _sql(pg_url, "SELECT COUNT(*) FROM hx_transaction") == [(0,)]
     with hx.Episode(state=shop.state, store=pg_url, episode_id="e1", resume=True) as again:
         assert cancel("o1") == {"order_id": "o1", "status": "cancelled"}

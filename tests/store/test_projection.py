@@ -18,6 +18,7 @@ import harness.store.writer as hx_writer
 from harness.store import record_hash
 
 from ..conftest import Shop
+from ..crashes import die
 from ..test_transaction import cancel_action
 
 
@@ -48,8 +49,7 @@ def _verified(store: hx.Store) -> bool:
 
 def _crash(ep: hx.Episode) -> None:
     """Leave the episode as a killed process would: its connection gone, nothing finished."""
-    ep._writer.close()
-    ep._writer = None
+    die(ep)
 
 
 def test_running_episode_reads_rows_built_from_its_log(shop: Shop, store_url: str):
